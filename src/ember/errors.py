@@ -1,0 +1,33 @@
+"""ember's exception tree.
+
+::
+
+    EmberError                  anything ember raises on purpose
+    ├── DataLoaderError         a loader cannot go on (bad state, closed loader)
+    ├── CheckpointError         a checkpoint is missing, incomplete, corrupted or does not fit
+    └── NonFiniteLossError      a training loss became NaN or infinite (B8)
+
+Bad arguments raise the built-in ``ValueError`` / ``TypeError``; errors raised by the user's
+own code (a dataset, a batcher, a step) keep their original type. Stopping early or on user
+request is not an error: it is a reason on ``LearningResult``.
+"""
+
+from __future__ import annotations
+
+__all__ = ["CheckpointError", "DataLoaderError", "EmberError", "NonFiniteLossError"]
+
+
+class EmberError(Exception):
+    """Base class of the errors ember raises on purpose."""
+
+
+class DataLoaderError(EmberError):
+    """A data loader cannot go on: its state does not fit, or it was closed."""
+
+
+class CheckpointError(EmberError):
+    """A checkpoint is missing, incomplete, corrupted, or does not fit the model."""
+
+
+class NonFiniteLossError(EmberError):
+    """A training loss became NaN or infinite; training stopped without checkpointing it."""

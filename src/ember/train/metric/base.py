@@ -1,0 +1,239 @@
+"""The metric abstractions: what a metric is, what it records, and how outputs reach it.
+
+A metric is updated once per batch on the ``train-worker`` thread with the model's output
+(after ``sync()``) and a :class:`MetricMetadata`, and once more at the end of each split, when
+:meth:`Metric.compute` gives the epoch value and :meth:`Metric.clear` starts the next epoch.
+
+Outputs reach metrics through *adaptation* (Burn's ``Adaptor``): each metric names the input type
+it reads (``input_type``); :func:`adapt` turns a model output into it. A built-in output adapts
+to the built-in inputs; a user's own output feeds built-in metrics by defining
+``adapt(self, input_type)`` or by :func:`register_adaptor`; a user's own metric reads built-in
+outputs by registering an adaptor for its own input type, or by taking the output type itself.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+import numpy as np
+
+from ember.data import Progress
+
+__all__ = [
+    "Metric",
+    "MetricAttributes",
+    "MetricDefinition",
+    "MetricEntry",
+    "MetricMetadata",
+    "Numeric",
+    "NumericEntry",
+    "adapt",
+    "format_number",
+    "register_adaptor",
+]
+
+T = TypeVar("T")
+OutputT = TypeVar("OutputT")
+
+
+def format_number(value: float) -> str:
+    """The shortest text that reads back as ``value``, never in exponent form (``1.0`` -> ``1``).
+
+    This is how Burn writes numbers to metric logs (Rust's ``f64`` display), so logs written by
+    ember and by Burn look alike and parse back exactly.
+    """
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return str(np.format_float_positional(value, unique=True, trim="-"))
+
+
+@dataclass(frozen=True, slots=True)
+class MetricMetadata:
+    """What a metric knows about the batch besides the output: where it is and at which lr."""
+
+    progress: Progress
+    iteration: int | None
+    lr: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class MetricAttributes:
+    """Properties of a numeric metric used by renderers, plots and the summary."""
+
+    unit: str | None = None
+    higher_is_better: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class MetricDefinition:
+    """A registered metric as loggers and renderers see it."""
+
+    name: str
+    description: str | None = None
+    attributes: MetricAttributes | None = None
+
+    @property
+    def is_numeric(self) -> bool:
+        """Numeric metrics have attributes; they get plots and summary rows."""
+        return self.attributes is not None
+
+
+@dataclass(frozen=True, slots=True)
+class MetricEntry:
+    """One value of a metric: ``formatted`` for people, ``serialized`` for the log file."""
+
+    name: str
+    formatted: str
+    serialized: str
+
+    NOT_AVAILABLE = "N/A"
+
+    @property
+    def is_available(self) -> bool:
+        """Entries without a value (e.g. an epoch-only metric mid-epoch) are not logged."""
+        return self.serialized not in ("", self.NOT_AVAILABLE)
+
+
+@dataclass(frozen=True, slots=True)
+class NumericEntry:
+    """A number in a metric log: a plain value, a value with its weight, or an epoch value.
+
+    Serialized as ``value``, ``value,weight`` or ``value,final`` (reference §5.1).
+    """
+
+    value: float
+    weight: float | None = None
+    final: bool = False
+
+    def serialize(self) -> str:
+        """The log-file text of this entry."""
+        if self.final:
+            return f"{format_number(self.value)},final"
+        if self.weight is not None:
+            return f"{format_number(self.value)},{format_number(self.weight)}"
+        return format_number(self.value)
+
+    @classmethod
+    def parse(cls, text: str) -> NumericEntry:
+        """Read back one log line; a malformed line raises ``ValueError`` quoting it."""
+        parts = text.strip().split(",")
+        try:
+            if len(parts) == 1:
+                return cls(float(parts[0]))
+            if len(parts) == 2:
+                if parts[1] == "final":
+                    return cls(float(parts[0]), final=True)
+                return cls(float(parts[0]), weight=float(parts[1]))
+        except ValueError:
+            pass
+        raise ValueError(f"not a numeric metric entry: {text!r}")
+
+
+@runtime_checkable
+class Metric(Protocol):
+    """A metric updated per batch on the metrics thread.
+
+    ``input_type`` is the type ``update`` receives; :func:`adapt` converts the model's output to
+    it. Use ``object`` for metrics that read only the metadata (learning rate, speed).
+    """
+
+    @property
+    def name(self) -> str:
+        """Unique name; also the log-file stem (spaces become ``_``)."""
+        ...
+
+    @property
+    def input_type(self) -> type[Any]:
+        """The type ``update`` reads."""
+        ...
+
+    def update(self, item: Any, metadata: MetricMetadata) -> MetricEntry:
+        """Record one batch and return its entry."""
+        ...
+
+    def compute(self) -> MetricEntry:
+        """The epoch entry, computed at the end of a split."""
+        ...
+
+    def clear(self) -> None:
+        """Forget the epoch; called right after :meth:`compute`."""
+        ...
+
+
+@runtime_checkable
+class Numeric(Metric, Protocol):
+    """A metric with numeric values: it is plotted, summarised and can drive decisions."""
+
+    @property
+    def attributes(self) -> MetricAttributes:
+        """Unit and direction of the metric."""
+        ...
+
+    def value(self) -> NumericEntry | None:
+        """The last batch's value, or None for metrics with epoch values only."""
+        ...
+
+    def running_value(self) -> NumericEntry | None:
+        """The value of the epoch so far."""
+        ...
+
+    def final_value(self) -> NumericEntry:
+        """The epoch value, valid after :meth:`Metric.compute`."""
+        ...
+
+
+def metric_definition(metric: Metric) -> MetricDefinition:
+    """The definition loggers and renderers receive for ``metric``."""
+    attributes = metric.attributes if isinstance(metric, Numeric) else None
+    return MetricDefinition(metric.name, getattr(metric, "description", None), attributes)
+
+
+_ADAPTORS: dict[tuple[type[Any], type[Any]], Callable[[Any], Any]] = {}
+
+
+def register_adaptor(
+    output_type: type[OutputT], input_type: type[T]
+) -> Callable[[Callable[[OutputT], T]], Callable[[OutputT], T]]:
+    """Declare how ``output_type`` feeds metrics that read ``input_type`` (a decorator).
+
+    ::
+
+        @register_adaptor(MyOutput, LossInput)
+        def _(out: MyOutput) -> LossInput:
+            return LossInput(out.loss)
+    """
+
+    def register(fn: Callable[[OutputT], T]) -> Callable[[OutputT], T]:
+        _ADAPTORS[(output_type, input_type)] = fn
+        return fn
+
+    return register
+
+
+def adapt(item: Any, input_type: type[T]) -> T:
+    """Turn a model output into the input a metric reads.
+
+    Tried in order: the item already is an ``input_type``; an adaptor registered for the item's
+    type (or a base class); the item's own ``adapt(input_type)`` method.
+    """
+    if isinstance(item, input_type):
+        return item
+    for cls in type(item).__mro__:
+        fn = _ADAPTORS.get((cls, input_type))
+        if fn is not None:
+            return fn(item)  # type: ignore[no-any-return]  # the registry erases the types
+    method = getattr(item, "adapt", None)
+    if method is not None:
+        adapted = method(input_type)
+        if isinstance(adapted, input_type):
+            return adapted
+    raise TypeError(
+        f"{type(item).__name__} cannot feed a metric that reads {input_type.__name__}: "
+        f"give {type(item).__name__} an adapt(input_type) method or register one with "
+        f"ember.train.register_adaptor({type(item).__name__}, {input_type.__name__})"
+    )

@@ -1,0 +1,28 @@
+"""Renderers: how training is shown to a person."""
+
+from __future__ import annotations
+
+import sys
+from typing import TextIO
+
+from ember.train.renderer.base import (
+    MetricsRenderer,
+    MetricsRendererTraining,
+    MetricState,
+    TrainingProgressLogger,
+)
+from ember.train.renderer.cli import CliMetricsRenderer
+
+__all__ = [
+    "CliMetricsRenderer",
+    "MetricState",
+    "MetricsRenderer",
+    "MetricsRendererTraining",
+    "TrainingProgressLogger",
+    "default_renderer",
+]
+
+
+def default_renderer(stream: TextIO | None = None) -> MetricsRenderer:
+    """The renderer used when none is given: the CLI renderer on ``stream`` (stdout)."""
+    return CliMetricsRenderer(stream if stream is not None else sys.stdout)

@@ -1,0 +1,75 @@
+"""Training on one device (Burn's single-device strategy)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+
+from ember.data import DataLoader
+from ember.train.epoch import train_epoch, valid_epoch
+from ember.train.events import EndEpoch, EndSplit, StartSplit
+from ember.train.learner import Learner
+from ember.train.strategy.base import FitResult, TrainingComponents
+
+__all__ = ["SingleDevice", "model_device"]
+
+log = logging.getLogger("ember.train")
+
+
+def model_device(learner: Learner[Any]) -> torch.device:
+    """The device of the model's first parameter (CPU for a model without parameters)."""
+    param = next(learner.model.parameters(), None)
+    return param.device if param is not None else torch.device("cpu")
+
+
+class SingleDevice:
+    """Trains and validates on ``device`` (default: where the model's first parameter is)."""
+
+    def __init__(self, device: torch.device | str | None = None) -> None:
+        self.device = torch.device(device) if device is not None else None
+
+    def __repr__(self) -> str:
+        return f"SingleDevice({self.device})"
+
+    def fit(
+        self,
+        learner: Learner[Any],
+        train: DataLoader[Any],
+        valid: DataLoader[Any],
+        components: TrainingComponents,
+        starting_epoch: int,
+    ) -> FitResult:
+        """The epoch loop of reference §2.1, with ember's stop rules."""
+        device = self.device or model_device(learner)
+        train = train.to_device(device)
+        valid = valid.to_device(device)
+        learner.fork(device)
+        processor, interrupter = components.processor, components.interrupter
+        last_epoch = starting_epoch - 1
+        for epoch in range(starting_epoch, components.num_epochs + 1):
+            processor.process_train(StartSplit(epoch, train.num_items()))
+            train_epoch(
+                learner, train, epoch, processor, interrupter, components.grads_accumulation
+            )
+            processor.process_train(EndSplit(epoch))
+            if interrupter.should_stop():
+                break
+            processor.process_valid(StartSplit(epoch, valid.num_items()))
+            valid_epoch(learner.model, valid, epoch, processor, interrupter)
+            processor.process_valid(EndSplit(epoch))
+            processor.process_train(EndEpoch(epoch))
+            last_epoch = epoch
+            early_stopping = components.early_stopping
+            if early_stopping is not None:
+                processor.flush()
+                if early_stopping.should_stop(epoch, components.store):
+                    return FitResult(last_epoch, getattr(early_stopping, "reason", None))
+            if interrupter.should_stop():
+                break
+        if interrupter.should_stop():
+            reason = interrupter.message or "interrupted"
+            log.info("Training interrupted: %s", reason)
+            return FitResult(last_epoch, reason)
+        return FitResult(last_epoch)

@@ -1,0 +1,335 @@
+"""``SupervisedTraining``: the builder that configures a run and launches it.
+
+::
+
+    result = (SupervisedTraining("artifacts/run", train_loader, valid_loader)
+              .metric_train_numeric(LossMetric()).metric_valid_numeric(LossMetric())
+              .num_epochs(3).summary()
+              .launch(Learner(model, optimizer, 1e-2)))
+
+Every builder method validates its argument at the call and returns the builder.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from torch import nn
+
+from ember.data import DataLoader
+from ember.train.early_stopping import EarlyStoppingStrategy
+from ember.train.events import End, Start
+from ember.train.interrupter import Interrupter
+from ember.train.learner import Learner
+from ember.train.logger.base import MetricLogger
+from ember.train.logger.file import FileMetricLogger
+from ember.train.metric.base import Metric, Numeric
+from ember.train.metric.store import EventStore, Split
+from ember.train.processor import (
+    AsyncProcessorTraining,
+    FullEventProcessorTraining,
+    MetricsTraining,
+)
+from ember.train.renderer import MetricsRenderer, default_renderer
+from ember.train.strategy.base import FitResult, SupervisedLearningStrategy, TrainingComponents
+from ember.train.strategy.single import SingleDevice
+from ember.train.summary import LearnerSummary, describe_model
+
+__all__ = ["LearningResult", "SupervisedTraining"]
+
+M = TypeVar("M", bound=nn.Module)
+log = logging.getLogger("ember.train")
+
+_LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+@dataclass(frozen=True, slots=True)
+class LearningResult(Generic[M]):
+    """How a run ended.
+
+    ``model`` is the trained model in eval mode (call ``.train()`` to go on training);
+    ``error`` is the exception that ended training, with its ``__traceback__``, or None;
+    ``stop_reason`` says why training ended before ``num_epochs`` (early stopping, an
+    interrupt), or is None; ``summary`` is set when the builder asked for one.
+    """
+
+    model: M
+    renderer: MetricsRenderer
+    error: BaseException | None = None
+    summary: LearnerSummary | None = None
+    stop_reason: str | None = None
+    last_epoch: int = 0
+
+    @property
+    def succeeded(self) -> bool:
+        """True when training ended without an error."""
+        return self.error is None
+
+    @property
+    def traceback(self) -> str | None:
+        """The error's formatted traceback, or None."""
+        if self.error is None:
+            return None
+        return "".join(traceback.format_exception(self.error))
+
+
+def _positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+    return value
+
+
+class SupervisedTraining:
+    """Configures a supervised training run over ``train`` and ``valid`` in ``directory``.
+
+    Defaults (Burn's): 1 epoch; ``directory/experiment.log`` application log; metrics logged to
+    files under ``directory`` unless a metric logger is given; the renderer picked by
+    :func:`~ember.train.renderer.default_renderer`; the device of the model's first parameter.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        train: DataLoader[Any],
+        valid: DataLoader[Any],
+    ) -> None:
+        self.directory = Path(directory)
+        if self.directory.exists() and not self.directory.is_dir():
+            raise ValueError(f"directory is a file, not a directory: {str(self.directory)!r}")
+        for name, loader in (("train", train), ("valid", valid)):
+            if not callable(getattr(loader, "to_device", None)) or not hasattr(loader, "__iter__"):
+                raise TypeError(f"{name} must be an ember DataLoader, got {type(loader).__name__}")
+        self._train = train
+        self._valid = valid
+        self._metrics = MetricsTraining()
+        self._summary_metrics: set[str] = set()
+        self._num_epochs = 1
+        self._grads_accumulation: int | None = None
+        self._renderer: MetricsRenderer | None = None
+        self._summary = False
+        self._loggers: list[MetricLogger] = []
+        self._application_log: Path | None = self.directory / "experiment.log"
+        self._strategy: SupervisedLearningStrategy | None = None
+        self._interrupter = Interrupter()
+        self._early_stopping: EarlyStoppingStrategy | None = None
+
+    # metrics -----------------------------------------------------------------------------
+
+    def metric_train(self, metric: Metric) -> SupervisedTraining:
+        """Compute ``metric`` on the training split (logged, not summarised)."""
+        self._metrics.register(Split.TRAIN, metric)
+        return self
+
+    def metric_valid(self, metric: Metric) -> SupervisedTraining:
+        """Compute ``metric`` on the validation split (logged, not summarised)."""
+        self._metrics.register(Split.VALID, metric)
+        return self
+
+    def metric_train_numeric(self, metric: Numeric) -> SupervisedTraining:
+        """Compute a numeric ``metric`` on the training split; it appears in the summary."""
+        self._metrics.register(Split.TRAIN, _numeric(metric))
+        self._summary_metrics.add(metric.name)
+        return self
+
+    def metric_valid_numeric(self, metric: Numeric) -> SupervisedTraining:
+        """Compute a numeric ``metric`` on the validation split; it appears in the summary."""
+        self._metrics.register(Split.VALID, _numeric(metric))
+        self._summary_metrics.add(metric.name)
+        return self
+
+    def metrics(self, *metrics: Numeric) -> SupervisedTraining:
+        """Compute each numeric metric on both splits."""
+        for metric in metrics:
+            self.metric_train_numeric(metric)
+            self.metric_valid_numeric(metric)
+        return self
+
+    # loop --------------------------------------------------------------------------------
+
+    def num_epochs(self, num_epochs: int) -> SupervisedTraining:
+        """Train until epoch ``num_epochs`` (absolute, also when resuming)."""
+        self._num_epochs = _positive_int("num_epochs", num_epochs)
+        return self
+
+    def grads_accumulation(self, n: int) -> SupervisedTraining:
+        """Sum gradients over ``n`` batches per optimizer step (like an n times larger batch
+        with an n times larger lr, since gradients are summed, not averaged)."""
+        self._grads_accumulation = _positive_int("grads_accumulation", n)
+        return self
+
+    def with_training_strategy(self, strategy: SupervisedLearningStrategy) -> SupervisedTraining:
+        """Run the epochs with ``strategy`` (default: :class:`SingleDevice`)."""
+        if not callable(getattr(strategy, "fit", None)):
+            raise TypeError(f"strategy must have a fit(...) method, got {type(strategy).__name__}")
+        self._strategy = strategy
+        return self
+
+    def early_stopping(self, strategy: EarlyStoppingStrategy) -> SupervisedTraining:
+        """Ask ``strategy`` after every epoch whether to stop."""
+        if not callable(getattr(strategy, "should_stop", None)):
+            raise TypeError(
+                f"early stopping needs a should_stop(epoch, query) method, got "
+                f"{type(strategy).__name__}"
+            )
+        self._early_stopping = strategy
+        return self
+
+    def with_interrupter(self, interrupter: Interrupter) -> SupervisedTraining:
+        """Use ``interrupter`` to stop training from elsewhere."""
+        if not isinstance(interrupter, Interrupter):
+            raise TypeError(f"expected an Interrupter, got {type(interrupter).__name__}")
+        self._interrupter = interrupter
+        return self
+
+    def interrupter(self) -> Interrupter:
+        """The handle that stops this run (``stop(reason)``)."""
+        return self._interrupter
+
+    # output ------------------------------------------------------------------------------
+
+    def renderer(self, renderer: MetricsRenderer) -> SupervisedTraining:
+        """Show training with ``renderer``."""
+        missing = [
+            name
+            for name in ("start", "start_split", "update_split", "update_train", "end")
+            if not callable(getattr(renderer, name, None))
+        ]
+        if missing:
+            raise TypeError(
+                f"renderer {type(renderer).__name__} lacks {', '.join(missing)}: see "
+                "ember.train.MetricsRenderer"
+            )
+        self._renderer = renderer
+        return self
+
+    def summary(self) -> SupervisedTraining:
+        """Print the summary table at the end and write ``summary.json``."""
+        self._summary = True
+        return self
+
+    def with_metric_logger(self, logger: MetricLogger) -> SupervisedTraining:
+        """Log metrics to ``logger`` (once one is given, no file logger is added)."""
+        if not callable(getattr(logger, "read_numeric", None)):
+            raise TypeError(f"expected a MetricLogger, got {type(logger).__name__}")
+        self._loggers.append(logger)
+        return self
+
+    def with_application_logger(self, path: str | os.PathLike[str] | None) -> SupervisedTraining:
+        """Write the application log to ``path``, or nowhere with None."""
+        self._application_log = None if path is None else Path(path)
+        return self
+
+    # launch ------------------------------------------------------------------------------
+
+    def launch(self, learner: Learner[M]) -> LearningResult[M]:
+        """Train ``learner``; never raises for errors during training (see ``result.error``).
+
+        ::
+
+            install experiment.log; resolve renderer and loggers; start train-worker
+            Start(num_epochs, starting_epoch)
+            strategy.fit(...)            # epochs: train split, valid split, EndEpoch,
+                                         # then early stopping; stops on interrupt
+            flush; summary (from the logged values); End(summary)
+            on an error anywhere: stop, flush the logs, log it, renderer.on_error(error)
+            close train-worker and loggers; remove the experiment.log handler
+            return LearningResult(model in eval mode, renderer, error, summary, stop_reason)
+        """
+        if not isinstance(learner, Learner):
+            raise TypeError(f"launch needs a Learner, got {type(learner).__name__}")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        handler = self._install_application_log()
+        interrupter = self._interrupter
+        renderer = self._renderer if self._renderer is not None else default_renderer()
+        store = EventStore(self._loggers or [FileMetricLogger(self.directory)])
+        processor = AsyncProcessorTraining(
+            FullEventProcessorTraining(self._metrics, renderer, store),
+            on_error=lambda error: interrupter.stop(f"metrics thread failed: {error!r}"),
+        )
+        components = TrainingComponents(
+            num_epochs=self._num_epochs,
+            interrupter=interrupter,
+            processor=processor,
+            store=store,
+            grads_accumulation=self._grads_accumulation,
+            early_stopping=self._early_stopping,
+        )
+        starting_epoch = 1
+        error: BaseException | None = None
+        fit = FitResult(starting_epoch - 1)
+        summary: LearnerSummary | None = None
+        try:
+            log.info("Starting training for %d epochs", self._num_epochs)
+            processor.process_train(Start(self._num_epochs, starting_epoch))
+            strategy = self._strategy or SingleDevice()
+            fit = strategy.fit(learner, self._train, self._valid, components, starting_epoch)
+            processor.flush()
+            if self._summary and processor.error is None:
+                summary = self._write_summary(learner, store, fit)
+        except Exception as caught:  # B3: reported in the result, never lost
+            error = caught
+        finally:
+            processor.flush()
+            error = error or processor.error
+            if error is not None:
+                log.error("Training failed", exc_info=error)
+            processor.process_train(End(summary))
+            renderer = processor.close()
+            if error is not None:
+                renderer.on_error(error)
+            try:
+                store.close()
+            except Exception as caught:  # keep the first error
+                error = error or caught
+            renderer_close = getattr(renderer, "close", None)
+            if renderer_close is not None:
+                renderer_close()
+            if handler is not None:
+                logging.getLogger("ember").removeHandler(handler)
+                handler.close()
+        learner.model.eval()
+        return LearningResult(
+            learner.model, renderer, error, summary, fit.stop_reason, fit.last_epoch
+        )
+
+    def _install_application_log(self) -> logging.Handler | None:
+        if self._application_log is None:
+            return None
+        self._application_log.parent.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(self._application_log, encoding="utf-8")
+        handler.setLevel(logging.INFO)
+        handler.setFormatter(logging.Formatter(_LOG_FORMAT))
+        logger = logging.getLogger("ember")
+        logger.addHandler(handler)
+        if logger.level == logging.NOTSET or logger.level > logging.INFO:
+            logger.setLevel(logging.INFO)
+        return handler
+
+    def _write_summary(
+        self, learner: Learner[M], store: EventStore, fit: FitResult
+    ) -> LearnerSummary:
+        summary = LearnerSummary.collect(
+            store,
+            self._summary_metrics,
+            fit.last_epoch,
+            model=describe_model(learner.model),
+            stop_reason=fit.stop_reason,
+        )
+        (self.directory / "summary.json").write_text(summary.dumps(), encoding="utf-8")
+        return summary
+
+
+def _numeric(metric: Any) -> Numeric:
+    if not isinstance(metric, Numeric):
+        raise TypeError(
+            f"{type(metric).__name__} is not a numeric metric (it needs attributes, value, "
+            "running_value and final_value); register it with metric_train/metric_valid"
+        )
+    return metric

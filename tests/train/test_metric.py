@@ -1,0 +1,181 @@
+"""Metrics: numeric entries, the built-in metrics, adaptation and the event store."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ember.data import Progress
+from ember.train import (
+    AccuracyInput,
+    AccuracyMetric,
+    Aggregate,
+    ClassificationOutput,
+    Direction,
+    FileMetricLogger,
+    InMemoryMetricLogger,
+    IterationSpeedMetric,
+    LossInput,
+    LossMetric,
+    MetricEntry,
+    MetricMetadata,
+    NumericEntry,
+    RegressionOutput,
+    Split,
+    adapt,
+    register_adaptor,
+)
+from ember.train.metric.base import format_number
+from ember.train.metric.store import EventStore
+
+META = MetricMetadata(Progress(1, 1), 1, None)
+
+
+@given(st.floats(allow_nan=False, allow_infinity=False))
+def test_numbers_round_trip_without_exponents(value: float) -> None:
+    """format_number reads back exactly and never uses exponent notation."""
+    text = format_number(value)
+    assert float(text) == value
+    assert "e" not in text
+
+
+def test_number_format_matches_rust_display() -> None:
+    """Integral values drop '.0'; NaN and infinities are spelled as Rust does."""
+    assert format_number(1.0) == "1"
+    assert format_number(1e-7) == "0.0000001"
+    assert format_number(4.471280097961426) == "4.471280097961426"
+    assert (format_number(math.nan), format_number(-math.inf)) == ("NaN", "-inf")
+
+
+@given(st.floats(allow_nan=False, allow_infinity=False), st.integers(1, 10_000), st.booleans())
+def test_numeric_entry_round_trip(value: float, weight: int, final: bool) -> None:
+    """serialize then parse gives back the entry."""
+    entry = NumericEntry(value, final=True) if final else NumericEntry(value, weight=weight)
+    assert NumericEntry.parse(entry.serialize()) == entry
+
+
+def test_numeric_entry_rejects_garbage() -> None:
+    """A malformed line raises ValueError quoting it."""
+    with pytest.raises(ValueError, match="'1,2,3'"):
+        NumericEntry.parse("1,2,3")
+
+
+@given(st.lists(st.integers(1, 9), min_size=1, max_size=12), st.integers(0, 10**6))
+def test_accuracy_epoch_value_is_sample_weighted(sizes: list[int], seed: int) -> None:
+    """Accuracy over uneven batches equals the accuracy over all samples."""
+    generator = torch.Generator().manual_seed(seed)
+    metric = AccuracyMetric()
+    correct = total = 0
+    for size in sizes:
+        outputs = torch.randn(size, 3, generator=generator)
+        targets = torch.randint(0, 3, (size,), generator=generator)
+        metric.update(AccuracyInput(outputs, targets), META)
+        correct += int((outputs.argmax(1) == targets).sum())
+        total += size
+    metric.compute()
+    assert metric.final_value().value == pytest.approx(100 * correct / total)
+
+
+def test_accuracy_with_pad_token_skips_padding() -> None:
+    """Pad targets count neither as samples nor as weight."""
+    metric = AccuracyMetric(pad_token=9)
+    outputs = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]])
+    entry = metric.update(AccuracyInput(outputs, torch.tensor([0, 0, 9])), META)
+    assert entry.serialized == "50,2"
+
+
+def test_loss_metric_weights_by_elements() -> None:
+    """A scalar loss weighs 1, a per-sample loss weighs its length."""
+    metric = LossMetric()
+    assert metric.update(LossInput(torch.tensor(2.0)), META).serialized == "2,1"
+    assert metric.update(LossInput(torch.tensor([1.0, 2.0, 3.0])), META).serialized == "2,3"
+    assert metric.compute().serialized == "2,final"
+
+
+def test_iteration_speed_restarts_each_epoch() -> None:
+    """Speed is measured from each split's first batch; the epoch state resets (unlike Burn)."""
+    now = [0.0]
+    metric = IterationSpeedMetric(clock=lambda: now[0])
+    for t in (0.0, 1.0, 2.0):
+        now[0] = t
+        metric.update(object(), META)
+    assert metric.compute().serialized == "1,final"
+    metric.clear()
+    for t in (100.0, 100.5, 101.0):
+        now[0] = t
+        metric.update(object(), META)
+    assert metric.compute().serialized == "2,final"
+
+
+def test_builtin_outputs_adapt_to_builtin_inputs() -> None:
+    """ClassificationOutput feeds Loss and Accuracy; RegressionOutput cannot feed Accuracy."""
+    out = ClassificationOutput(torch.tensor(1.0), torch.eye(2), torch.tensor([0, 1]))
+    assert adapt(out, LossInput).tensor is out.loss
+    assert adapt(out, AccuracyInput).targets is out.targets
+    regression = RegressionOutput(torch.tensor(1.0), torch.ones(2, 1), torch.ones(2, 1))
+    with pytest.raises(TypeError, match="RegressionOutput cannot feed a metric that reads"):
+        adapt(regression, AccuracyInput)
+
+
+@dataclass
+class MyOutput:
+    my_loss: torch.Tensor
+
+    def adapt(self, input_type: type) -> object:
+        return LossInput(self.my_loss) if input_type is LossInput else None
+
+
+@dataclass
+class MyInput:
+    mean_prediction: float
+
+
+def test_user_output_feeds_builtin_metric_and_user_metric_reads_builtin_output() -> None:
+    """Both directions work without changing ember: an adapt method, or a registered adaptor."""
+    assert adapt(MyOutput(torch.tensor(3.0)), LossInput).tensor.item() == 3.0
+
+    @register_adaptor(RegressionOutput, MyInput)
+    def _(output: RegressionOutput) -> MyInput:
+        return MyInput(output.output.mean().item())
+
+    regression = RegressionOutput(torch.tensor(1.0), torch.full((2, 1), 4.0), torch.ones(2, 1))
+    assert adapt(regression, MyInput) == MyInput(4.0)
+
+
+@pytest.mark.parametrize("make_logger", [FileMetricLogger, lambda _: InMemoryMetricLogger()])
+def test_event_store_queries(tmp_path: Path, make_logger: object) -> None:
+    """find_metric reads the final line, else the weighted mean; find_epoch keeps ties early."""
+    store = EventStore([make_logger(tmp_path)])  # type: ignore[operator]
+    for epoch, lines in enumerate([["3,1", "1,1", "2,final"], ["1,1", "2,3"], ["1,final"]], 1):
+        store.start_split(Split.VALID, epoch)
+        store.log(Split.VALID, [MetricEntry("Loss", "", line) for line in lines])
+        store.end_split(Split.VALID)
+    assert store.find_metric("Loss", 1, Aggregate.MEAN, Split.VALID) == 2.0
+    assert store.find_metric("Loss", 2, Aggregate.MEAN, Split.VALID) == 1.75
+    assert store.find_metric("Loss", 4, Aggregate.MEAN, Split.VALID) is None
+    assert store.find_epoch("Loss", Aggregate.MEAN, Direction.LOWEST, Split.VALID) == 3
+    assert store.find_epoch("Loss", Aggregate.MEAN, Direction.HIGHEST, Split.VALID) == 1
+    assert store.find_epoch("Accuracy", Aggregate.MEAN, Direction.HIGHEST, Split.VALID) is None
+
+
+def test_in_memory_logger_keys_by_real_epoch() -> None:
+    """After a resume at epoch 3, epoch 3's values are found under epoch 3 (Burn's are not)."""
+    logger = InMemoryMetricLogger()
+    logger.log([MetricEntry("Loss", "", "5,final")], 3, Split.TRAIN)
+    assert logger.read_numeric("Loss", 3, Split.TRAIN) == [NumericEntry(5.0, final=True)]
+    assert logger.read_numeric("Loss", 1, Split.TRAIN) == []
+
+
+def test_file_logger_restarts_a_rerun_epoch(tmp_path: Path) -> None:
+    """Logging an epoch again (after a resume) replaces its file instead of appending."""
+    logger = FileMetricLogger(tmp_path)
+    for _ in range(2):
+        logger.log([MetricEntry("Loss", "", "1,1")], 2, Split.TRAIN)
+        logger.end_split(2, Split.TRAIN)
+    assert (tmp_path / "train" / "epoch-2" / "Loss.log").read_text() == "1,1\n"

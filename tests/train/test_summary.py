@@ -1,0 +1,89 @@
+"""The learner summary table (reference §4.8) and describe_model."""
+
+from __future__ import annotations
+
+import math
+
+from torch import nn
+
+from ember.train import LearnerSummary, MetricSummary, Split
+from ember.train.summary import describe_model
+
+
+class FakeQuery:
+    def __init__(self, values: dict[tuple[str, Split], list[float]]) -> None:
+        self.values = values
+
+    def find_metric(self, name: str, epoch: int, aggregate: object, split: Split) -> float | None:
+        series = self.values.get((name, split), [])
+        return series[epoch - 1] if epoch <= len(series) else None
+
+    def find_epoch(self, *args: object) -> int | None:
+        raise AssertionError("not used")
+
+
+def test_table_matches_the_seed() -> None:
+    """The seed's example table, character for character."""
+    query = FakeQuery(
+        {
+            ("Loss", Split.TRAIN): [4.484403473990304, 3.5, 2.9991],
+            ("Loss", Split.VALID): [4.4271, 3.4, 2.8289],
+        }
+    )
+    summary = LearnerSummary.collect(query, ["Loss"], 3)
+    assert str(summary) == "\n".join(
+        [
+            "======================== Learner Summary ========================",
+            "Total Epochs: 3",
+            "",
+            "",
+            "| Split | Metric | Min.     | Epoch    | Max.     | Epoch    |",
+            "|-------|--------|----------|----------|----------|----------|",
+            "| Train | Loss   | 2.999    | 3        | 4.484    | 1        |",
+            "| Valid | Loss   | 2.829    | 3        | 4.427    | 1        |",
+        ]
+    )
+
+
+def test_small_and_nan_values_and_wide_names() -> None:
+    """Values below 0.01 use Rust's exponent form; NaN counts as the largest; columns widen."""
+    query = FakeQuery({("Learning Rate", Split.TRAIN): [0.001234, math.nan, 0.5]})
+    summary = LearnerSummary.collect(query, ["Learning Rate"], 3, model="M()", stop_reason="why")
+    text = str(summary)
+    assert "Model:\nM()\nTotal Epochs: 3\nStopped: why" in text
+    assert "| Train | Learning Rate | 1.234e-3 | 1        | NaN      | 2        |" in text
+    assert "|-------|---------------|" in text
+
+
+def test_min_is_first_and_max_is_last_on_ties() -> None:
+    """Min takes the first minimal epoch, max the last maximal epoch (Burn's rule)."""
+    row = MetricSummary.from_values(Split.VALID, "Loss", [(1, 2.0), (2, 1.0), (3, 1.0), (4, 2.0)])
+    assert (row.min_epoch, row.max_epoch) == (2, 4)
+
+
+def test_metrics_without_values_are_left_out() -> None:
+    """A metric with no logged epoch gets no row."""
+    summary = LearnerSummary.collect(FakeQuery({}), ["Loss"], 2)
+    assert summary.metrics == ()
+
+
+def test_describe_model_counts_parameters() -> None:
+    """describe_model is repr(model) with parameter counts per module."""
+
+    class Mlp(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.l1 = nn.Linear(4, 16)
+            self.act = nn.ReLU()
+            self.l2 = nn.Linear(16, 1)
+
+    assert describe_model(Mlp()) == "\n".join(
+        [
+            "Mlp(",
+            "  (l1): Linear(in_features=4, out_features=16, bias=True, params: 80)",
+            "  (act): ReLU()",
+            "  (l2): Linear(in_features=16, out_features=1, bias=True, params: 17)",
+            "  params: 97",
+            ")",
+        ]
+    )

@@ -1,0 +1,537 @@
+"""The supervised training loop: event order, accumulation, lr, logs, errors, bad input."""
+
+from __future__ import annotations
+
+import io
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from training_fixtures import Batch, TinyRegressor, loader, read_lines
+
+from ember.train import (
+    CliMetricsRenderer,
+    End,
+    EndEpoch,
+    EndSplit,
+    GradientsParams,
+    InMemoryMetricLogger,
+    Interrupter,
+    Learner,
+    LearningRateMetric,
+    LinearLr,
+    LossMetric,
+    MetricEntry,
+    MetricMetadata,
+    ProcessedItem,
+    SingleDevice,
+    Split,
+    Start,
+    StartSplit,
+    SupervisedTraining,
+    TrainingComponents,
+)
+from ember.train.metric.store import EventStore
+
+
+def quiet(directory: Path, train: Any, valid: Any) -> SupervisedTraining:
+    return SupervisedTraining(directory, train, valid).renderer(CliMetricsRenderer(io.StringIO()))
+
+
+class SpyProcessor:
+    """Records every event with its split, in order."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, Any]] = []
+
+    def process_train(self, event: Any) -> None:
+        self.events.append(("train", event))
+
+    def process_valid(self, event: Any) -> None:
+        self.events.append(("valid", event))
+
+    def flush(self) -> None:
+        self.events.append(("flush", None))
+
+
+def components(processor: Any, epochs: int, interrupter: Interrupter | None = None, **kw: Any):
+    return TrainingComponents(
+        num_epochs=epochs,
+        interrupter=interrupter or Interrupter(),
+        processor=processor,
+        store=EventStore([InMemoryMetricLogger()]),
+        **kw,
+    )
+
+
+def shape(events: list[tuple[str, Any]]) -> list[tuple[str, str, int | None]]:
+    out = []
+    for split, event in events:
+        number = getattr(event, "epoch", None)
+        if isinstance(event, ProcessedItem):
+            number = event.item.iteration
+        out.append((split, type(event).__name__, number))
+    return out
+
+
+def test_event_order_matches_reference(model: TinyRegressor) -> None:
+    """fit emits StartSplit, items, EndSplit for train then valid, then EndEpoch, per epoch."""
+    spy = SpyProcessor()
+    learner = Learner(model, torch.optim.SGD(model.parameters()), 0.1)
+    result = SingleDevice().fit(learner, loader(10, 4), loader(6, 4), components(spy, 2), 1)
+    expected: list[tuple[str, str, int | None]] = []
+    for epoch in (1, 2):
+        expected += [("train", "StartSplit", epoch)]
+        expected += [("train", "ProcessedItem", i) for i in (1, 2, 3)]
+        expected += [("train", "EndSplit", epoch), ("valid", "StartSplit", epoch)]
+        expected += [("valid", "ProcessedItem", i) for i in (1, 2)]
+        expected += [("valid", "EndSplit", epoch), ("train", "EndEpoch", epoch)]
+    assert shape(spy.events) == expected
+    assert result.last_epoch == 2 and result.stop_reason is None
+    starts = [e for _, e in spy.events if isinstance(e, StartSplit)]
+    assert [s.total_items for s in starts] == [10, 6, 10, 6]
+
+
+def test_launch_sends_start_and_end_around_fit(model: TinyRegressor, run_dir: Path) -> None:
+    """launch wraps the epochs in Start(total, 1) and End(summary), seen by the renderer."""
+    calls: list[str] = []
+
+    class Recorder(CliMetricsRenderer):
+        def start(self, total_epochs: int, starting_epoch: int) -> None:
+            calls.append(f"start {total_epochs} {starting_epoch}")
+
+        def end(self) -> None:
+            calls.append("end")
+
+        def on_train_end(self, summary: Any) -> None:
+            calls.append(f"summary {summary is not None}")
+
+    result = (
+        SupervisedTraining(run_dir, loader(8), loader(4))
+        .renderer(Recorder(io.StringIO()))
+        .metric_train_numeric(LossMetric())
+        .num_epochs(2)
+        .summary()
+        .launch(Learner(model, torch.optim.SGD(model.parameters()), 0.1))
+    )
+    assert result.error is None
+    assert calls == ["start 2 1", "end", "summary True"]
+
+
+class RecordingRegressor(TinyRegressor):
+    """Records the gradients and lr of every optimizer step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.steps: list[tuple[dict[str, torch.Tensor], float]] = []
+
+    def optimize(self, optim: torch.optim.Optimizer, lr: float, grads: GradientsParams) -> None:
+        self.steps.append(({k: v.clone() for k, v in grads.items()}, optim.param_groups[0]["lr"]))
+        super().optimize(optim, lr, grads)
+
+
+def test_accumulation_window_3_over_7_batches() -> None:
+    """Window 3 over 7 batches: 3 optimizer steps (3, 3, 1), each with the summed gradients."""
+    torch.manual_seed(0)
+    model = RecordingRegressor()
+    reference = RecordingRegressor()
+    reference.load_state_dict(model.state_dict())
+    train = loader(28, 4)  # 7 batches
+    batches = list(loader(28, 4))
+    learner = Learner(model, torch.optim.SGD(model.parameters()), 0.05)
+    comps = components(SpyProcessor(), 1, grads_accumulation=3)
+    SingleDevice().fit(learner, train, loader(4, 4), comps, 1)
+    assert len(model.steps) == 3
+
+    optim = torch.optim.SGD(reference.parameters(), lr=0.05)
+    for window, (grads, lr) in zip(
+        [batches[0:3], batches[3:6], batches[6:7]], model.steps, strict=True
+    ):
+        summed: dict[str, torch.Tensor] = {}
+        for batch in window:
+            out = reference.train_step(batch)
+            for name, grad in out.grads.items():
+                summed[name] = summed[name] + grad if name in summed else grad
+        assert summed.keys() == grads.keys()
+        for name in summed:
+            assert torch.equal(summed[name], grads[name]), name
+        assert lr == 0.05
+        GradientsParams(summed).assign_to(reference)
+        optim.step()
+        reference.zero_grad(set_to_none=True)
+
+
+def test_interrupted_epoch_leaves_partial_window_unapplied() -> None:
+    """A stop inside a window ends the epoch without applying the window's gradients."""
+    torch.manual_seed(0)
+    model = RecordingRegressor()
+    interrupter = Interrupter()
+    seen = 0
+
+    def stop_at_fifth(batch: Batch) -> None:
+        nonlocal seen
+        seen += 1
+        if seen == 5:
+            interrupter.stop("test")
+
+    model.on_train_step = stop_at_fifth
+    learner = Learner(model, torch.optim.SGD(model.parameters()), 0.05)
+    comps = components(SpyProcessor(), 1, interrupter, grads_accumulation=3)
+    result = SingleDevice().fit(learner, loader(28, 4), loader(4, 4), comps, 1)
+    assert len(model.steps) == 1
+    assert result.stop_reason == "test" and result.last_epoch == 0
+
+
+def test_event_lr_is_the_lr_the_optimizer_used(run_dir: Path) -> None:
+    """Each ProcessedItem's lr equals the param-group lr at that batch's optimizer step."""
+    torch.manual_seed(0)
+    model = RecordingRegressor()
+    memory = InMemoryMetricLogger()
+    result = (
+        quiet(run_dir, loader(20, 4), loader(4, 4))
+        .with_metric_logger(memory)
+        .metric_train_numeric(LearningRateMetric())
+        .num_epochs(2)
+        .launch(Learner(model, torch.optim.SGD(model.parameters()), LinearLr(0.1, 0.01, 6)))
+    )
+    assert result.error is None
+    used = [lr for _, lr in model.steps]
+    logged = [
+        entry.value
+        for epoch in (1, 2)
+        for entry in memory.read_numeric("Learning Rate", epoch, Split.TRAIN)
+        if not entry.final
+    ]
+    assert logged == used
+    assert used[0] == pytest.approx(0.1) and used[-1] == pytest.approx(0.01)
+    assert len(set(used)) > 5
+
+
+def test_loss_log_lines_and_final_mean(model: TinyRegressor, run_dir: Path) -> None:
+    """Loss.log has one 'value,1' line per batch and 'mean,final' last (DESIGN §6)."""
+    result = (
+        quiet(run_dir, loader(27, 4), loader(9, 4))
+        .metric_train_numeric(LossMetric())
+        .metric_valid_numeric(LossMetric())
+        .launch(Learner(model, torch.optim.Adam(model.parameters()), 1e-2))
+    )
+    assert result.error is None
+    lines = read_lines(run_dir / "train" / "epoch-1" / "Loss.log")
+    assert len(lines) == 8
+    values = [float(line.split(",")[0]) for line in lines[:-1]]
+    assert all(line.endswith(",1") for line in lines[:-1])
+    assert lines[-1].endswith(",final")
+    assert float(lines[-1].split(",")[0]) == pytest.approx(sum(values) / 7, rel=1e-12)
+    assert len(read_lines(run_dir / "valid" / "epoch-1" / "Loss.log")) == 4
+
+
+def test_per_sample_loss_weights_by_elements(run_dir: Path) -> None:
+    """A loss with one value per sample weighs each batch by its number of samples."""
+
+    class PerSample(TinyRegressor):
+        def train_step(self, batch: Batch) -> Any:
+            out = self.regression(batch)
+            per_sample = (self(batch.x) - batch.y).pow(2).squeeze(1)
+            from ember.train import RegressionOutput, TrainOutput
+
+            item = RegressionOutput(per_sample.detach(), out.output, out.targets)
+            return TrainOutput.from_loss(self, out.loss, item)
+
+    torch.manual_seed(0)
+    model = PerSample()
+    quiet(run_dir, loader(10, 4), loader(4, 4)).metric_train_numeric(LossMetric()).launch(
+        Learner(model, torch.optim.SGD(model.parameters()), 0.0)
+    )
+    lines = read_lines(run_dir / "train" / "epoch-1" / "Loss.log")
+    assert [line.split(",")[1] for line in lines] == ["4", "4", "2", "final"]
+
+
+def test_step_error_lands_in_result_with_logs_intact(model: TinyRegressor, run_dir: Path) -> None:
+    """An exception in train_step ends training; it is in result.error with its traceback."""
+    calls = 0
+
+    def explode(batch: Batch) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 5:  # epoch 2, batch 2
+            raise RuntimeError("boom in step")
+
+    model.on_train_step = explode
+    stream = io.StringIO()
+    result = (
+        SupervisedTraining(run_dir, loader(12, 4), loader(4, 4))
+        .renderer(CliMetricsRenderer(stream))
+        .metric_train_numeric(LossMetric())
+        .metric_valid_numeric(LossMetric())
+        .num_epochs(3)
+        .launch(Learner(model, torch.optim.SGD(model.parameters()), 0.1))
+    )
+    assert isinstance(result.error, RuntimeError)
+    assert "boom in step" in str(result.error)
+    assert result.traceback is not None and "explode" in result.traceback
+    assert not result.succeeded
+    epoch1 = read_lines(run_dir / "train" / "epoch-1" / "Loss.log")
+    assert len(epoch1) == 4 and epoch1[-1].endswith(",final")
+    assert len(read_lines(run_dir / "train" / "epoch-2" / "Loss.log")) == 1
+    assert "boom in step" in (run_dir / "experiment.log").read_text()
+    assert "Training failed: RuntimeError: boom in step" in stream.getvalue()
+    assert not any(t.name == "train-worker" for t in threading.enumerate())
+
+
+def test_metric_error_on_worker_stops_training(model: TinyRegressor, run_dir: Path) -> None:
+    """An exception in a metric (on train-worker) stops training and reaches result.error."""
+
+    class Failing(LossMetric):
+        def update(self, item: Any, metadata: MetricMetadata) -> MetricEntry:
+            if metadata.iteration == 2:
+                raise ZeroDivisionError("metric broke")
+            return super().update(item, metadata)
+
+    steps = 0
+
+    def count(batch: Batch) -> None:
+        nonlocal steps
+        steps += 1
+
+    model.on_train_step = count
+    result = (
+        quiet(run_dir, loader(400, 4), loader(4, 4))
+        .metric_train_numeric(Failing())
+        .num_epochs(5)
+        .launch(Learner(model, torch.optim.SGD(model.parameters()), 0.1))
+    )
+    assert isinstance(result.error, ZeroDivisionError)
+    assert steps < 500  # stopped well before the 5 x 100 batches
+
+
+def test_dataset_error_lands_in_result(model: TinyRegressor, run_dir: Path) -> None:
+    """An exception raised by a dataset on a loader thread reaches result.error as itself."""
+    from training_fixtures import batcher, samples
+
+    from ember.data import DataLoaderBuilder, MapperDataset
+
+    def broken(item: Any) -> Any:
+        if item[1] > 1e9 or broken.count >= 6:  # type: ignore[attr-defined]
+            raise KeyError("bad item")
+        broken.count += 1  # type: ignore[attr-defined]
+        return item
+
+    broken.count = 0  # type: ignore[attr-defined]
+    train = (
+        DataLoaderBuilder(batcher)
+        .batch_size(2)
+        .num_workers(2)
+        .build(MapperDataset(samples(20), broken))
+    )
+    result = quiet(run_dir, train, loader(4)).launch(
+        Learner(model, torch.optim.SGD(model.parameters()), 0.1)
+    )
+    assert isinstance(result.error, KeyError)
+
+
+def test_stop_during_train_skips_validation(model: TinyRegressor) -> None:
+    """A stop in the training split: no validation, no EndEpoch, the reason is returned."""
+    spy = SpyProcessor()
+    interrupter = Interrupter()
+    model.on_train_step = lambda batch: interrupter.stop("enough")
+    learner = Learner(model, torch.optim.SGD(model.parameters()), 0.1)
+    result = SingleDevice().fit(learner, loader(8), loader(4), components(spy, 3, interrupter), 1)
+    assert shape(spy.events) == [
+        ("train", "StartSplit", 1),
+        ("train", "ProcessedItem", 1),
+        ("train", "EndSplit", 1),
+    ]
+    assert result.stop_reason == "enough" and result.last_epoch == 0
+
+
+def test_stop_during_valid_finishes_epoch_without_training_more(model: TinyRegressor) -> None:
+    """A stop in validation completes that epoch, then trains no batch of the next one."""
+    spy = SpyProcessor()
+    interrupter = Interrupter()
+    trained = 0
+
+    def count(batch: Batch) -> None:
+        nonlocal trained
+        trained += 1
+
+    class StopInValid(TinyRegressor):
+        def inference_step(self, batch: Batch) -> Any:
+            interrupter.stop("valid stop")
+            return super().inference_step(batch)
+
+    torch.manual_seed(0)
+    model = StopInValid()
+    model.on_train_step = count
+    learner = Learner(model, torch.optim.SGD(model.parameters()), 0.1)
+    result = SingleDevice().fit(learner, loader(8), loader(8), components(spy, 3, interrupter), 1)
+    assert trained == 2
+    assert shape(spy.events)[-1] == ("train", "EndEpoch", 1)
+    assert result.last_epoch == 1 and result.stop_reason == "valid stop"
+
+
+def test_validation_runs_in_eval_mode_without_graph(run_dir: Path) -> None:
+    """inference_step sees eval mode and no autograd; the returned model is in eval mode."""
+    seen: list[tuple[bool, bool]] = []
+
+    class Probe(TinyRegressor):
+        def inference_step(self, batch: Batch) -> Any:
+            seen.append((self.training, torch.is_grad_enabled()))
+            return super().inference_step(batch)
+
+    torch.manual_seed(0)
+    model = Probe()
+    result = (
+        quiet(run_dir, loader(8), loader(8))
+        .num_epochs(2)
+        .launch(Learner(model, torch.optim.SGD(model.parameters()), 0.1))
+    )
+    assert seen == [(False, False)] * 4
+    assert result.model is model and not model.training
+
+
+def test_training_thread_never_reads_outputs_back(
+    model: TinyRegressor, run_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No tensor is read to the host on the training thread while training runs."""
+    main = threading.current_thread()
+    offenders: list[str] = []
+    for name in ("item", "tolist", "__float__", "__int__", "__bool__", "numpy"):
+        original = getattr(torch.Tensor, name)
+
+        def spy(self: torch.Tensor, *args: Any, _name: str = name, _orig: Any = original) -> Any:
+            if threading.current_thread() is main:
+                offenders.append(_name)
+            return _orig(self, *args)
+
+        monkeypatch.setattr(torch.Tensor, name, spy)
+    train, valid = loader(16), loader(8)
+    learner = Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), 0.1)
+    offenders.clear()
+    result = (
+        quiet(run_dir, train, valid)
+        .metric_train_numeric(LossMetric())
+        .metric_valid_numeric(LossMetric())
+        .num_epochs(2)
+        .launch(learner)
+    )
+    assert result.error is None
+    assert offenders == []
+    assert len(read_lines(run_dir / "train" / "epoch-2" / "Loss.log")) == 5
+
+
+def test_experiment_log_has_epoch_lines_and_handler_is_removed(
+    model: TinyRegressor, run_dir: Path
+) -> None:
+    """experiment.log gets the epoch lines; the handler is gone after launch."""
+    before = list(logging.getLogger("ember").handlers)
+    quiet(run_dir, loader(8), loader(4)).num_epochs(2).launch(
+        Learner(model, torch.optim.SGD(model.parameters()), 0.1)
+    )
+    text = (run_dir / "experiment.log").read_text()
+    assert "Executing training step for epoch 1" in text
+    assert "Executing validation step for epoch 2" in text
+    assert logging.getLogger("ember").handlers == before
+
+
+def test_no_application_log_when_disabled(model: TinyRegressor, run_dir: Path) -> None:
+    """with_application_logger(None) writes no experiment.log."""
+    quiet(run_dir, loader(8), loader(4)).with_application_logger(None).launch(
+        Learner(model, torch.optim.SGD(model.parameters()), 0.1)
+    )
+    assert not (run_dir / "experiment.log").exists()
+
+
+def test_summary_json_and_table(model: TinyRegressor, run_dir: Path) -> None:
+    """summary() prints the table and writes summary.json with the same rows."""
+    from ember.train import LearnerSummary
+
+    stream = io.StringIO()
+    result = (
+        SupervisedTraining(run_dir, loader(16), loader(8))
+        .renderer(CliMetricsRenderer(stream))
+        .metrics(LossMetric())
+        .num_epochs(3)
+        .summary()
+        .launch(Learner(model, torch.optim.SGD(model.parameters()), 0.05))
+    )
+    assert result.summary is not None
+    assert str(result.summary) in stream.getvalue()
+    import json
+
+    loaded = LearnerSummary.from_json(json.loads((run_dir / "summary.json").read_text()))
+    assert loaded == result.summary
+    assert [(row.split, row.name) for row in loaded.metrics] == [
+        ("Train", "Loss"),
+        ("Valid", "Loss"),
+    ]
+    assert "(linear): Linear(in_features=3, out_features=1, bias=True, params: 4)" in str(loaded)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda b: b.num_epochs(0), "num_epochs must be >= 1, got 0"),
+        (lambda b: b.grads_accumulation(0), "grads_accumulation must be >= 1, got 0"),
+        (lambda b: b.metric_train(LossMetric()).metric_train(LossMetric()), "'Loss' is already"),
+    ],
+)
+def test_builder_rejects_bad_values(call: Any, message: str, tmp_path: Path) -> None:
+    """Bad builder values raise ValueError at the call, naming the value."""
+    with pytest.raises(ValueError, match=message):
+        call(SupervisedTraining(tmp_path, loader(4), loader(4)))
+
+
+def test_builder_rejects_wrong_types(tmp_path: Path) -> None:
+    """Wrong types raise TypeError naming what was given."""
+    builder = SupervisedTraining(tmp_path, loader(4), loader(4))
+    with pytest.raises(TypeError, match=r"num_epochs must be an int, got 2\.5"):
+        builder.num_epochs(2.5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="not a numeric metric"):
+        builder.metric_train_numeric(object())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="renderer"):
+        builder.renderer(object())  # type: ignore[arg-type]
+
+
+def test_directory_that_is_a_file_is_rejected(tmp_path: Path) -> None:
+    """A directory path that is a file raises ValueError naming it."""
+    file = tmp_path / "file"
+    file.write_text("x")
+    with pytest.raises(ValueError, match="is a file"):
+        SupervisedTraining(file, loader(4), loader(4))
+
+
+def test_learner_rejects_bad_model_and_optimizer(model: TinyRegressor) -> None:
+    """A model without train_step, or an optim that is no optimizer, raises TypeError."""
+    with pytest.raises(TypeError, match="has no train_step"):
+        Learner(torch.nn.Linear(2, 2), torch.optim.SGD(model.parameters()), 0.1)
+    with pytest.raises(TypeError, match=r"optim must be a torch\.optim\.Optimizer"):
+        Learner(model, "adam", 0.1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="bool"):
+        Learner(model, torch.optim.SGD(model.parameters()), True)  # type: ignore[arg-type]
+
+
+def test_optimizer_factory_is_built_after_the_move(model: TinyRegressor, run_dir: Path) -> None:
+    """An optimizer factory is called with the parameters and used for training."""
+    built: list[torch.optim.Optimizer] = []
+
+    def factory(params: Any) -> torch.optim.Optimizer:
+        optim = torch.optim.SGD(params, lr=1.0)
+        built.append(optim)
+        return optim
+
+    before = model.linear.weight.detach().clone()
+    learner = Learner(model, factory, 0.1)
+    result = quiet(run_dir, loader(8), loader(4)).launch(learner)
+    assert result.error is None and len(built) == 1 and learner.optimizer is built[0]
+    assert not torch.equal(before, model.linear.weight)
+
+
+def test_end_event_carries_summary(model: TinyRegressor) -> None:
+    """Events are frozen dataclasses."""
+    event = End(None)
+    with pytest.raises(AttributeError):
+        event.summary = 1  # type: ignore[misc]
+    assert Start(3, 1) == Start(3, 1) and EndEpoch(1) != EndSplit(1)

@@ -1,0 +1,72 @@
+"""Shared pieces for the training tests: a tiny regression model and its loaders."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ember.data import DataLoader, DataLoaderBuilder, InMemDataset
+from ember.train import LearnerModel, RegressionOutput, TrainOutput
+
+
+@dataclass(frozen=True)
+class Batch:
+    x: torch.Tensor
+    y: torch.Tensor
+
+
+def batcher(items: list[tuple[list[float], float]], device: torch.device) -> Batch:
+    x = torch.tensor([item[0] for item in items], dtype=torch.float32, device=device)
+    y = torch.tensor([[item[1]] for item in items], dtype=torch.float32, device=device)
+    return Batch(x, y)
+
+
+def samples(count: int, seed: int = 0) -> list[tuple[list[float], float]]:
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(count, 3, generator=generator)
+    y = x.sum(dim=1)
+    return [(row, target) for row, target in zip(x.tolist(), y.tolist(), strict=True)]
+
+
+def loader(
+    count: int, batch_size: int = 4, *, shuffle: int | None = None, workers: int = 0, seed: int = 0
+) -> DataLoader[Batch]:
+    builder = DataLoaderBuilder(batcher).batch_size(batch_size).num_workers(workers)
+    if shuffle is not None:
+        builder = builder.shuffle(shuffle)
+    return builder.build(InMemDataset(samples(count, seed)))
+
+
+class TinyRegressor(LearnerModel):
+    """``Linear(3, 1)`` with MSE; hooks let a test see or break each step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(3, 1)
+        self.on_train_step: Callable[[Batch], None] | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.linear(x)
+        return out
+
+    def regression(self, batch: Batch) -> RegressionOutput:
+        out = self(batch.x)
+        return RegressionOutput(F.mse_loss(out, batch.y), out, batch.y)
+
+    def train_step(self, batch: Batch) -> TrainOutput[RegressionOutput]:
+        if self.on_train_step is not None:
+            self.on_train_step(batch)
+        out = self.regression(batch)
+        return TrainOutput.from_loss(self, out.loss, out)
+
+    def inference_step(self, batch: Batch) -> RegressionOutput:
+        return self.regression(batch)
+
+
+def read_lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines()
