@@ -178,4 +178,5 @@ def test_file_logger_restarts_a_rerun_epoch(tmp_path: Path) -> None:
     for _ in range(2):
         logger.log([MetricEntry("Loss", "", "1,1")], 2, Split.TRAIN)
         logger.end_split(2, Split.TRAIN)
+    logger.close()
     assert (tmp_path / "train" / "epoch-2" / "Loss.log").read_text() == "1,1\n"

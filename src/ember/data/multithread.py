@@ -93,6 +93,10 @@ def _work(
     stopping: threading.Event,
 ) -> None:
     """A worker thread: build queued batches until the ``None`` sentinel."""
+    # On a new thread OpenMP's team size is the core count, so BLAS calls (a matmul in the
+    # batcher) would ignore torch.set_num_threads and oversubscribe the cores; this call makes
+    # torch apply its intra-op setting to this thread, as it does for its own threads.
+    torch.get_num_threads()
     while (task := tasks.get()) is not None:
         if not (task[0].cancelled or stopping.is_set()):
             _build_one(build, task)

@@ -9,7 +9,13 @@ import torch
 from torch import nn
 
 from ember.train.lr_scheduler import LrScheduler, as_scheduler
-from ember.train.step import GradientsParams, TrainOutput, TrainStep, default_optimize
+from ember.train.step import (
+    GradientsParams,
+    TrainOutput,
+    TrainStep,
+    default_optimize,
+    trained_parameters,
+)
 
 __all__ = ["Learner", "OptimizerFactory"]
 
@@ -90,6 +96,7 @@ class Learner(Generic[M]):
     def fork(self, device: torch.device | str) -> None:
         """Move the model to ``device``, then build the optimizer if it came as a factory."""
         self._model.to(device)
+        trained_parameters(self._model, refresh=True)
         _ = self.optimizer
 
     def train_step(self, batch: Any) -> TrainOutput[Any]:

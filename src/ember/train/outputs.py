@@ -8,7 +8,7 @@ need a number). Each output registers the metric inputs it adapts to (see
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Protocol, Self, runtime_checkable
 
 import torch
@@ -39,12 +39,7 @@ class RegressionOutput:
 
     def sync(self) -> RegressionOutput:
         """The same output with the tensors detached from the autograd graph."""
-        return replace(
-            self,
-            loss=self.loss.detach(),
-            output=self.output.detach(),
-            targets=self.targets.detach(),
-        )
+        return type(self)(self.loss.detach(), self.output.detach(), self.targets.detach())
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,12 +52,7 @@ class ClassificationOutput:
 
     def sync(self) -> ClassificationOutput:
         """The same output with the tensors detached from the autograd graph."""
-        return replace(
-            self,
-            loss=self.loss.detach(),
-            output=self.output.detach(),
-            targets=self.targets.detach(),
-        )
+        return type(self)(self.loss.detach(), self.output.detach(), self.targets.detach())
 
 
 @register_adaptor(RegressionOutput, LossInput)

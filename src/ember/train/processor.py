@@ -69,6 +69,11 @@ class MetricsTraining:
 
     def __init__(self) -> None:
         self._metrics: dict[Split, list[Metric]] = {Split.TRAIN: [], Split.VALID: []}
+        # (metric, its input type, whether numeric): protocol checks are too slow per batch
+        self._resolved: dict[Split, list[tuple[Metric, type[Any], bool]]] = {
+            Split.TRAIN: [],
+            Split.VALID: [],
+        }
 
     def register(self, split: Split, metric: Metric) -> None:
         """Add ``metric`` to ``split``; a second metric with the same name is refused."""
@@ -86,6 +91,7 @@ class MetricsTraining:
         if any(metric is m for metrics in self._metrics.values() for m in metrics):
             metric = copy.deepcopy(metric)  # one instance per split: each keeps its own state
         self._metrics[split].append(metric)
+        self._resolved[split].append((metric, metric.input_type, isinstance(metric, Numeric)))
 
     def metrics(self, split: Split) -> list[Metric]:
         """The metrics of ``split``."""
@@ -94,20 +100,20 @@ class MetricsTraining:
     def update(self, split: Split, item: Any, metadata: MetricMetadata) -> list[MetricState]:
         """Update every metric of ``split`` with one batch's output."""
         states = []
-        for metric in self._metrics[split]:
-            entry = metric.update(adapt(item, metric.input_type), metadata)
-            numeric = metric.value() if isinstance(metric, Numeric) else None
-            states.append(MetricState(entry, numeric))
+        for metric, input_type, numeric in self._resolved[split]:
+            entry = metric.update(adapt(item, input_type), metadata)
+            value = metric.value() if numeric else None  # type: ignore[attr-defined]
+            states.append(MetricState(entry, value))
         return states
 
     def end_epoch(self, split: Split) -> list[MetricState]:
         """Compute the epoch value of every metric of ``split``, then clear them."""
         states = []
-        for metric in self._metrics[split]:
+        for metric, _, numeric in self._resolved[split]:
             entry = metric.compute()
-            numeric = metric.final_value() if isinstance(metric, Numeric) else None
+            value = metric.final_value() if numeric else None  # type: ignore[attr-defined]
             metric.clear()
-            states.append(MetricState(entry, numeric))
+            states.append(MetricState(entry, value))
         return states
 
 
@@ -189,7 +195,7 @@ class AsyncProcessorTraining:
         processor: FullEventProcessorTraining,
         *,
         on_error: Callable[[BaseException], None] | None = None,
-        max_chunk: int = 16,
+        max_chunk: int = 256,
         max_delay: float = 0.05,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -217,8 +223,7 @@ class AsyncProcessorTraining:
     def _submit(self, split: Split, event: LearnerEvent) -> None:
         self._pending.append((split, event))
         if (
-            type(event) is not ProcessedItem
-            or len(self._pending) >= self._max_chunk
+            len(self._pending) >= self._max_chunk
             or self._clock() - self._last_handoff >= self._max_delay
         ):
             self._hand_off()

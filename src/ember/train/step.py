@@ -13,6 +13,7 @@ the next backward pass would add to.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
@@ -28,11 +29,33 @@ __all__ = [
     "TrainOutput",
     "TrainStep",
     "default_optimize",
+    "trained_parameters",
 ]
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 B_contra = TypeVar("B_contra", contravariant=True)
+
+
+_PARAMETERS: weakref.WeakKeyDictionary[nn.Module, tuple[tuple[str, nn.Parameter], ...]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def trained_parameters(
+    module: nn.Module, *, refresh: bool = False
+) -> tuple[tuple[str, nn.Parameter], ...]:
+    """``module``'s named parameters, read once and remembered (``refresh`` reads them again).
+
+    Walking the module tree costs tens of microseconds, more than a small model's whole
+    optimizer step, so the steps read it once, as an optimizer does: parameters added to a
+    model after training started are not trained, exactly as they would not be in its
+    optimizer. ``Learner.fork`` refreshes the list when training starts.
+    """
+    params = None if refresh else _PARAMETERS.get(module)
+    if params is None:
+        params = _PARAMETERS[module] = tuple(module.named_parameters())
+    return params
 
 
 class GradientsParams(Mapping[str, torch.Tensor]):
@@ -47,7 +70,7 @@ class GradientsParams(Mapping[str, torch.Tensor]):
     def from_module(cls, module: nn.Module) -> GradientsParams:
         """Take the gradients out of ``module``'s ``.grad`` slots, leaving them empty."""
         grads: dict[str, torch.Tensor] = {}
-        for name, param in module.named_parameters():
+        for name, param in trained_parameters(module):
             if param.grad is not None:
                 grads[name] = param.grad
                 param.grad = None
@@ -67,7 +90,7 @@ class GradientsParams(Mapping[str, torch.Tensor]):
 
     def assign_to(self, module: nn.Module) -> None:
         """Put these gradients into ``module``'s ``.grad`` slots (None for the ones absent)."""
-        for name, param in module.named_parameters():
+        for name, param in trained_parameters(module):
             param.grad = self._grads.get(name)
 
 
@@ -120,7 +143,7 @@ class TrainOutput(Generic[T_co]):
                 "loss does not require grad: it was computed without autograd "
                 "(inside torch.no_grad()/inference_mode(), or from detached tensors)"
             )
-        for param in model.parameters():
+        for _, param in trained_parameters(model):
             param.grad = None
         torch.autograd.backward(loss)
         return TrainOutput(GradientsParams.from_module(model), item)
@@ -174,5 +197,5 @@ def default_optimize(
     """The default optimizer step: load ``grads`` into ``.grad``, step, then clear ``.grad``."""
     grads.assign_to(module)
     optim.step()
-    for param in module.parameters():
+    for _, param in trained_parameters(module):
         param.grad = None

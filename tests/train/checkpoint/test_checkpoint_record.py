@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ from ember.train.checkpoint import (
 from ember.train.checkpoint.record import decode, encode
 
 
-def mlp(seed: int = 0) -> nn.Module:
+def mlp(seed: int = 0) -> nn.Sequential:
     torch.manual_seed(seed)
     return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
 
@@ -67,7 +68,7 @@ def same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-OPTIMIZERS = {
+OPTIMIZERS: dict[str, Callable[[Iterator[nn.Parameter]], torch.optim.Optimizer]] = {
     "adam": lambda params: torch.optim.Adam(params, lr=1e-2),
     "sgd_momentum": lambda params: torch.optim.SGD(params, lr=1e-2, momentum=0.9, nesterov=True),
     "adamw_amsgrad": lambda params: torch.optim.AdamW(params, lr=1e-2, amsgrad=True),
@@ -98,19 +99,18 @@ def test_resumed_training_is_bit_identical(tmp_path: Path, kind: str) -> None:
 def test_optimizer_with_two_groups_and_tensor_lr(tmp_path: Path) -> None:
     """Several param groups, and a tensor lr inside a group, round-trip."""
     model = mlp()
-    groups = [
+    groups: list[dict[str, Any]] = [
         {"params": model[0].parameters(), "lr": torch.tensor(0.01)},
         {"params": model[2].parameters(), "lr": 0.02, "weight_decay": 0.1},
     ]
     optim = torch.optim.Adam(groups)
     train_steps(model, optim, 2, seed=3)
     restored = through_file(tmp_path, optimizer_record(optim))
-    other = torch.optim.Adam(
-        [
-            {"params": model[0].parameters(), "lr": torch.tensor(0.5)},
-            {"params": model[2].parameters()},
-        ]
-    )
+    other_groups: list[dict[str, Any]] = [
+        {"params": model[0].parameters(), "lr": torch.tensor(0.5)},
+        {"params": model[2].parameters()},
+    ]
+    other = torch.optim.Adam(other_groups)
     load_optimizer_record(other, restored)
     assert same(other.state_dict(), optim.state_dict())
 
@@ -124,10 +124,7 @@ def test_optimizer_record_is_a_snapshot() -> None:
     copy = {k: v.clone() for k, v in record.tensors.items()}
     train_steps(model, optim, 2, seed=0)
     assert all(torch.equal(record.tensors[k], v) for k, v in copy.items())
-    assert sorted(record.tensors) == ["state.0.momentum_buffer", "state.1.momentum_buffer"] + [
-        "state.2.momentum_buffer",
-        "state.3.momentum_buffer",
-    ]
+    assert sorted(record.tensors) == [f"state.{i}.momentum_buffer" for i in range(4)]
 
 
 def test_model_record_is_a_cpu_snapshot() -> None:
@@ -207,14 +204,21 @@ def test_optimizer_mismatch_raises_with_details() -> None:
         load_optimizer_record(torch.optim.Adam(wider.parameters()), record)
     with pytest.raises(CheckpointError, match="4 parameters in group 0, the optimizer has 2"):
         load_optimizer_record(torch.optim.Adam(model[0].parameters()), record)
-    two_groups = torch.optim.Adam([{"params": model[0].parameters()}, {"params": model[2].parameters()}])
+    two_groups = torch.optim.Adam(
+        [{"params": model[0].parameters()}, {"params": model[2].parameters()}]
+    )
     with pytest.raises(CheckpointError, match="1 parameter groups, the optimizer has 2"):
         load_optimizer_record(two_groups, record)
 
 
 def test_state_record_is_a_json_copy(tmp_path: Path) -> None:
     """state_record deep-copies plain JSON and it comes back equal."""
-    state = {"epoch": 3, "lr": 0.1, "inf": math.inf, "nested": {"a": [1, None, True, "x"]}}
+    state: dict[str, Any] = {
+        "epoch": 3,
+        "lr": 0.1,
+        "inf": math.inf,
+        "nested": {"a": [1, None, True, "x"]},
+    }
     record = state_record(state)
     state["nested"]["a"].append(5)
     assert record.metadata["nested"]["a"] == [1, None, True, "x"]
@@ -249,9 +253,11 @@ tensors_st = st.builds(
 keys = st.text(max_size=4) | st.integers(-3, 3)
 values = st.recursive(
     scalars | tensors_st,
-    lambda inner: st.lists(inner, max_size=3)
-    | st.lists(inner, max_size=3).map(tuple)
-    | st.dictionaries(keys, inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.lists(inner, max_size=3).map(tuple)
+        | st.dictionaries(keys, inner, max_size=3)
+    ),
     max_leaves=10,
 )
 

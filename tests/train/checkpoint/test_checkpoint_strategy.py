@@ -27,7 +27,9 @@ class FakeQuery:
     def __init__(self, values: dict[int, float] | None = None, name: str = "Loss") -> None:
         self.values = {Split.VALID: {name: dict(values or {})}, Split.TRAIN: {}}
 
-    def find_metric(self, name: str, epoch: int, aggregate: Aggregate, split: Split) -> float | None:
+    def find_metric(
+        self, name: str, epoch: int, aggregate: Aggregate, split: Split
+    ) -> float | None:
         return self.values[split].get(name, {}).get(epoch)
 
     def find_epoch(

@@ -3,8 +3,9 @@
 :class:`BackgroundWriter` runs jobs on one daemon thread named ``checkpoint-writer`` (started on
 the first job) through a queue of capacity 1: one job runs, at most one waits, and a third
 ``submit`` blocks — Burn's "only one checkpoint can be done in advance". A job's exception is kept
-and re-raised, the original object with its traceback, exactly once: by the next ``submit``,
-``flush`` or ``close``, whichever comes first. Later jobs still run (pending checkpoints are
+and re-raised, the original object with its traceback, exactly once: by the next
+``raise_pending`` (which callers run before each new job), ``flush`` or ``close``, whichever
+comes first. Later jobs still run (pending checkpoints are
 written); should one fail too while an error is pending, it is added to that error as a note.
 
 :class:`AsyncCheckpointer` wraps any :class:`Checkpointer` with one (Burn's ``AsyncCheckpointer``).
@@ -40,10 +41,13 @@ class BackgroundWriter:
         self._closed = False
 
     def submit(self, job: Job) -> None:
-        """Raise a pending error, else queue ``job`` (blocks while another job already waits)."""
+        """Queue ``job`` (blocks while another job already waits).
+
+        It does not raise a pending error: callers call :meth:`raise_pending` first, before they
+        change any state of their own for the job.
+        """
         if self._closed:
             raise CheckpointError("the checkpoint writer is closed")
-        self.raise_pending()
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
             self._thread.start()
@@ -115,6 +119,7 @@ class AsyncCheckpointer:
             with _noting(f"saving epoch {epoch} with {self._checkpointer!r}"):
                 self._checkpointer.save(epoch, record)
 
+        self._writer.raise_pending()
         self._writer.submit(job)
         return None
 
@@ -130,6 +135,7 @@ class AsyncCheckpointer:
             with _noting(f"deleting epoch {epoch} with {self._checkpointer!r}"):
                 self._checkpointer.delete(epoch)
 
+        self._writer.raise_pending()
         self._writer.submit(job)
 
     def flush(self) -> None:

@@ -8,7 +8,7 @@ the key ``"ember"``::
 
 ``metadata`` is :attr:`Record.metadata`; ``name`` and ``epoch`` are checked on restore, so a file
 copied under another epoch's name is refused. Loading parses the header with :mod:`json` and the
-tensors with ``safetensors.torch.load``: no code from the file is ever run.
+tensors with safetensors' ``load``: no code from the file is ever run.
 
 Every write goes through :func:`atomic_write` (temp file in the same directory, fsync, rename,
 fsync of the directory), so a final path only ever holds a complete file.
@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-import safetensors.torch
 import torch
+from safetensors.torch import load as load_safetensors
+from safetensors.torch import save as save_safetensors
 
 from ember.errors import CheckpointError
 from ember.train.checkpoint.record import Record
@@ -232,7 +233,7 @@ def serialize(record: Record, name: str, epoch: int) -> bytes:
         raise TypeError(f"the metadata of checkpoint {name!r} is not JSON: {error}") from error
     tensors = _storable(record.tensors)
     try:
-        data: bytes = safetensors.torch.save(tensors, metadata={_HEADER_KEY: header})
+        data: bytes = save_safetensors(tensors, metadata={_HEADER_KEY: header})
     except Exception as error:
         raise CheckpointError(
             f"cannot serialize the tensors of checkpoint {name!r}: {error}"
@@ -275,7 +276,7 @@ def deserialize(data: bytes, path: Path, name: str, epoch: int) -> Record:
     if not isinstance(metadata, dict):
         raise CheckpointError(f"checkpoint file {path} has no metadata object")
     try:
-        tensors = safetensors.torch.load(data)
+        tensors = load_safetensors(data)
     except Exception as error:
         raise CheckpointError(f"checkpoint file {path} has unreadable tensors: {error}") from error
     return Record(tensors=dict(tensors), metadata=metadata)

@@ -3,15 +3,25 @@
 ``{directory}/{train|valid}/epoch-{N}/{Name}.log`` where ``Name`` is the metric name with
 spaces replaced by ``_``. A numeric metric writes one ``value,weight`` line per batch and a last
 ``value,final`` line with the epoch value. A re-run epoch (after a resume) starts its files anew.
+
+Creating a directory and a file per metric and epoch takes from tens of microseconds to over a
+millisecond on a busy disk, more than a small model's whole epoch; so the files are written on a
+thread of their own (``metric-writer``, as Burn's ``AsyncLogger``) and the metrics thread never
+waits for the disk. Lines are handed to it in blocks, at least every ``interval`` seconds and at
+every split end, so a file is at most that far behind training. Reading a value back, ending a
+split and closing wait for the writes queued before them; a write error is raised by the next
+of those calls.
 """
 
 from __future__ import annotations
 
 import os
+import queue
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Any, cast
 
 from ember.train.metric.base import MetricDefinition, MetricEntry, NumericEntry
 from ember.train.metric.store import Split
@@ -24,16 +34,89 @@ def metric_file_name(name: str) -> str:
     return name.replace(" ", "_") + ".log"
 
 
+class _Writer:
+    """Appends lines to files on its own thread; :meth:`sync` waits for what was queued."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self._files: dict[Path, IO[str]] = {}
+        self.error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+
+    def write(self, path: Path, text: str) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="metric-writer", daemon=True)
+            self._thread.start()
+        self._queue.put(("write", (path, text)))
+
+    def close_files(self, paths: Sequence[Path]) -> None:
+        self._queue.put(("close", paths))
+
+    def sync(self) -> None:
+        if self._thread is not None:
+            done = threading.Event()
+            self._queue.put(("sync", done))
+            done.wait()
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._queue.put(("close", None))  # None: every open file
+            self.sync()
+            self._queue.put(("stop", None))
+            self._thread.join()
+            self._thread = None
+
+    def _run(self) -> None:
+        while True:
+            command, argument = self._queue.get()
+            if command == "stop":
+                return
+            if command == "sync":
+                cast(threading.Event, argument).set()
+                continue
+            try:
+                if command == "write":
+                    self._append(*cast(tuple[Path, str], argument))
+                else:
+                    paths = list(self._files) if argument is None else argument
+                    for path in cast(list[Path], paths):
+                        handle = self._files.pop(path, None)
+                        if handle is not None:
+                            handle.close()
+            except Exception as error:  # raised on the logger's next call
+                self.error = self.error or error
+
+    def _append(self, path: Path, text: str) -> None:
+        file = self._files.get(path)
+        if file is None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            file = self._files[path] = path.open("w", encoding="utf-8")
+        file.write(text)
+
+
 class FileMetricLogger:
     """Writes metric entries under ``directory``; see the module docstring for the layout."""
 
-    def __init__(self, directory: str | os.PathLike[str]) -> None:
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        interval: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.directory = Path(directory)
         if self.directory.exists() and not self.directory.is_dir():
             raise ValueError(f"metric log directory is a file: {str(self.directory)!r}")
-        self._files: dict[tuple[str, Split], IO[str]] = {}
+        self._writer = _Writer()
+        self._open: dict[Split, dict[str, Path]] = {split: {} for split in Split}
         self._epoch: dict[Split, int] = {}
-        self._lock = threading.Lock()
+        self._pending: dict[Path, list[str]] = {}
+        self._interval = interval
+        self._clock = clock
+        self._last_hand_off = clock()
 
     def path(self, name: str, epoch: int, split: Split) -> Path:
         """Where ``name``'s values for ``epoch`` and ``split`` are written."""
@@ -43,33 +126,31 @@ class FileMetricLogger:
         """Nothing to record: files are created with their first entry."""
 
     def log(self, entries: Sequence[MetricEntry], epoch: int, split: Split) -> None:
-        """Append one line per available entry."""
-        with self._lock:
-            if self._epoch.get(split) != epoch:
-                self._close_split(split)
-                self._epoch[split] = epoch
-            for entry in entries:
-                if not entry.is_available:
-                    continue
-                file = self._files.get((entry.name, split))
-                if file is None:
-                    path = self.path(entry.name, epoch, split)
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    file = path.open("w", encoding="utf-8")
-                    self._files[(entry.name, split)] = file
-                file.write(entry.serialized + "\n")
+        """Queue one line per available entry."""
+        if self._epoch.get(split) != epoch:
+            self._close(split)
+            self._epoch[split] = epoch
+        paths = self._open[split]
+        for entry in entries:
+            if not entry.is_available:
+                continue
+            path = paths.get(entry.name)
+            if path is None:
+                path = paths[entry.name] = self.path(entry.name, epoch, split)
+                self._pending[path] = []
+            self._pending[path].append(entry.serialized)
+        if self._clock() - self._last_hand_off >= self._interval:
+            self._hand_off()
 
     def end_split(self, epoch: int, split: Split) -> None:
-        """Close the split's files so that their content is complete on disk."""
-        with self._lock:
-            self._close_split(split)
-            self._epoch.pop(split, None)
+        """Close the split's files: once the writer reaches this, they are complete."""
+        self._close(split)
+        self._epoch.pop(split, None)
 
     def read_numeric(self, name: str, epoch: int, split: Split) -> list[NumericEntry]:
         """Parse the file of ``name``; a malformed line raises ``ValueError`` naming the file."""
-        with self._lock:
-            if self._epoch.get(split) == epoch and (name, split) in self._files:
-                self._files[(name, split)].flush()
+        self._hand_off()
+        self._writer.sync()
         path = self.path(name, epoch, split)
         try:
             lines = path.read_text(encoding="utf-8").splitlines()
@@ -86,12 +167,26 @@ class FileMetricLogger:
         return entries
 
     def close(self) -> None:
-        """Flush and close every open file."""
-        with self._lock:
-            for split in list(self._epoch):
-                self._close_split(split)
-            self._epoch.clear()
+        """Write and close everything, stop the writer thread; raise a pending write error."""
+        self._hand_off()
+        self._epoch.clear()
+        for paths in self._open.values():
+            paths.clear()
+        self._writer.stop()
+        self._writer.sync()
 
-    def _close_split(self, split: Split) -> None:
-        for key in [key for key in self._files if key[1] is split]:
-            self._files.pop(key).close()
+    def _hand_off(self) -> None:
+        self._last_hand_off = self._clock()
+        for path, lines in self._pending.items():
+            if lines:
+                self._writer.write(path, "\n".join(lines) + "\n")
+                lines.clear()
+
+    def _close(self, split: Split) -> None:
+        paths = self._open[split]
+        if paths:
+            self._hand_off()
+            self._writer.close_files(list(paths.values()))
+            for path in paths.values():
+                self._pending.pop(path, None)
+            paths.clear()

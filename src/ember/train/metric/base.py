@@ -45,11 +45,14 @@ def format_number(value: float) -> str:
     This is how Burn writes numbers to metric logs (Rust's ``f64`` display), so logs written by
     ember and by Burn look alike and parse back exactly.
     """
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "inf" if value > 0 else "-inf"
-    return str(np.format_float_positional(value, unique=True, trim="-"))
+    text = repr(value)
+    if "e" in text or "n" in text:  # exponent form, nan or inf: rare, take the slow path
+        if math.isnan(value):
+            return "NaN"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return str(np.format_float_positional(value, unique=True, trim="-"))
+    return text[:-2] if text.endswith(".0") else text
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,15 +86,42 @@ class MetricDefinition:
         return self.attributes is not None
 
 
-@dataclass(frozen=True, slots=True)
 class MetricEntry:
-    """One value of a metric: ``formatted`` for people, ``serialized`` for the log file."""
+    """One value of a metric: ``formatted`` for people, ``serialized`` for the log file.
 
-    name: str
-    formatted: str
-    serialized: str
+    ``formatted`` may be given as a function: it is then called only when a renderer reads it,
+    so metrics pay for text nobody shows only once per look, not once per batch.
+    """
+
+    __slots__ = ("_formatted", "name", "serialized")
 
     NOT_AVAILABLE = "N/A"
+
+    def __init__(self, name: str, formatted: str | Callable[[], str], serialized: str) -> None:
+        self.name = name
+        self.serialized = serialized
+        self._formatted = formatted
+
+    @property
+    def formatted(self) -> str:
+        """The text shown to people."""
+        if not isinstance(self._formatted, str):
+            self._formatted = self._formatted()
+        return self._formatted
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, MetricEntry):
+            return NotImplemented
+        return (self.name, self.formatted, self.serialized) == (
+            other.name,
+            other.formatted,
+            other.serialized,
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # mutable cache inside: not hashable
+
+    def __repr__(self) -> str:
+        return f"MetricEntry({self.name!r}, {self.formatted!r}, {self.serialized!r})"
 
     @property
     def is_available(self) -> bool:
@@ -194,6 +224,7 @@ def metric_definition(metric: Metric) -> MetricDefinition:
 
 
 _ADAPTORS: dict[tuple[type[Any], type[Any]], Callable[[Any], Any]] = {}
+_RESOLVED: dict[tuple[type[Any], type[Any]], Callable[[Any], Any] | None] = {}
 
 
 def register_adaptor(
@@ -210,6 +241,7 @@ def register_adaptor(
 
     def register(fn: Callable[[OutputT], T]) -> Callable[[OutputT], T]:
         _ADAPTORS[(output_type, input_type)] = fn
+        _RESOLVED.clear()
         return fn
 
     return register
@@ -223,10 +255,15 @@ def adapt(item: Any, input_type: type[T]) -> T:
     """
     if isinstance(item, input_type):
         return item
-    for cls in type(item).__mro__:
-        fn = _ADAPTORS.get((cls, input_type))
-        if fn is not None:
-            return fn(item)  # type: ignore[no-any-return]  # the registry erases the types
+    key = (type(item), input_type)
+    if key in _RESOLVED:
+        fn = _RESOLVED[key]
+    else:
+        fn = _RESOLVED[key] = next(
+            (f for cls in type(item).__mro__ if (f := _ADAPTORS.get((cls, input_type)))), None
+        )
+    if fn is not None:
+        return fn(item)  # type: ignore[no-any-return]  # the registry erases the types
     method = getattr(item, "adapt", None)
     if method is not None:
         adapted = method(input_type)

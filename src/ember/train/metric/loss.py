@@ -36,5 +36,7 @@ class LossMetric(MeanMetric):
 
     def update(self, item: LossInput, metadata: MetricMetadata) -> MetricEntry:
         """Record one batch's loss."""
-        loss = item.tensor.detach()
-        return self._state.update(loss.float().mean().item(), loss.numel())
+        loss = item.tensor
+        count = loss.numel()
+        value = loss.item() if count == 1 else loss.detach().double().mean().item()
+        return self._state.update(value, count)

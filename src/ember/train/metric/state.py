@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ember.train.metric.base import MetricAttributes, MetricEntry, NumericEntry
+from ember.train.metric.base import MetricAttributes, MetricEntry, NumericEntry, format_number
 
 __all__ = ["MeanMetric", "NumericMetricState", "format_value"]
 
@@ -44,9 +45,7 @@ class NumericMetricState:
         self._current = value
         self._current_count = count
         return MetricEntry(
-            self.name,
-            self._formatted(),
-            NumericEntry(value, weight=count).serialize(),
+            self.name, self._formatted(), f"{format_number(value)},{format_number(count)}"
         )
 
     def compute(self) -> MetricEntry:
@@ -75,10 +74,16 @@ class NumericMetricState:
     def _mean(self) -> float:
         return self._sum / self._count if self._count else math.nan
 
-    def _formatted(self) -> str:
-        running = format_value(self._mean(), self.precision, self.unit)
-        current = format_value(self._current, self.precision, self.unit)
-        return f"epoch {running} - batch {current}"
+    def _formatted(self) -> Callable[[], str]:
+        running, current = self._mean(), self._current
+
+        def text() -> str:
+            return (
+                f"epoch {format_value(running, self.precision, self.unit)} - "
+                f"batch {format_value(current, self.precision, self.unit)}"
+            )
+
+        return text
 
 
 class MeanMetric:
