@@ -247,7 +247,7 @@ class SupervisedTraining:
         self.directory.mkdir(parents=True, exist_ok=True)
         handler = self._install_application_log()
         interrupter = self._interrupter
-        renderer = self._renderer if self._renderer is not None else default_renderer()
+        renderer = self._renderer if self._renderer is not None else default_renderer(interrupter)
         store = EventStore(self._loggers or [FileMetricLogger(self.directory)])
         processor = AsyncProcessorTraining(
             FullEventProcessorTraining(self._metrics, renderer, store),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from ember.train.renderer.base import (
     MetricsRenderer,
@@ -12,6 +12,9 @@ from ember.train.renderer.base import (
     TrainingProgressLogger,
 )
 from ember.train.renderer.cli import CliMetricsRenderer
+
+if TYPE_CHECKING:
+    from ember.train.interrupter import Interrupter
 
 __all__ = [
     "CliMetricsRenderer",
@@ -23,6 +26,11 @@ __all__ = [
 ]
 
 
-def default_renderer(stream: TextIO | None = None) -> MetricsRenderer:
-    """The renderer used when none is given: the CLI renderer on ``stream`` (stdout)."""
+def default_renderer(
+    interrupter: Interrupter | None = None, stream: TextIO | None = None
+) -> MetricsRenderer:
+    """The renderer used when none is given: the CLI renderer on ``stream`` (stdout).
+
+    ``interrupter`` is what an interactive renderer stops training through.
+    """
     return CliMetricsRenderer(stream if stream is not None else sys.stdout)
