@@ -17,7 +17,7 @@ from ember.data import BatchDataLoader, InMemDataset, MultiThreadDataLoader
 
 from .helpers import Batch, assert_threads_exit, batches_of, epochs_of, item_batcher
 
-THREADS = settings(max_examples=25, deadline=None)
+THREADS = settings(max_examples=80, deadline=None)
 
 
 def threaded(
@@ -80,9 +80,7 @@ def test_prefetch_builds_ahead_but_never_more_than_prefetch_batches() -> None:
             built_ahead.set()
         return index
 
-    with MultiThreadDataLoader(
-        list(range(40)), batcher, num_workers=2, prefetch=prefetch
-    ) as data:
+    with MultiThreadDataLoader(list(range(40)), batcher, num_workers=2, prefetch=prefetch) as data:
         iterator = iter(data)
         assert next(iterator) == 0
         with lock:
@@ -105,13 +103,13 @@ def test_worker_error_reaches_the_consumer_once_with_its_traceback(
     """An error on a worker is raised by next() as the original exception, at its batch's place,
     with the worker's frames and a note naming the thread; the pass ends and the threads exit."""
 
-    class Boom(Exception):
+    class BoomError(Exception):
         pass
 
     class Dataset:
         def __getitem__(self, index: int) -> int:
             if where == "dataset" and index == 9:
-                raise Boom("bad item")
+                raise BoomError("bad item")
             return index
 
         def __len__(self) -> int:
@@ -119,14 +117,14 @@ def test_worker_error_reaches_the_consumer_once_with_its_traceback(
 
     def batcher(items: list[int], device: torch.device) -> list[int]:
         if where == "batcher" and 9 in items:
-            raise Boom("bad batch")
+            raise BoomError("bad batch")
         return items
 
     data = MultiThreadDataLoader(Dataset(), batcher, num_workers=workers, batch_size=2)
     iterator = iter(data)
     assert [next(iterator) for _ in range(4)] == [[0, 1], [2, 3], [4, 5], [6, 7]]
     start = time.monotonic()
-    with pytest.raises(Boom) as caught:
+    with pytest.raises(BoomError) as caught:
         next(iterator)
     assert time.monotonic() - start < 1.0  # a generous bound, not a speed test
     frames = [frame.name for frame in traceback.extract_tb(caught.value.__traceback__)]
@@ -191,7 +189,7 @@ def test_constructor_checks_workers_and_prefetch() -> None:
     with pytest.raises(ValueError, match="prefetch must be >= 1, got 0"):
         threaded([1], 1, prefetch=0)
     with pytest.raises(TypeError, match="num_workers must be an int"):
-        threaded([1], 1.0)  # type: ignore[arg-type]
+        threaded([1], 1.0)  # type: ignore[arg-type]  # the wrong type is the test
 
 
 def test_to_device_and_slice_keep_the_worker_settings() -> None:

@@ -14,12 +14,10 @@ from ember.data.loader import STATE_KIND
 
 from .helpers import Batch, batches_of, epochs_of, item_batcher
 
-STATE = settings(max_examples=30, deadline=None)
+STATE = settings(max_examples=100, deadline=None)
 
 
-def build(
-    n: int, batch_size: int, seed: int | None, workers: int
-) -> BatchDataLoader[int, Batch]:
+def build(n: int, batch_size: int, seed: int | None, workers: int) -> BatchDataLoader[int, Batch]:
     builder = DataLoaderBuilder(item_batcher).batch_size(batch_size).num_workers(workers)
     if seed is not None:
         builder.shuffle(seed)

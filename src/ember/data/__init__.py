@@ -19,10 +19,10 @@ from ember.data.dataset import (
     WindowsDataset,
 )
 from ember.data.device import DeviceLike, move_to_device
-from ember.data.errors import DataLoaderError
 from ember.data.loader import BatchDataLoader, DataLoader, DataLoaderIterator, Progress
 from ember.data.multithread import MultiThreadDataLoader
 from ember.data.torch_loader import TorchDataLoader
+from ember.errors import DataLoaderError
 
 __all__ = [
     "BatchDataLoader",

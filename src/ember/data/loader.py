@@ -29,8 +29,8 @@ from ember.data import rng
 from ember.data.batcher import BatchBuilder, Batcher, BatchFn
 from ember.data.dataset import Dataset, check_dataset
 from ember.data.device import DeviceLike, as_device
-from ember.data.errors import DataLoaderError
 from ember.data.validation import check_int, check_seed
+from ember.errors import DataLoaderError
 
 __all__ = [
     "STATE_KIND",

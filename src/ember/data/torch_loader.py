@@ -26,9 +26,9 @@ from torch.utils.data import DataLoader as TorchLoader
 from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
 from ember.data.device import DeviceLike, as_device, move_to_device
-from ember.data.errors import DataLoaderError
 from ember.data.loader import DataLoaderIterator, PassIterator, PassTracker, check_state
 from ember.data.validation import check_int
+from ember.errors import DataLoaderError
 
 __all__ = ["TORCH_STATE_KIND", "TorchDataLoader"]
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 import queue
 import threading
 import time
@@ -35,6 +36,8 @@ from ember.train.metric.base import (
     adapt,
     metric_definition,
 )
+from ember.errors import NonFiniteLossError
+from ember.train.metric.loss import LossInput
 from ember.train.metric.store import EventStore, Split
 from ember.train.renderer.base import MetricsRenderer, MetricState
 
@@ -124,6 +127,8 @@ class FullEventProcessorTraining:
         self.metrics = metrics
         self.renderer = renderer
         self.store = store
+        self._epoch = 0
+        self._without_loss: set[type[Any]] = set()
 
     def process_train(self, event: LearnerEvent) -> None:
         """Handle an event of the training split."""
@@ -142,6 +147,8 @@ class FullEventProcessorTraining:
             sync = getattr(item, "sync", None)
             if sync is not None:
                 item = sync()
+            if split is Split.TRAIN:
+                self._check_finite(item, training_item.iteration)
             metadata = MetricMetadata(
                 training_item.progress, training_item.iteration, training_item.lr
             )
@@ -149,6 +156,7 @@ class FullEventProcessorTraining:
             self._publish(split, states)
             renderer.update_split(training_item.progress.items_processed)
         elif isinstance(event, StartSplit):
+            self._epoch = event.epoch
             self.store.start_split(split, event.epoch)
             renderer.start_split(split, event.total_items)
         elif isinstance(event, EndSplit):
@@ -169,6 +177,23 @@ class FullEventProcessorTraining:
         elif isinstance(event, End):
             renderer.end()
             renderer.on_train_end(event.summary)
+
+    def _check_finite(self, item: Any, iteration: int) -> None:
+        """B8: a NaN or infinite training loss ends the run before anything saves it."""
+        if type(item) in self._without_loss:
+            return
+        try:
+            loss = adapt(item, LossInput).tensor
+        except TypeError:
+            self._without_loss.add(type(item))  # an output without a loss: nothing to check
+            return
+        finite = math.isfinite(loss.item()) if loss.numel() == 1 else bool(loss.isfinite().all())
+        if not finite:
+            raise NonFiniteLossError(
+                f"the training loss is not finite at epoch {self._epoch}, iteration "
+                f"{iteration} ({loss.flatten()[:4].tolist()}); training stopped and no "
+                "checkpoint was written from these weights"
+            )
 
     def _publish(self, split: Split, states: Sequence[MetricState]) -> None:
         if not states:

@@ -22,6 +22,11 @@ from typing import Any, Generic, TypeVar
 from torch import nn
 
 from ember.data import DataLoader
+from ember.errors import CheckpointError
+from ember.train.checkpoint.learning import LearningCheckpointer
+from ember.train.checkpoint.manifest import manifest_path
+from ember.train.checkpoint.strategy import CheckpointingStrategy, default_checkpointing_strategy
+from ember.train.checkpoint.training import TrainingCheckpointer
 from ember.train.early_stopping import EarlyStoppingStrategy
 from ember.train.events import End, Start
 from ember.train.interrupter import Interrupter
@@ -36,6 +41,7 @@ from ember.train.processor import (
     MetricsTraining,
 )
 from ember.train.renderer import MetricsRenderer, default_renderer
+from ember.train.signals import graceful_stop
 from ember.train.strategy.base import FitResult, SupervisedLearningStrategy, TrainingComponents
 from ember.train.strategy.single import SingleDevice
 from ember.train.summary import LearnerSummary, describe_model
@@ -119,6 +125,10 @@ class SupervisedTraining:
         self._strategy: SupervisedLearningStrategy | None = None
         self._interrupter = Interrupter()
         self._early_stopping: EarlyStoppingStrategy | None = None
+        self._checkpointer: LearningCheckpointer | None = None
+        self._checkpointing_strategy: CheckpointingStrategy | None = None
+        self._resume: int | None = None
+        self._resume_latest = False
 
     # metrics -----------------------------------------------------------------------------
 
@@ -192,6 +202,53 @@ class SupervisedTraining:
         """The handle that stops this run (``stop(reason)``)."""
         return self._interrupter
 
+    # checkpoints -------------------------------------------------------------------------
+
+    def with_default_checkpointers(self) -> SupervisedTraining:
+        """Checkpoint into ``directory/checkpoint`` (model, optim, scheduler and ember's state
+        as safetensors, plus a manifest), written on a background thread."""
+        return self.with_checkpointers(
+            LearningCheckpointer(self.directory / "checkpoint", self._strategy_or_default())
+        )
+
+    def with_checkpointers(self, checkpointer: LearningCheckpointer) -> SupervisedTraining:
+        """Checkpoint through ``checkpointer`` (its own directory, strategy and sync mode)."""
+        if not isinstance(checkpointer, LearningCheckpointer):
+            raise TypeError(f"expected a LearningCheckpointer, got {type(checkpointer).__name__}")
+        if self._checkpointer is not None and self._checkpointer is not checkpointer:
+            self._checkpointer.close()
+        self._checkpointer = checkpointer
+        return self
+
+    def with_checkpointing_strategy(self, strategy: CheckpointingStrategy) -> SupervisedTraining:
+        """Decide with ``strategy`` which epochs are kept (default: the last 2 and the best
+        mean valid Loss)."""
+        if not callable(getattr(strategy, "checkpointing", None)):
+            raise TypeError(f"expected a CheckpointingStrategy, got {type(strategy).__name__}")
+        self._checkpointing_strategy = strategy
+        if self._checkpointer is not None:
+            directory = self._checkpointer.directory
+            self._checkpointer.close()
+            self._checkpointer = LearningCheckpointer(directory, strategy)
+        return self
+
+    def checkpoint(self, epoch: int) -> SupervisedTraining:
+        """Resume from the checkpoint of ``epoch``: training starts at ``epoch + 1``."""
+        self._resume = _positive_int("epoch", epoch)
+        self._resume_latest = False
+        return self
+
+    def resume_latest(self) -> SupervisedTraining:
+        """Resume from the newest complete checkpoint, or start afresh if there is none."""
+        self._resume = None
+        self._resume_latest = True
+        return self
+
+    def _strategy_or_default(self) -> CheckpointingStrategy:
+        if self._checkpointing_strategy is None:
+            self._checkpointing_strategy = default_checkpointing_strategy()
+        return self._checkpointing_strategy
+
     # output ------------------------------------------------------------------------------
 
     def renderer(self, renderer: MetricsRenderer) -> SupervisedTraining:
@@ -244,6 +301,7 @@ class SupervisedTraining:
         """
         if not isinstance(learner, Learner):
             raise TypeError(f"launch needs a Learner, got {type(learner).__name__}")
+        starting_epoch = self._starting_epoch()
         self.directory.mkdir(parents=True, exist_ok=True)
         handler = self._install_application_log()
         interrupter = self._interrupter
@@ -253,6 +311,11 @@ class SupervisedTraining:
             FullEventProcessorTraining(self._metrics, renderer, store),
             on_error=lambda error: interrupter.stop(f"metrics thread failed: {error!r}"),
         )
+        checkpointer = (
+            TrainingCheckpointer(self._checkpointer, self._early_stopping)
+            if self._checkpointer is not None
+            else None
+        )
         components = TrainingComponents(
             num_epochs=self._num_epochs,
             interrupter=interrupter,
@@ -260,16 +323,19 @@ class SupervisedTraining:
             store=store,
             grads_accumulation=self._grads_accumulation,
             early_stopping=self._early_stopping,
+            checkpointer=checkpointer,
         )
-        starting_epoch = 1
         error: BaseException | None = None
         fit = FitResult(starting_epoch - 1)
         summary: LearnerSummary | None = None
         try:
-            log.info("Starting training for %d epochs", self._num_epochs)
+            log.info(
+                "Starting training for %d epochs at epoch %d", self._num_epochs, starting_epoch
+            )
             processor.process_train(Start(self._num_epochs, starting_epoch))
             strategy = self._strategy or SingleDevice()
-            fit = strategy.fit(learner, self._train, self._valid, components, starting_epoch)
+            with graceful_stop(interrupter):
+                fit = strategy.fit(learner, self._train, self._valid, components, starting_epoch)
             processor.flush()
             if self._summary and processor.error is None:
                 summary = self._write_summary(learner, store, fit)
@@ -280,6 +346,11 @@ class SupervisedTraining:
             error = error or processor.error
             if error is not None:
                 log.error("Training failed", exc_info=error)
+            if checkpointer is not None:
+                try:
+                    checkpointer.close()
+                except Exception as caught:  # noqa: BLE001  # a failed write is the run's error
+                    error = error or caught
             processor.process_train(End(summary))
             renderer = processor.close()
             if error is not None:
@@ -298,6 +369,27 @@ class SupervisedTraining:
         return LearningResult(
             learner.model, renderer, error, summary, fit.stop_reason, fit.last_epoch
         )
+
+    def _starting_epoch(self) -> int:
+        """The first epoch to train; checks a requested checkpoint exists before anything runs."""
+        if self._resume is None and not self._resume_latest:
+            return 1
+        if self._checkpointer is None:
+            raise ValueError(
+                "resuming needs checkpointers: call with_default_checkpointers() (or "
+                "with_checkpointers(...)) before checkpoint(epoch) / resume_latest()"
+            )
+        if self._resume_latest:
+            latest = self._checkpointer.latest_complete_epoch()
+            return 1 if latest is None else latest + 1
+        assert self._resume is not None
+        if not manifest_path(self._checkpointer.directory, self._resume).exists():
+            raise CheckpointError(
+                f"no complete checkpoint of epoch {self._resume} in "
+                f"{self._checkpointer.directory}; complete epochs: "
+                f"{self._checkpointer.complete_epochs()}"
+            )
+        return self._resume + 1
 
     def _install_application_log(self) -> logging.Handler | None:
         if self._application_log is None:

@@ -21,8 +21,10 @@ from ember.train.checkpoint import (
     FileCheckpointer,
     Record,
     load_model_record,
+    load_nested_record,
     load_optimizer_record,
     model_record,
+    nested_record,
     optimizer_record,
     rng_state,
     set_rng_state,
@@ -234,6 +236,27 @@ def test_state_record_rejects_non_json(state: dict[str, Any], path: str) -> None
     """Tuples, non-str keys and other objects raise TypeError naming where they are."""
     with pytest.raises(TypeError, match=path.replace(".", r"\.")):
         state_record(state)
+
+
+def test_nested_record_round_trips_scheduler_and_loader_states(tmp_path: Path) -> None:
+    """nested_record keeps tuples, int keys and tensors: a torch scheduler's and a generator's
+    state come back equal and typed alike."""
+    optim = torch.optim.SGD(mlp().parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(optim, max_lr=1.0, total_steps=10)
+    for _ in range(3):
+        optim.step()
+        scheduler.step()
+    generator = torch.Generator().manual_seed(7)
+    value = {
+        "scheduler": scheduler.state_dict(),
+        "loader": {"generator": generator.get_state(), "position": (2, 5), 3: [None]},
+    }
+    restored = load_nested_record(through_file(tmp_path, nested_record(value)))
+    assert same(restored, value)
+    with pytest.raises(TypeError, match=r"value\.bad"):
+        nested_record({"bad": object()})
+    with pytest.raises(CheckpointError, match="nested_record"):
+        load_nested_record(Record())
 
 
 def test_record_validates_its_fields() -> None:

@@ -20,8 +20,10 @@ from ember.train.checkpoint.manifest import (
 from ember.train.checkpoint.record import (
     Record,
     load_model_record,
+    load_nested_record,
     load_optimizer_record,
     model_record,
+    nested_record,
     optimizer_record,
     state_record,
 )
@@ -57,8 +59,10 @@ __all__ = [
     "default_checkpointing_strategy",
     "latest_complete_epoch",
     "load_model_record",
+    "load_nested_record",
     "load_optimizer_record",
     "model_record",
+    "nested_record",
     "optimizer_record",
     "read_manifest",
     "rng_state",

@@ -120,8 +120,14 @@ class LearningCheckpointer:
         """The checkpointing strategy (its state is saved with every checkpoint)."""
         return self._strategy
 
-    def checkpoint(self, epoch: int, records: TrainingRecords, query: MetricQuery) -> None:
-        """Apply the strategy's decision for ``epoch`` (see the class doc for the exact order)."""
+    def checkpoint(
+        self, epoch: int, records: TrainingRecords, query: MetricQuery
+    ) -> TrainingRecords:
+        """Apply the strategy's decision for ``epoch`` (see the class doc for the exact order).
+
+        Returns the records as they are (or would be) written, strategy state included, for
+        :meth:`save`.
+        """
         if self._closed:
             raise CheckpointError(f"{self!r} is closed")
         check_epoch(epoch)
@@ -145,6 +151,28 @@ class LearningCheckpointer:
 
         def job() -> None:
             self._apply(epoch, records, actions)
+
+        if self._writer is None:
+            job()
+        else:
+            self._writer.submit(job)
+        return records
+
+    def save(self, epoch: int, records: TrainingRecords) -> None:
+        """Make sure ``epoch`` is on disk, whatever the strategy decided for it.
+
+        ``records`` are what :meth:`checkpoint` returned for ``epoch``. Used for a graceful stop:
+        the last epoch-boundary state is kept even if the strategy had not kept it.
+        """
+        if self._closed:
+            raise CheckpointError(f"{self!r} is closed")
+        check_epoch(epoch)
+        if STRATEGY_STATE_KEY not in records.state.metadata:
+            raise ValueError("save() takes the records returned by checkpoint()")
+
+        def job() -> None:
+            if not manifest_path(self._directory, epoch).exists():
+                self._save(epoch, records)
 
         if self._writer is None:
             job()

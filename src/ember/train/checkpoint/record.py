@@ -26,8 +26,10 @@ from ember.errors import CheckpointError
 __all__ = [
     "Record",
     "load_model_record",
+    "load_nested_record",
     "load_optimizer_record",
     "model_record",
+    "nested_record",
     "optimizer_record",
     "state_record",
 ]
@@ -64,6 +66,21 @@ def state_record(state: Mapping[str, Any]) -> Record:
     int, float, bool, None). The metadata is a deep copy; tuples or other types raise TypeError
     naming their path, so what is restored always equals what was saved."""
     return Record(metadata=_json_copy(dict(state), "state"))
+
+
+def nested_record(value: Any) -> Record:
+    """A snapshot of any nesting of dict, list, tuple, str, int, float, bool, None and tensors
+    (a torch LR scheduler's or a loader's ``state_dict``); :func:`load_nested_record` gives back
+    an equal value of the same types. Other types raise TypeError naming their path."""
+    tensors: dict[str, torch.Tensor] = {}
+    return Record(tensors=tensors, metadata={"value": encode(value, "value", tensors)})
+
+
+def load_nested_record(record: Record) -> Any:
+    """The value stored by :func:`nested_record`."""
+    if "value" not in record.metadata:
+        raise CheckpointError("the record was not made by nested_record: it has no 'value'")
+    return decode(record.metadata["value"], record.tensors, "nested record")
 
 
 def _json_copy(value: Any, path: str) -> Any:

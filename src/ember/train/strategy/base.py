@@ -7,6 +7,7 @@ any object with ``fit`` (see ``examples/``), passed to ``with_training_strategy`
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -17,9 +18,17 @@ from ember.train.metric.store import EventStore
 from ember.train.processor import EventProcessor
 
 if TYPE_CHECKING:
+    from ember.train.checkpoint.training import TrainingCheckpointer
     from ember.train.early_stopping import EarlyStoppingStrategy
 
-__all__ = ["FitResult", "SupervisedLearningStrategy", "TrainingComponents"]
+__all__ = [
+    "FitResult",
+    "SupervisedLearningStrategy",
+    "TrainingComponents",
+    "end_epoch",
+    "resume",
+    "stop_reason",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +41,12 @@ class TrainingComponents:
     store: EventStore
     grads_accumulation: int | None = None
     early_stopping: EarlyStoppingStrategy | None = None
+    checkpointer: TrainingCheckpointer | None = None
+
+    @property
+    def failed(self) -> bool:
+        """True once the metrics thread has failed (its error ends the run)."""
+        return getattr(self.processor, "error", None) is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,3 +71,57 @@ class SupervisedLearningStrategy(Protocol):
     ) -> FitResult:
         """Train; the events of reference §3.3 go to ``components.processor``."""
         ...
+
+
+def resume(
+    components: TrainingComponents,
+    learner: Learner[Any],
+    loaders: Mapping[str, DataLoader[Any]],
+    starting_epoch: int,
+) -> None:
+    """Restore the checkpoint of epoch ``starting_epoch - 1``, if the run resumes.
+
+    Call it once the learner is on its device, with the loaders the strategy iterates.
+    """
+    if starting_epoch > 1:
+        if components.checkpointer is None:
+            raise ValueError(f"resuming at epoch {starting_epoch} needs checkpointers")
+        components.checkpointer.restore(starting_epoch - 1, learner, loaders)
+
+
+def end_epoch(
+    components: TrainingComponents,
+    epoch: int,
+    learner: Learner[Any],
+    loaders: Mapping[str, DataLoader[Any]],
+) -> str | None:
+    """After ``EndEpoch``: flush, checkpoint, then ask early stopping (reference §3.4).
+
+    Returns the early-stopping reason when training should end. Nothing is checkpointed once
+    the metrics thread has failed, so non-finite weights are never saved (B8).
+    """
+    checkpointer, early_stopping = components.checkpointer, components.early_stopping
+    if checkpointer is None and early_stopping is None:
+        return None
+    components.processor.flush()
+    if components.failed:
+        return None
+    if checkpointer is not None:
+        checkpointer.checkpoint(epoch, learner, loaders, components.store)
+    if early_stopping is not None and early_stopping.should_stop(epoch, components.store):
+        return getattr(early_stopping, "reason", None) or f"early stopping after epoch {epoch}"
+    return None
+
+
+def stop_reason(components: TrainingComponents) -> str | None:
+    """Why the interrupter stopped training, after keeping the last epoch boundary on disk.
+
+    A stop in the middle of an epoch abandons that epoch; the checkpoint of the epoch before it
+    is written even if the strategy had not kept it, so a resume reruns the abandoned epoch
+    from its start and ends exactly as an uninterrupted run (B4, B7).
+    """
+    if not components.interrupter.should_stop():
+        return None
+    if components.checkpointer is not None and not components.failed:
+        components.checkpointer.save_last()
+    return components.interrupter.message or "interrupted"

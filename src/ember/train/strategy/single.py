@@ -11,7 +11,13 @@ from ember.data import DataLoader
 from ember.train.epoch import train_epoch, valid_epoch
 from ember.train.events import EndEpoch, EndSplit, StartSplit
 from ember.train.learner import Learner
-from ember.train.strategy.base import FitResult, TrainingComponents
+from ember.train.strategy.base import (
+    FitResult,
+    TrainingComponents,
+    end_epoch,
+    resume,
+    stop_reason,
+)
 
 __all__ = ["SingleDevice", "model_device"]
 
@@ -46,6 +52,8 @@ class SingleDevice:
         train = train.to_device(device)
         valid = valid.to_device(device)
         learner.fork(device)
+        loaders = {"train": train, "valid": valid}
+        resume(components, learner, loaders, starting_epoch)
         processor, interrupter = components.processor, components.interrupter
         last_epoch = starting_epoch - 1
         for epoch in range(starting_epoch, components.num_epochs + 1):
@@ -61,15 +69,12 @@ class SingleDevice:
             processor.process_valid(EndSplit(epoch))
             processor.process_train(EndEpoch(epoch))
             last_epoch = epoch
-            early_stopping = components.early_stopping
-            if early_stopping is not None:
-                processor.flush()
-                if early_stopping.should_stop(epoch, components.store):
-                    return FitResult(last_epoch, getattr(early_stopping, "reason", None))
+            early = end_epoch(components, epoch, learner, loaders)
+            if early is not None:
+                return FitResult(last_epoch, early)
             if interrupter.should_stop():
                 break
-        if interrupter.should_stop():
-            reason = interrupter.message or "interrupted"
+        reason = stop_reason(components)
+        if reason is not None:
             log.info("Training interrupted: %s", reason)
-            return FitResult(last_epoch, reason)
-        return FitResult(last_epoch)
+        return FitResult(last_epoch, reason)
