@@ -27,7 +27,7 @@ from ember.train import (
     StoppingCondition,
     SupervisedTraining,
 )
-from ember.train.checkpoint import KeepLastNCheckpoints, LearningCheckpointer
+from ember.train.checkpoint import KeepLastNCheckpoints
 
 HERE = Path(__file__).parent
 

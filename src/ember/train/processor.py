@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from ember.errors import NonFiniteLossError
 from ember.train.events import (
     End,
     EndEpoch,
@@ -36,7 +37,6 @@ from ember.train.metric.base import (
     adapt,
     metric_definition,
 )
-from ember.errors import NonFiniteLossError
 from ember.train.metric.loss import LossInput
 from ember.train.metric.store import EventStore, Split
 from ember.train.renderer.base import MetricsRenderer, MetricState

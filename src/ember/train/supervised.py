@@ -349,7 +349,7 @@ class SupervisedTraining:
             if checkpointer is not None:
                 try:
                     checkpointer.close()
-                except Exception as caught:  # noqa: BLE001  # a failed write is the run's error
+                except Exception as caught:  # a failed write is the run's error
                     error = error or caught
             processor.process_train(End(summary))
             renderer = processor.close()
