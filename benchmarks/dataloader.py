@@ -1,13 +1,14 @@
 """Data loader throughput, measured side by side in one run (DESIGN §10; not a test).
 
 1. ``BatchDataLoader`` against ``torch.utils.data.DataLoader(num_workers=0)`` on the same rows
-   (a 4-float tensor and a float each), batch 32, the same stacking batcher as ``collate_fn``,
-   shuffled; target >= 3x items/s. Then the same with a batcher that returns its list, which
-   isolates what the loaders themselves cost per batch.
+   (a 4-float tensor and a float each), batch 32, shuffled, the same stacking batcher as
+   ``collate_fn``; target >= 3x items/s. Then the same with a batcher that returns its list,
+   which isolates what the loaders themselves cost per batch.
 2. ``MultiThreadDataLoader`` with 2 workers against 1 worker, on a batcher that releases the GIL
    (a torch matmul sized to take about 1 ms with one intra-op thread); target >= 1.6x.
 
-Prints the median of several repeats and the ratios. ``--quick`` for a short run.
+The contenders' passes are interleaved, so drift on a shared machine hits both alike; each
+figure is the median of the repeats. ``--quick`` for a short run.
 
     python benchmarks/dataloader.py [--quick]
 """
@@ -26,6 +27,8 @@ from ember.data import BatchDataLoader, InMemDataset, MultiThreadDataLoader
 
 Row = tuple[torch.Tensor, float]
 Batch = tuple[torch.Tensor, torch.Tensor]
+BATCH_SIZE = 32
+CPU = torch.device("cpu")
 
 
 def make_rows(n: int) -> list[Row]:
@@ -49,104 +52,116 @@ class MatmulBatcher:
     """Stacks the rows, then runs a matmul sized to take about ``target_s`` (releases the GIL)."""
 
     def __init__(self, target_s: float) -> None:
-        size = 64
-        while True:
-            self.weight = torch.randn(size, size)
-            if self._time_matmul() >= target_s or size >= 4096:
-                break
-            size = int(size * 1.25)
-        self.size = size
+        self.size = 64
+        self.weight = torch.randn(self.size, self.size)
+        while self.matmul_seconds() < target_s and self.size < 4096:
+            self.size = int(self.size * 1.1)
+            self.weight = torch.randn(self.size, self.size)
 
-    def _time_matmul(self) -> float:
-        return min(_time(lambda: self.weight @ self.weight) for _ in range(5))
+    def matmul_seconds(self) -> float:
+        return statistics.median(_seconds(lambda: self.weight @ self.weight) for _ in range(9))
 
     def batch(self, items: list[Row], device: torch.device) -> Batch:
         xs, ys = stack_batcher(items, device)
         return xs, ys + (self.weight @ self.weight)[0, 0]
 
 
-def _time(fn: Callable[[], Any]) -> float:
+def _seconds(fn: Callable[[], Any]) -> float:
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
 
 
-def _consume(loader: Iterable[Any]) -> None:
+def _one_pass(loader: Iterable[Any]) -> None:
     for _ in loader:
         pass
 
 
-def items_per_second(loader: Iterable[Any], n: int, repeats: int) -> float:
-    """The median of ``repeats`` full passes, after one warm-up pass."""
-    _consume(loader)
-    return statistics.median(n / _time(lambda: _consume(loader)) for _ in range(repeats))
+def rates(loaders: dict[str, Iterable[Any]], n: int, repeats: int) -> dict[str, float]:
+    """Median items/s of each loader over ``repeats`` full passes, interleaved, after a warm-up."""
+    times: dict[str, list[float]] = {name: [] for name in loaders}
+    for loader in loaders.values():
+        _one_pass(loader)
+    for _ in range(repeats):
+        for name, loader in loaders.items():
+            times[name].append(_seconds(lambda loader=loader: _one_pass(loader)))
+    return {name: n / statistics.median(seconds) for name, seconds in times.items()}
 
 
 def _us_per_batch(items_per_s: float) -> float:
-    return 32 / items_per_s * 1e6
+    return BATCH_SIZE / items_per_s * 1e6
+
+
+def torch_loader(rows: list[Row], batcher: Callable[[list[Row], torch.device], Any]) -> Any:
+    return torch.utils.data.DataLoader(
+        rows,  # a plain list: torch's fastest dataset
+        batch_size=BATCH_SIZE,
+        shuffle=True,
+        generator=torch.Generator().manual_seed(0),
+        collate_fn=lambda items: batcher(items, CPU),
+    )
+
+
+def compare_with_torch(rows: list[Row], repeats: int) -> None:
+    n = len(rows)
+    print(f"1. in-memory rows: {n} items, batch {BATCH_SIZE}, shuffled, median of {repeats}")
+    for label, batcher in (("stacking batcher", stack_batcher), ("list batcher", list_batcher)):
+        measured = rates(
+            {
+                "torch": torch_loader(rows, batcher),
+                "ember": BatchDataLoader(
+                    InMemDataset(rows), batcher, batch_size=BATCH_SIZE, seed=0
+                ),
+            },
+            n,
+            repeats,
+        )
+        ratio = measured["ember"] / measured["torch"]
+        print(f"   {label}:")
+        for name, title in (("torch", "torch DataLoader"), ("ember", "ember BatchDataLoader")):
+            print(
+                f"     {title:22} {measured[name]:12,.0f} items/s "
+                f"({_us_per_batch(measured[name]):5.1f} us/batch)"
+            )
+        print(f"     ratio {ratio:.2f}x")
+    print("   target: >= 3x with the stacking batcher")
+
+
+def compare_workers(rows: list[Row], repeats: int) -> None:
+    batcher = MatmulBatcher(target_s=1e-3)
+    n = len(rows)
+    print(
+        f"2. GIL-releasing batcher ({batcher.size}x{batcher.size} matmul, "
+        f"{batcher.matmul_seconds() * 1e3:.2f} ms a batch): {n} items, batch {BATCH_SIZE}, "
+        f"median of {repeats}"
+    )
+    dataset = InMemDataset(rows)
+    with (
+        MultiThreadDataLoader(
+            dataset, batcher, num_workers=1, batch_size=BATCH_SIZE, seed=0
+        ) as one,
+        MultiThreadDataLoader(
+            dataset, batcher, num_workers=2, batch_size=BATCH_SIZE, seed=0
+        ) as two,
+    ):
+        measured = rates({"1 worker": one, "2 workers": two}, n, repeats)
+    for name, rate in measured.items():
+        print(f"   MultiThreadDataLoader, {name:9}: {rate:10,.0f} items/s")
+    print(
+        f"   ratio 2 vs 1 workers: {measured['2 workers'] / measured['1 worker']:.2f}x "
+        "(target >= 1.6x)"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer items and repeats")
     args = parser.parse_args()
-    n, repeats = (5_000, 3) if args.quick else (20_000, 7)
-    torch.set_num_threads(1)
+    n, repeats = (5_000, 3) if args.quick else (20_000, 9)
+    torch.set_num_threads(1)  # one intra-op thread: the workers are what should scale
     rows = make_rows(n)
-    cpu = torch.device("cpu")
-
-    print(f"1. in-memory rows: {n} items, batch 32, shuffled, median of {repeats} passes")
-    ember = BatchDataLoader(InMemDataset(rows), stack_batcher, batch_size=32, seed=0)
-    reference = torch.utils.data.DataLoader(
-        rows,  # a plain list: torch's fastest dataset
-        batch_size=32,
-        shuffle=True,
-        generator=torch.Generator().manual_seed(0),
-        collate_fn=lambda items: stack_batcher(items, cpu),
-    )
-    ember_rate = items_per_second(ember, n, repeats)
-    torch_rate = items_per_second(reference, n, repeats)
-    print(
-        f"   torch.utils.data.DataLoader(num_workers=0): {torch_rate:12,.0f} items/s "
-        f"({_us_per_batch(torch_rate):5.1f} us/batch)"
-    )
-    print(
-        f"   ember BatchDataLoader:                      {ember_rate:12,.0f} items/s "
-        f"({_us_per_batch(ember_rate):5.1f} us/batch)"
-    )
-    print(f"   ratio: {ember_rate / torch_rate:.2f}x  (target >= 3x)")
-    print("   the same, with a batcher that returns the list (the loaders' own cost per batch):")
-    ember = BatchDataLoader(InMemDataset(rows), list_batcher, batch_size=32, seed=0)
-    reference = torch.utils.data.DataLoader(
-        rows,
-        batch_size=32,
-        shuffle=True,
-        generator=torch.Generator().manual_seed(0),
-        collate_fn=lambda items: list_batcher(items, cpu),
-    )
-    ember_rate = items_per_second(ember, n, repeats)
-    torch_rate = items_per_second(reference, n, repeats)
-    print(
-        f"   torch: {_us_per_batch(torch_rate):5.1f} us/batch, ember: "
-        f"{_us_per_batch(ember_rate):5.1f} us/batch, ratio {ember_rate / torch_rate:.2f}x"
-    )
-
-    batcher = MatmulBatcher(target_s=1e-3)
-    heavy_n = n // 4
-    heavy = InMemDataset(rows[:heavy_n])
-    per_batch_ms = batcher._time_matmul() * 1e3
-    print(
-        f"2. GIL-releasing batcher ({batcher.size}x{batcher.size} matmul, {per_batch_ms:.2f} ms "
-        f"a batch): {heavy_n} items, batch 32, median of {repeats} passes"
-    )
-    rates = {}
-    for workers in (1, 2):
-        with MultiThreadDataLoader(
-            heavy, batcher, num_workers=workers, batch_size=32, seed=0
-        ) as loader:
-            rates[workers] = items_per_second(loader, heavy_n, repeats)
-        print(f"   MultiThreadDataLoader, {workers} worker(s): {rates[workers]:12,.0f} items/s")
-    print(f"   ratio 2 vs 1 workers: {rates[2] / rates[1]:.2f}x  (target >= 1.6x)")
+    compare_with_torch(rows, repeats)
+    compare_workers(rows[: n // 4], repeats)
 
 
 if __name__ == "__main__":

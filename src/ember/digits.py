@@ -3,8 +3,9 @@
 1797 images of 64 pixels (0-16, scaled to 0-1), ten classes, shipped inside scikit-learn (the
 ``ember[examples]`` extra): nothing is downloaded. A seeded split keeps 360 images for
 validation; a ``Linear(64,128) → ReLU → Linear(128,10)`` network is trained with cross-entropy
-and Adam (lr 1e-3), batch 32, shuffled with a fixed seed, with Loss and Accuracy on both splits.
-The default 20 epochs reach about 97% validation accuracy in a few seconds on one core.
+and Adam (lr 3e-3), batch 32, shuffled with a fixed seed, with Loss and Accuracy on both splits.
+The default 15 epochs reach about 97.5% validation accuracy (>= 95% from epoch 7 on, whatever
+the seeds) in about a second on one core.
 """
 
 from __future__ import annotations
@@ -36,8 +37,8 @@ from ember.train.metric.store import epoch_value
 
 __all__ = ["DigitsMlp", "DigitsReport", "load_digits", "run_digits"]
 
-DEFAULT_EPOCHS = 20
-LEARNING_RATE = 1e-3
+DEFAULT_EPOCHS = 15
+LEARNING_RATE = 3e-3
 BATCH_SIZE = 32
 VALID_SIZE = 360
 SPLIT_SEED = 0
@@ -146,7 +147,8 @@ def run_digits(
 ) -> DigitsReport:
     """Train on the digits in ``directory`` (replaced if an earlier digits run, else refused).
 
-    The Learner's lines and the summary go to ``stream`` (default: standard output).
+    The Learner's lines and the summary go to ``stream`` (default: standard output). Training
+    uses one intra-op thread (the caller's setting is restored afterwards).
     """
     if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
         raise ValueError(f"epochs must be an int >= 1, got {epochs!r}")
@@ -155,14 +157,23 @@ def run_digits(
     with torch.random.fork_rng(devices=[]):  # seeded weights, the caller's RNG left alone
         torch.manual_seed(MODEL_SEED)
         model = DigitsMlp()
-    result = (
+    training = (
         SupervisedTraining(directory, _loader(train, SHUFFLE_SEED), _loader(valid, None))
         .metrics(LossMetric(), AccuracyMetric())
         .num_epochs(epochs)
         .renderer(CliMetricsRenderer(stream))
         .summary()
-        .launch(Learner(model, torch.optim.Adam(model.parameters()), LEARNING_RATE))
     )
+    # A [32, 64] @ [64, 128] product is too small to split across threads: with several intra-op
+    # threads on a busy machine a step took 10x longer (measured), so use one while training.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        result = training.launch(
+            Learner(model, torch.optim.Adam(model.parameters()), LEARNING_RATE)
+        )
+    finally:
+        torch.set_num_threads(threads)
     accuracy = None
     if result.last_epoch > 0:
         entries = FileMetricLogger(directory).read_numeric(

@@ -59,6 +59,8 @@ def read_run(directory: str | os.PathLike[str]) -> RunLogs:
     ``FileNotFoundError`` when ``directory`` holds no ``train/`` or ``valid/`` epoch logs.
     """
     directory = Path(directory)
+    if not directory.is_dir():
+        raise FileNotFoundError(f"no training run in {str(directory)!r}: no such directory")
     epochs = 0
     stems: dict[str, list[tuple[Split, int]]] = {}
     for split in _SPLITS:
@@ -108,8 +110,6 @@ def load_summary(directory: str | os.PathLike[str]) -> LearnerSummary:
             return LearnerSummary.from_json(json.loads(path.read_text(encoding="utf-8")))
         except (ValueError, KeyError, TypeError) as error:
             raise ValueError(f"{path} is not a learner summary: {error!r}") from None
-    if not directory.is_dir():
-        raise FileNotFoundError(f"no training run in {str(directory)!r}: it is not a directory")
     return read_run(directory).summary()
 
 

@@ -50,8 +50,7 @@ def test_batches_equal_the_single_thread_loader(
 
 
 def test_threads_are_named_started_lazily_and_reused(thread_baseline: set[Any]) -> None:
-    """No thread before the first iter(); then num_workers threads dataloader-i, kept across
-    epochs; close() ends them."""
+    """Threads dataloader-i start at the first iter(), serve every epoch, and end on close()."""
     data = threaded(list(range(10)), 3, batch_size=2)
     assert worker_threads() == []
     batches_of(data)
@@ -100,8 +99,7 @@ def test_prefetch_builds_ahead_but_never_more_than_prefetch_batches() -> None:
 def test_worker_error_reaches_the_consumer_once_with_its_traceback(
     workers: int, where: str, thread_baseline: set[Any]
 ) -> None:
-    """An error on a worker is raised by next() as the original exception, at its batch's place,
-    with the worker's frames and a note naming the thread; the pass ends and the threads exit."""
+    """A worker's error is raised once, as itself, with its frames; then the threads exit."""
 
     class BoomError(Exception):
         pass

@@ -38,8 +38,7 @@ def stream_of(loader: BatchDataLoader[int, Batch], count: int) -> list[list[int]
 
 
 def test_state_has_the_documented_fields() -> None:
-    """state_dict() holds kind, version, num_items, batch_size, seed, stream, epoch and
-    batches_consumed."""
+    """state_dict() holds the loader's identity and its position, as documented."""
     data = build(10, 3, 7, 0)
     iterator = iter(data)
     next(iterator)
@@ -73,9 +72,7 @@ def test_a_restored_loader_yields_exactly_what_the_original_would_have(
     mid: int,
     workers: tuple[int, int],
 ) -> None:
-    """Saved after whole epochs or in the middle of one, with 0 or 2 workers, and loaded after a
-    JSON round trip into a fresh loader with 0 or 2 workers: the rest of the pass and the next
-    epochs are the original's."""
+    """A JSON-round-tripped state resumes exactly, mid-epoch or not, across 0 and 2 workers."""
     save_workers, load_workers = workers
     with build(n, batch_size, seed, save_workers) as original:
         epochs_of(original, epochs_done)

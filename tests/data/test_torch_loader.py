@@ -85,8 +85,7 @@ def test_slice_of_a_custom_sampler_is_refused() -> None:
 
 @pytest.mark.parametrize("consumed", [0, 2, 7])
 def test_state_with_a_generator_restores_the_batch_order(consumed: int) -> None:
-    """With a generator, a restored loader (its own generator seeded differently) yields
-    exactly the original's next batches, mid-pass or between epochs."""
+    """With a generator the state restores the batch order, mid-pass or between epochs."""
     original: TorchDataLoader[Any] = TorchDataLoader(shuffled(20, seed=1))
     items(original)
     iterator = iter(original)
@@ -138,6 +137,9 @@ def test_only_sized_torch_loaders_are_accepted() -> None:
     class Stream(IterableDataset[int]):
         def __iter__(self) -> Iterator[int]:
             return iter(range(3))
+
+        def __len__(self) -> int:  # sized, but still not indexable
+            return 3
 
     with pytest.raises(TypeError, match=r"must be a torch\.utils\.data\.DataLoader"):
         TorchDataLoader([1, 2])  # type: ignore[arg-type]  # the wrong type is the test

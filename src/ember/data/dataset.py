@@ -216,9 +216,9 @@ class PartialDataset(Generic[T]):
 
     def __init__(self, dataset: Dataset[T], start: int, end: int) -> None:
         check_dataset(dataset)
-        start = check_int("start", start, minimum=0)
-        end = check_int("end", end, minimum=0)
-        if not start <= end <= len(dataset):
+        start = check_int("start", start, minimum=None)
+        end = check_int("end", end, minimum=None)
+        if not 0 <= start <= end <= len(dataset):
             raise ValueError(
                 f"PartialDataset needs 0 <= start <= end <= {len(dataset)} (the dataset's "
                 f"length), got start={start}, end={end}"

@@ -35,36 +35,40 @@ def as_device(device: DeviceLike, name: str = "device") -> torch.device:
         raise ValueError(f"{name} is not a valid device: {device!r} ({error})") from error
 
 
-def move_to_device(batch: T, device: torch.device) -> T:
-    """``batch`` with every tensor in it on ``device``.
+def move_to_device(batch: T, device: DeviceLike) -> T:
+    """``batch`` with every tensor in it on ``device``; the input is not modified.
 
-    Walks tuples (NamedTuples keep their type), lists, mutable mappings (a shallow copy of
-    the same type), other mappings (as a dict) and
-    dataclass instances (rebuilt with ``dataclasses.replace``, so fields with ``init=False`` are
-    left as they are); any other value is returned unchanged.
+    Walks tuples (NamedTuples keep their type), lists, mutable mappings (a shallow copy of the
+    same type), other mappings (as a dict) and dataclass instances (rebuilt with
+    ``dataclasses.replace``, so fields with ``init=False`` are left as they are); any other value
+    is returned unchanged.
     """
+    return _move(batch, as_device(device))
+
+
+def _move(batch: T, device: torch.device) -> T:
     result: Any
     if isinstance(batch, torch.Tensor):
         result = batch.to(device)
     elif dataclasses.is_dataclass(batch) and not isinstance(batch, type):
         changes = {
-            field.name: move_to_device(getattr(batch, field.name), device)
+            field.name: _move(getattr(batch, field.name), device)
             for field in dataclasses.fields(batch)
             if field.init
         }
         result = dataclasses.replace(batch, **changes)
     elif isinstance(batch, tuple):
-        moved = [move_to_device(value, device) for value in batch]
+        moved = [_move(value, device) for value in batch]
         result = type(batch)(*moved) if hasattr(batch, "_fields") else type(batch)(moved)
     elif isinstance(batch, list):
-        result = [move_to_device(value, device) for value in batch]
+        result = [_move(value, device) for value in batch]
     elif isinstance(batch, MutableMapping):
         # A shallow copy keeps the mapping's type and extras (a defaultdict's factory, say).
         result = copy.copy(batch)
         for key, value in batch.items():
-            result[key] = move_to_device(value, device)
+            result[key] = _move(value, device)
     elif isinstance(batch, Mapping):
-        result = {key: move_to_device(value, device) for key, value in batch.items()}
+        result = {key: _move(value, device) for key, value in batch.items()}
     else:
         result = batch
     return cast(T, result)  # same structure as batch, so still a T

@@ -29,7 +29,7 @@ from ember.data import rng
 from ember.data.batcher import BatchBuilder, Batcher, BatchFn
 from ember.data.dataset import Dataset, check_dataset
 from ember.data.device import DeviceLike, as_device
-from ember.data.validation import check_int, check_seed
+from ember.data.validation import check_int, check_seed, check_slice
 from ember.errors import DataLoaderError
 
 __all__ = [
@@ -40,6 +40,7 @@ __all__ = [
     "PassIterator",
     "PassTracker",
     "Progress",
+    "check_state",
 ]
 
 ItemT = TypeVar("ItemT")
@@ -49,7 +50,7 @@ BatchT_co = TypeVar("BatchT_co", covariant=True)
 STATE_KIND = "ember.data.loader"
 """The ``kind`` tag of the state of ``BatchDataLoader`` and ``MultiThreadDataLoader``."""
 
-STATE_VERSION = 1
+_STATE_VERSION = 1
 
 _ENDED = object()  # the token of an iterator whose pass ended with an error
 
@@ -349,13 +350,7 @@ class BatchDataLoader(PassTracker, Generic[ItemT, BatchT]):
         Same batch size, batcher and device; its shuffle stream is derived from this one's and
         ``(start, end)``, so it is independent of its siblings; it starts at epoch 0.
         """
-        start = check_int("start", start, minimum=0)
-        end = check_int("end", end, minimum=0)
-        if not start < end <= self.num_items():
-            raise ValueError(
-                f"slice needs 0 <= start < end <= {self.num_items()} (the loader's num_items), "
-                f"got start={start}, end={end}"
-            )
+        start, end = check_slice(start, end, self.num_items())
         child = self._fresh(self._device)
         child._start, child._end = self._start + start, self._start + end
         child._stream = rng.slice_stream(self._stream, start, end)
@@ -365,7 +360,7 @@ class BatchDataLoader(PassTracker, Generic[ItemT, BatchT]):
         """The loader's identity and position, JSON-serialisable (see the class docstring)."""
         return {
             "kind": STATE_KIND,
-            "version": STATE_VERSION,
+            "version": _STATE_VERSION,
             "num_items": self.num_items(),
             "batch_size": self._batch_size,
             "seed": self._seed,

@@ -21,13 +21,19 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 import torch
-from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler, Subset
+from torch.utils.data import (
+    BatchSampler,
+    IterableDataset,
+    RandomSampler,
+    SequentialSampler,
+    Subset,
+)
 from torch.utils.data import DataLoader as TorchLoader
 from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
 from ember.data.device import DeviceLike, as_device, move_to_device
 from ember.data.loader import DataLoaderIterator, PassIterator, PassTracker, check_state
-from ember.data.validation import check_int
+from ember.data.validation import check_slice
 from ember.errors import DataLoaderError
 
 __all__ = ["TORCH_STATE_KIND", "TorchDataLoader"]
@@ -74,13 +80,13 @@ class TorchDataLoader(PassTracker, Generic[BatchT]):
             raise TypeError(
                 f"loader must be a torch.utils.data.DataLoader, got {type(loader).__name__}"
             )
-        try:
-            num_items = len(loader.dataset)  # type: ignore[arg-type]  # checked right here
-        except TypeError as error:
+        dataset = loader.dataset
+        if isinstance(dataset, IterableDataset) or not hasattr(dataset, "__len__"):
             raise TypeError(
                 "TorchDataLoader needs a map-style dataset with __len__, got "
-                f"{type(loader.dataset).__name__}"
-            ) from error
+                f"{type(dataset).__name__}"
+            )
+        num_items = len(dataset)
         if num_items == 0:
             raise ValueError("the torch loader's dataset is empty (len 0)")
         self._loader = loader
@@ -133,13 +139,7 @@ class TorchDataLoader(PassTracker, Generic[BatchT]):
         """A loader over a new torch loader with the same settings on ``Subset(dataset,
         range(start, end))``; its generator (if any) is seeded from this one's initial seed and
         ``(start, end)``. DataLoaderError when the torch loader has a custom sampler."""
-        start = check_int("start", start, minimum=0)
-        end = check_int("end", end, minimum=0)
-        if not start < end <= self._num_items:
-            raise ValueError(
-                f"slice needs 0 <= start < end <= {self._num_items} (the loader's num_items), "
-                f"got start={start}, end={end}"
-            )
+        start, end = check_slice(start, end, self._num_items)
         loader = self._loader
         sampler = loader.sampler
         if (

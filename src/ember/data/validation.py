@@ -10,18 +10,18 @@ from __future__ import annotations
 import numbers
 from typing import Any
 
-__all__ = ["check_int", "check_seed"]
+__all__ = ["check_int", "check_seed", "check_slice"]
 
 
-def check_int(name: str, value: Any, *, minimum: int) -> int:
-    """``value`` as an int, if it is an integer (not a bool) and ``>= minimum``.
+def check_int(name: str, value: Any, *, minimum: int | None) -> int:
+    """``value`` as an int, if it is an integer (not a bool) and ``>= minimum`` (if given).
 
     Raises TypeError (not an integer) or ValueError (too small), naming ``name`` and the value.
     """
     # bool is an int subclass, but True as a batch size or seed is always a mistake.
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
-    if value < minimum:
+    if minimum is not None and value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
     return int(value)
 
@@ -29,3 +29,15 @@ def check_int(name: str, value: Any, *, minimum: int) -> int:
 def check_seed(value: Any, name: str = "seed") -> int:
     """A shuffle seed: a non-negative int (numpy's SeedSequence takes no negative entropy)."""
     return check_int(name, value, minimum=0)
+
+
+def check_slice(start: Any, end: Any, num_items: int) -> tuple[int, int]:
+    """``(start, end)`` of a loader slice: ints with ``0 <= start < end <= num_items``."""
+    start = check_int("start", start, minimum=None)
+    end = check_int("end", end, minimum=None)
+    if not 0 <= start < end <= num_items:
+        raise ValueError(
+            f"slice needs 0 <= start < end <= {num_items} (the loader's num_items), "
+            f"got start={start}, end={end}"
+        )
+    return start, end

@@ -17,7 +17,13 @@ from ember.train.events import (
 )
 from ember.train.interrupter import Interrupter
 from ember.train.learner import Learner
-from ember.train.logger import FileMetricLogger, InMemoryMetricLogger, MetricLogger
+from ember.train.logger import (
+    CsvMetricLogger,
+    FileMetricLogger,
+    InMemoryMetricLogger,
+    MetricLogger,
+    TensorBoardLogger,
+)
 from ember.train.lr_scheduler import (
     ComposedLr,
     ConstantLr,
@@ -86,6 +92,7 @@ __all__ = [
     "ClassificationOutput",
     "CliMetricsRenderer",
     "ComposedLr",
+    "CsvMetricLogger",
     "ConstantLr",
     "CosineAnnealingLr",
     "Direction",
@@ -140,6 +147,7 @@ __all__ = [
     "StoppingCondition",
     "SupervisedLearningStrategy",
     "SupervisedTraining",
+    "TensorBoardLogger",
     "TorchLrScheduler",
     "TrainOutput",
     "TrainStep",

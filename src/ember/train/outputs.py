@@ -12,12 +12,24 @@ from dataclasses import dataclass
 from typing import Protocol, Self, runtime_checkable
 
 import torch
+import torch.nn.functional as F
 
 from ember.train.metric.accuracy import AccuracyInput
 from ember.train.metric.base import register_adaptor
+from ember.train.metric.confusion import ConfusionStatsInput
+from ember.train.metric.error_rate import CerInput, WerInput
+from ember.train.metric.hamming import HammingScoreInput
 from ember.train.metric.loss import LossInput
+from ember.train.metric.perplexity import PerplexityInput
+from ember.train.metric.top_k import TopKAccuracyInput
 
-__all__ = ["ClassificationOutput", "ItemLazy", "RegressionOutput"]
+__all__ = [
+    "ClassificationOutput",
+    "ItemLazy",
+    "MultiLabelClassificationOutput",
+    "RegressionOutput",
+    "SequenceOutput",
+]
 
 
 @runtime_checkable
@@ -55,6 +67,40 @@ class ClassificationOutput:
         return type(self)(self.loss.detach(), self.output.detach(), self.targets.detach())
 
 
+@dataclass(frozen=True, slots=True)
+class MultiLabelClassificationOutput:
+    """A multi-label step's output: ``loss``, scores ``[B, C]``, 0/1 integer targets ``[B, C]``."""
+
+    loss: torch.Tensor
+    output: torch.Tensor
+    targets: torch.Tensor
+
+    def sync(self) -> MultiLabelClassificationOutput:
+        """The same output with the tensors detached from the autograd graph."""
+        return type(self)(self.loss.detach(), self.output.detach(), self.targets.detach())
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceOutput:
+    """A sequence step's output: ``loss``, ``logits`` ``[B, S, V]``, integer ``targets`` ``[B, S]``.
+
+    ``predictions`` ``[B, S]`` are the decoded token ids when the model decodes differently
+    from ``argmax(logits)`` (beam search, say); CER and WER read them if given.
+    """
+
+    loss: torch.Tensor
+    logits: torch.Tensor
+    targets: torch.Tensor
+    predictions: torch.Tensor | None = None
+
+    def sync(self) -> SequenceOutput:
+        """The same output with the tensors detached from the autograd graph."""
+        predictions = None if self.predictions is None else self.predictions.detach()
+        return type(self)(
+            self.loss.detach(), self.logits.detach(), self.targets.detach(), predictions
+        )
+
+
 @register_adaptor(RegressionOutput, LossInput)
 def _regression_loss(output: RegressionOutput) -> LossInput:
     return LossInput(output.loss)
@@ -68,3 +114,79 @@ def _classification_loss(output: ClassificationOutput) -> LossInput:
 @register_adaptor(ClassificationOutput, AccuracyInput)
 def _classification_accuracy(output: ClassificationOutput) -> AccuracyInput:
     return AccuracyInput(output.output, output.targets)
+
+
+@register_adaptor(ClassificationOutput, TopKAccuracyInput)
+def _classification_top_k(output: ClassificationOutput) -> TopKAccuracyInput:
+    return TopKAccuracyInput(output.output, output.targets)
+
+
+@register_adaptor(ClassificationOutput, PerplexityInput)
+def _classification_perplexity(output: ClassificationOutput) -> PerplexityInput:
+    return PerplexityInput(output.output, output.targets)
+
+
+@register_adaptor(ClassificationOutput, ConfusionStatsInput)
+def _classification_confusion(output: ClassificationOutput) -> ConfusionStatsInput:
+    classes = output.output.shape[1]
+    targets = (
+        F.one_hot(output.targets.long(), classes).bool()
+        if classes > 1
+        else output.targets.unsqueeze(1).bool()
+    )
+    return ConfusionStatsInput(output.output, targets)
+
+
+@register_adaptor(MultiLabelClassificationOutput, LossInput)
+def _multilabel_loss(output: MultiLabelClassificationOutput) -> LossInput:
+    return LossInput(output.loss)
+
+
+@register_adaptor(MultiLabelClassificationOutput, HammingScoreInput)
+def _multilabel_hamming(output: MultiLabelClassificationOutput) -> HammingScoreInput:
+    return HammingScoreInput(output.output, output.targets)
+
+
+@register_adaptor(MultiLabelClassificationOutput, ConfusionStatsInput)
+def _multilabel_confusion(output: MultiLabelClassificationOutput) -> ConfusionStatsInput:
+    return ConfusionStatsInput(output.output, output.targets.bool())
+
+
+def _decoded(output: SequenceOutput) -> torch.Tensor:
+    """The predicted token ids ``[B, S]``: ``predictions``, else ``argmax(logits)``."""
+    return output.predictions if output.predictions is not None else output.logits.argmax(dim=2)
+
+
+def _flat_logits(output: SequenceOutput) -> torch.Tensor:
+    """Logits as ``[B*S, V]``, one row a token."""
+    return output.logits.reshape(-1, output.logits.shape[-1])
+
+
+@register_adaptor(SequenceOutput, LossInput)
+def _sequence_loss(output: SequenceOutput) -> LossInput:
+    return LossInput(output.loss)
+
+
+@register_adaptor(SequenceOutput, CerInput)
+def _sequence_cer(output: SequenceOutput) -> CerInput:
+    return CerInput(_decoded(output), output.targets)
+
+
+@register_adaptor(SequenceOutput, WerInput)
+def _sequence_wer(output: SequenceOutput) -> WerInput:
+    return WerInput(_decoded(output), output.targets)
+
+
+@register_adaptor(SequenceOutput, AccuracyInput)
+def _sequence_accuracy(output: SequenceOutput) -> AccuracyInput:
+    return AccuracyInput(_flat_logits(output), output.targets.reshape(-1))
+
+
+@register_adaptor(SequenceOutput, TopKAccuracyInput)
+def _sequence_top_k(output: SequenceOutput) -> TopKAccuracyInput:
+    return TopKAccuracyInput(_flat_logits(output), output.targets.reshape(-1))
+
+
+@register_adaptor(SequenceOutput, PerplexityInput)
+def _sequence_perplexity(output: SequenceOutput) -> PerplexityInput:
+    return PerplexityInput(_flat_logits(output), output.targets.reshape(-1))

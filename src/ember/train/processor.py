@@ -128,6 +128,7 @@ class FullEventProcessorTraining:
         self.renderer = renderer
         self.store = store
         self._epoch = 0
+        self._iterations: dict[Split, tuple[int, int, int]] = {}  # epoch, first, last
         self._without_loss: set[type[Any]] = set()
 
     def process_train(self, event: LearnerEvent) -> None:
@@ -147,8 +148,11 @@ class FullEventProcessorTraining:
             sync = getattr(item, "sync", None)
             if sync is not None:
                 item = sync()
+            iteration = training_item.iteration
+            first = self._iterations.get(split, (0, iteration, 0))[1]
+            self._iterations[split] = (self._epoch, first, iteration)
             if split is Split.TRAIN:
-                self._check_finite(item, training_item.iteration)
+                self._check_finite(item, iteration)
             metadata = MetricMetadata(
                 training_item.progress, training_item.iteration, training_item.lr
             )
@@ -160,6 +164,7 @@ class FullEventProcessorTraining:
             self.store.start_split(split, event.epoch)
             renderer.start_split(split, event.total_items)
         elif isinstance(event, EndSplit):
+            self._log_iterations(split)
             self._publish(split, self.metrics.end_epoch(split))
             self.store.end_split(split)
             renderer.end_split()
@@ -177,6 +182,21 @@ class FullEventProcessorTraining:
         elif isinstance(event, End):
             renderer.end()
             renderer.on_train_end(event.summary)
+
+    def log_iterations(self) -> None:
+        """Write the iterations processed since the last call to the application log.
+
+        One line per chunk of events (at most ~20 a second), not one per iteration as Burn
+        does: a fast model would otherwise write megabytes of ``Iteration N`` lines a minute.
+        """
+        for split in list(self._iterations):
+            self._log_iterations(split)
+
+    def _log_iterations(self, split: Split) -> None:
+        span = self._iterations.pop(split, None)
+        if span is not None:
+            epoch, first, last = span
+            log.info("Iterations %d-%d of epoch %d (%s)", first, last, epoch, split.value)
 
     def _check_finite(self, item: Any, iteration: int) -> None:
         """B8: a NaN or infinite training loss ends the run before anything saves it."""
@@ -299,6 +319,7 @@ class AsyncProcessorTraining:
             try:
                 for split, event in message:  # type: ignore[attr-defined]  # a chunk
                     process(split, event)
+                self.processor.log_iterations()
             except BaseException as error:  # reported to the training side
                 self.error = error
                 log.error("metrics thread failed", exc_info=error)

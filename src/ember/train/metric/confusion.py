@@ -61,9 +61,9 @@ class ClassReduction(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class ConfusionStatsInput:
-    """Scores ``[B, C]`` (probabilities for threshold rules) and one-hot/multi-hot targets ``[B, C]``.
+    """Scores ``[B, C]`` and one-hot or multi-hot targets ``[B, C]``.
 
-    ``targets`` is boolean (integer 0/1 also works).
+    Threshold rules read the scores as probabilities. ``targets`` is boolean (0/1 ints work too).
     """
 
     predictions: torch.Tensor
@@ -169,10 +169,11 @@ class _ConfusionMetric:
                 f"{self.name} needs predictions and targets of one shape [B, C], got "
                 f"{tuple(scores.shape)} and {tuple(targets.shape)}"
             )
-        if self.top_k is None:
+        if self.threshold is not None:
             predicted = scores > self.threshold
         else:
-            top = scores.topk(min(self.top_k, scores.shape[1]), dim=1).indices
+            top_k = self.top_k or 1  # set whenever there is no threshold
+            top = scores.topk(min(top_k, scores.shape[1]), dim=1).indices
             predicted = torch.zeros_like(scores, dtype=torch.bool).scatter_(1, top, True)
         targets = targets.bool()
         tp = (predicted & targets).sum(dim=0)
@@ -232,7 +233,7 @@ class _PrecisionOrRecall(_ConfusionMetric):
 
     @classmethod
     def binary(cls, threshold: float = 0.5) -> Self:
-        """For one output column of probabilities; a sample predicts positive above ``threshold``."""
+        """For one column of probabilities; a sample is predicted positive above ``threshold``."""
         return cls(threshold=threshold)
 
     @classmethod
@@ -301,7 +302,7 @@ class FBetaScoreMetric(_ConfusionMetric):
 
     @classmethod
     def binary(cls, beta: float = 1.0, threshold: float = 0.5) -> FBetaScoreMetric:
-        """For one output column of probabilities; a sample predicts positive above ``threshold``."""
+        """For one column of probabilities; a sample is predicted positive above ``threshold``."""
         return cls(beta, threshold=threshold)
 
     @classmethod

@@ -11,11 +11,13 @@ epoch's readings (Burn repeats the last reading at the epoch end, counting it tw
 
 from __future__ import annotations
 
+import importlib
 import math
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from ember.train.metric.base import MetricAttributes, MetricEntry, MetricMetadata, NumericEntry
@@ -64,9 +66,18 @@ def read_proc_meminfo(path: str | Path = "/proc/meminfo") -> tuple[float, float]
     return total - available, total
 
 
-def _psutil_cpu_times() -> tuple[float, float]:
-    import psutil  # optional: only where /proc is missing
+def _psutil() -> ModuleType | None:
+    """psutil if installed (optional, used only where /proc is missing)."""
+    try:
+        return importlib.import_module("psutil")
+    except ImportError:
+        return None
 
+
+def _psutil_cpu_times() -> tuple[float, float]:
+    psutil = _psutil()
+    if psutil is None:
+        raise OSError("psutil is not installed")
     times = psutil.cpu_times()
     counted = {k: v for k, v in times._asdict().items() if k not in ("guest", "guest_nice")}
     idle = counted.get("idle", 0.0) + counted.get("iowait", 0.0)
@@ -74,32 +85,25 @@ def _psutil_cpu_times() -> tuple[float, float]:
 
 
 def _psutil_memory() -> tuple[float, float]:
-    import psutil  # optional: only where /proc is missing
-
+    psutil = _psutil()
+    if psutil is None:
+        raise OSError("psutil is not installed")
     memory = psutil.virtual_memory()
     return float(memory.total - memory.available), float(memory.total)
-
-
-def _psutil_available() -> bool:
-    try:
-        import psutil  # noqa: F401  # optional: only probing whether it is installed
-    except ImportError:
-        return False
-    return True
 
 
 def default_cpu_times_reader() -> CpuTimesReader | None:
     """``/proc/stat`` on Linux, else ``psutil`` if installed, else None."""
     if sys.platform.startswith("linux") and Path("/proc/stat").exists():
         return read_proc_stat
-    return _psutil_cpu_times if _psutil_available() else None
+    return _psutil_cpu_times if _psutil() is not None else None
 
 
 def default_memory_reader() -> MemoryReader | None:
     """``/proc/meminfo`` on Linux, else ``psutil`` if installed, else None."""
     if sys.platform.startswith("linux") and Path("/proc/meminfo").exists():
         return read_proc_meminfo
-    return _psutil_memory if _psutil_available() else None
+    return _psutil_memory if _psutil() is not None else None
 
 
 class _SystemMetric:
@@ -212,7 +216,7 @@ class CpuUse(_SystemMetric):
         idle, total = times[0] - baseline[0], times[1] - baseline[1]
         if total <= 0:
             return None
-        return min(100.0, max(0.0, 100.0 * (1.0 - idle / total)))
+        return min(100.0, max(0.0, 100.0 * (total - idle) / total))
 
     def update(self, item: object, metadata: MetricMetadata) -> MetricEntry:
         """Take a reading if ``interval`` has passed since the last one."""

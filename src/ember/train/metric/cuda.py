@@ -56,7 +56,7 @@ def read_cuda() -> list[GpuReading] | None:
     """The state of every visible GPU; None without CUDA; ``[]`` if this process has not used it."""
     if not torch.cuda.is_available():
         return None
-    if not torch.cuda.is_initialized():
+    if not torch.cuda.is_initialized():  # type: ignore[no-untyped-call]  # unannotated in torch
         return []
     readings = []
     for index in range(torch.cuda.device_count()):

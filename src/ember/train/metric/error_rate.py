@@ -71,7 +71,8 @@ def _lengths(tokens: IntArray, pad_token: int | None) -> IntArray:
     if pad_token is None:
         return np.full(tokens.shape[0], width, dtype=np.int64)
     pad = tokens == pad_token
-    return np.where(pad.any(axis=1), pad.argmax(axis=1), width).astype(np.int64)
+    lengths: IntArray = np.where(pad.any(axis=1), pad.argmax(axis=1), width).astype(np.int64)
+    return lengths
 
 
 class _ErrorRate(RatioMetric):
@@ -79,7 +80,9 @@ class _ErrorRate(RatioMetric):
     higher_is_better = False
 
     def __init__(self, pad_token: int | None = None) -> None:
-        if pad_token is not None and (isinstance(pad_token, bool) or not isinstance(pad_token, int)):
+        if pad_token is not None and (
+            isinstance(pad_token, bool) or not isinstance(pad_token, int)
+        ):
             raise TypeError(f"pad_token must be an int or None, got {pad_token!r}")
         super().__init__()
         self.pad_token = pad_token

@@ -15,7 +15,7 @@ __all__ = ["HammingScore", "HammingScoreInput"]
 
 @dataclass(frozen=True, slots=True)
 class HammingScoreInput:
-    """Scores ``[B, C]`` (probabilities, or logits with ``sigmoid=True``) and 0/1 targets ``[B, C]``."""
+    """Scores ``[B, C]`` (probabilities, or logits if ``sigmoid``) and 0/1 targets ``[B, C]``."""
 
     outputs: torch.Tensor
     targets: torch.Tensor

@@ -34,7 +34,9 @@ class PerplexityMetric(RatioMetric):
     metric_name = "Perplexity"
 
     def __init__(self, pad_token: int | None = None) -> None:
-        if pad_token is not None and (isinstance(pad_token, bool) or not isinstance(pad_token, int)):
+        if pad_token is not None and (
+            isinstance(pad_token, bool) or not isinstance(pad_token, int)
+        ):
             raise TypeError(f"pad_token must be an int or None, got {pad_token!r}")
         super().__init__()
         self.pad_token = pad_token

@@ -37,7 +37,9 @@ class TopKAccuracyMetric(MeanMetric):
             raise TypeError(f"k must be an int, got {k!r}")
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
-        if pad_token is not None and (isinstance(pad_token, bool) or not isinstance(pad_token, int)):
+        if pad_token is not None and (
+            isinstance(pad_token, bool) or not isinstance(pad_token, int)
+        ):
             raise TypeError(f"pad_token must be an int or None, got {pad_token!r}")
         self.metric_name = f"Top-K Accuracy @ TopK({k})"
         super().__init__()

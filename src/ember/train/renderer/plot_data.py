@@ -122,11 +122,23 @@ class MetricPlot:
             values.append((epoch, value))
 
     def points(self, kind: PlotKind) -> dict[Split, list[Point]]:
-        """Copies of the points to draw for ``kind``, per split (safe to use on another thread)."""
+        """Copies of the points to draw for ``kind``, per split (safe to use on another thread).
+
+        Recent history shows the x range that every split's last points cover: a series that
+        dropped old points cuts the others to its window.
+        """
         if kind is PlotKind.SUMMARY:
             return {split: list(values) for split, values in self.epochs.items()}
         if kind is PlotKind.RECENT:
-            return {split: list(series.recent) for split, series in self.series.items()}
+            # one window for all splits: from where the shortest-reaching full series begins
+            start = max(
+                (s.recent[0][0] for s in self.series.values() if len(s.recent) == s.recent.maxlen),
+                default=-math.inf,
+            )
+            return {
+                split: [point for point in series.recent if point[0] >= start]
+                for split, series in self.series.items()
+            }
         return {split: list(series.full) for split, series in self.series.items()}
 
 

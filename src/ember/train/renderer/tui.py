@@ -30,6 +30,8 @@ import time
 import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from itertools import groupby
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, TextIO
 
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
@@ -54,7 +56,7 @@ if TYPE_CHECKING:
     from ember.train.interrupter import Interrupter
     from ember.train.summary import LearnerSummary
 
-__all__ = ["STOP_REASON", "TuiMetricsRenderer", "decode_keys"]
+__all__ = ["STOP_REASON", "TuiMetricsRenderer", "decode_keys", "format_eta"]
 
 log = logging.getLogger("ember.train")
 
@@ -342,7 +344,8 @@ class _PlotPane:
             tabs.append(" │ " if index else " ")
             tabs.append(name, style="bold reverse" if index == frame.selected else "")
         yield tabs
-        yield Text(frame.kind.value, style="bold", justify="center")
+        title = f"{frame.plot_names[frame.selected]} · {frame.kind.value}"
+        yield Text(title, style="bold", justify="center", no_wrap=True)
         yield from self._chart(width, max(1, height - 4))
 
     def _chart(self, width: int, rows: int) -> Iterable[Text]:
@@ -361,10 +364,11 @@ class _PlotPane:
         for owner, split in enumerate(splits):
             canvas.plot(points[split], owner)
         for number, row in enumerate(canvas.rows()):
-            line = Text(f"{labels.get(number, ''):>{label_width}} │", style="dim", no_wrap=True)
-            for char, cell_owner in row:
+            line = Text(no_wrap=True)
+            line.append(f"{labels.get(number, ''):>{label_width}} │", style="dim")
+            for cell_owner, cells in groupby(row, key=itemgetter(1)):  # one span per run
                 style = _SPLIT_STYLE[splits[cell_owner]] if cell_owner is not None else None
-                line.append(char, style)
+                line.append("".join(char for char, _ in cells), style)
             yield line
         yield Text(" " * label_width + " └" + "─" * canvas.width, style="dim", no_wrap=True)
         xs = [x for series in points.values() for x, _ in series]
@@ -443,8 +447,6 @@ def _status_pane(frame: _Frame) -> Panel:
     for name, value in rows:
         text.append(f"{name} : ", style="bold")
         text.append(f"{value}\n")
-    if frame.stopping is not None:
-        text.append(f"Stopping : {frame.stopping}\n", style="bold red")
     text.rstrip()
     return Panel(text, title="Status", title_align="left")
 
@@ -477,7 +479,10 @@ def _progress_pane(frame: _Frame) -> Panel:
         f"epoch {frame.epoch}/{frame.total_epochs} {int(100 * frame.run_fraction):>3}% "
         f"(ETA {frame.eta})",
     )
-    return Panel(grid, title="Progress", title_align="left")
+    body: RenderableType = grid
+    if frame.stopping is not None:
+        body = Group(grid, Text(f"Stopping : {frame.stopping}", style="bold red", no_wrap=True))
+    return Panel(body, title="Progress", title_align="left")
 
 
 def _quit_popup() -> Panel:
@@ -497,7 +502,7 @@ def render_frame(frame: _Frame) -> RenderableType:
     layout = Layout()
     layout.split_column(
         Layout(name="top", ratio=1, minimum_size=16),
-        Layout(_progress_pane(frame), name="progress", size=4),
+        Layout(_progress_pane(frame), name="progress", size=4 if frame.stopping is None else 5),
     )
     layout["top"].split_row(
         Layout(name="left", ratio=38),
@@ -506,7 +511,7 @@ def render_frame(frame: _Frame) -> RenderableType:
     layout["left"].split_column(
         Layout(_controls_pane(), size=5),
         Layout(_metrics_pane(frame), ratio=1, minimum_size=6),
-        Layout(_status_pane(frame), size=8),
+        Layout(_status_pane(frame), size=7),
     )
     if frame.popup:
         return _Overlay(layout, _quit_popup(), 44, 7)
@@ -683,7 +688,7 @@ class TuiMetricsRenderer:
             if live is None:
                 return False
             now = self._clock()
-            since = now - self._last_draw
+            since = now - self._last_draw + 1e-9  # a frame due now is not skipped for rounding
             if since < self._interval or (not self._dirty and since < _IDLE_REDRAW):
                 return False
             stopping = self._interrupter.message if self._interrupter.should_stop() else None

@@ -1,0 +1,169 @@
+"""The ``ember`` command's summary and plot subcommands, and the lazily loaded extras."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ember.cli import main
+from ember.train import FileMetricLogger, LearnerSummary, MetricEntry, NumericEntry, Split
+from ember.train.metric.store import EventStore
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+LOSS = {Split.TRAIN: [2.0, 1.0, 0.5], Split.VALID: [2.5, 1.5, 1.75]}
+LEARNING_RATE = [0.01, 0.005, 0.001]
+
+
+def write_run(directory: Path) -> LearnerSummary:
+    """Metric logs of a 3-epoch run, as training writes them; returns its summary."""
+    store = EventStore([FileMetricLogger(directory)])
+    for epoch in (1, 2, 3):
+        for split in (Split.TRAIN, Split.VALID):
+            store.start_split(split, epoch)
+            final = LOSS[split][epoch - 1]
+            batches = [("Loss", NumericEntry(final + 0.25, 1)), ("Loss", NumericEntry(final, 1))]
+            finals = [("Loss", NumericEntry(final, final=True))]
+            if split is Split.TRAIN:
+                rate = LEARNING_RATE[epoch - 1]
+                batches.append(("Learning Rate", NumericEntry(rate, 1)))
+                finals.append(("Learning Rate", NumericEntry(rate, final=True)))
+            for name, value in [*batches, *finals]:
+                store.log(split, [MetricEntry(name, "", value.serialize())])
+            store.log(split, [MetricEntry("Notes", "", "a text metric")])
+            store.end_split(split)
+    summary = LearnerSummary.collect(store, ["Loss", "Learning Rate"], 3)
+    store.close()
+    return summary
+
+
+def test_summary_from_summary_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """With summary.json, `ember summary` prints it, model and stop reason included."""
+    summary = write_run(tmp_path)
+    saved = LearnerSummary(summary.epochs, summary.metrics, "Mlp()", "early stop")
+    (tmp_path / "summary.json").write_text(saved.dumps(), encoding="utf-8")
+    assert main(["summary", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == f"{saved}\n"
+
+
+def test_summary_from_logs_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without summary.json the table is rebuilt from the logs: numeric metrics only, `_` in
+    file names read as spaces, the same rows training printed."""
+    summary = write_run(tmp_path)
+    assert (tmp_path / "train" / "epoch-1" / "Learning_Rate.log").exists()
+    assert main(["summary", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out == f"{summary}\n"
+    assert "| Train | Learning Rate | 1.000e-3 | 3        | 0.010    | 1        |" in out
+    assert "| Valid | Loss          | 1.500    | 2        | 2.500    | 1        |" in out
+    assert "Notes" not in out
+
+
+@pytest.mark.parametrize("make", ["missing", "empty", "foreign"])
+def test_summary_without_a_run_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], make: str
+) -> None:
+    """No run in DIR: exit code 2 and a message naming DIR."""
+    directory = tmp_path / "run"
+    if make != "missing":
+        directory.mkdir()
+    if make == "foreign":
+        (directory / "notes.txt").write_text("not a run")
+        (directory / "train").mkdir()
+    assert main(["summary", str(directory)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert f"ember summary: no training run in {str(directory)!r}" in captured.err
+
+
+def test_summary_with_a_broken_summary_json_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A summary.json that cannot be read is reported, not a traceback."""
+    (tmp_path / "summary.json").write_text("{not json", encoding="utf-8")
+    assert main(["summary", str(tmp_path)]) == 2
+    assert "summary.json is not a learner summary" in capsys.readouterr().err
+
+
+def test_plot_writes_a_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`ember plot DIR` writes DIR/metrics.png, a PNG that matplotlib reads back."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.image import imread
+
+    write_run(tmp_path)
+    assert main(["plot", str(tmp_path)]) == 0
+    path = tmp_path / "metrics.png"
+    assert capsys.readouterr().out == f"wrote {path}\n"
+    assert path.read_bytes().startswith(PNG_SIGNATURE)
+    image = imread(path)
+    assert image.shape[0] > 0 and image.shape[1] > image.shape[0]  # two subplots side by side
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_plot_to_a_chosen_file(tmp_path: Path) -> None:
+    """-o FILE writes there, creating its directory."""
+    pytest.importorskip("matplotlib")
+    write_run(tmp_path / "run")
+    output = tmp_path / "out" / "curves.png"
+    assert main(["plot", str(tmp_path / "run"), "-o", str(output)]) == 0
+    assert output.read_bytes().startswith(PNG_SIGNATURE)
+    assert not (tmp_path / "run" / "metrics.png").exists()
+
+
+def test_plot_of_an_empty_directory_fails_clearly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No metric logs: exit code 2, a message naming the directory, no image."""
+    assert main(["plot", str(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    assert f"ember plot: no training run in {str(tmp_path)!r}" in captured.err
+    assert not (tmp_path / "metrics.png").exists()
+
+
+def test_missing_extras_say_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without matplotlib, scikit-learn or tensorboard the error names the extra."""
+    from ember.digits import load_digits
+    from ember.train.logger import TensorBoardLogger
+
+    write_run(tmp_path)
+    monkeypatch.setitem(sys.modules, "matplotlib.backends.backend_agg", None)
+    monkeypatch.setitem(sys.modules, "sklearn.datasets", None)
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)
+    assert main(["plot", str(tmp_path)]) == 2
+    assert "pip install ember[plot]" in capsys.readouterr().err
+    with pytest.raises(ImportError, match=r"pip install ember\[examples\]"):
+        load_digits()
+    with pytest.raises(ImportError, match=r"pip install ember\[tensorboard\]"):
+        TensorBoardLogger(tmp_path / "tb")
+    assert main(["digits", "--dir", str(tmp_path / "digits")]) == 2
+    assert "pip install ember[examples]" in capsys.readouterr().err
+    assert not (tmp_path / "digits").exists()
+
+
+def test_optional_dependencies_load_lazily() -> None:
+    """Importing ember, its CLI, plot, digits and loggers imports no optional dependency."""
+    code = (
+        "import sys, ember, ember.cli, ember.plot, ember.digits, ember.train.logger\n"
+        "heavy = {'tensorboard', 'matplotlib', 'sklearn', 'torchmetrics'}\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] in heavy\n"
+        "                or m.startswith('torch.utils.tensorboard'))\n"
+        "print(loaded)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert done.stdout.strip() == "[]"
+
+
+def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    """`ember --help` names every subcommand."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    for command in ("demo", "summary", "plot", "digits"):
+        assert command in out

@@ -1,0 +1,176 @@
+"""CsvMetricLogger: one CSV file that reads back exactly and serves the event store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ember.train import (
+    Aggregate,
+    Direction,
+    MetricDefinition,
+    MetricEntry,
+    MetricLogger,
+    NumericEntry,
+    Split,
+)
+from ember.train.logger import CsvMetricLogger
+from ember.train.metric.store import EventStore
+
+
+def entry(name: str, value: NumericEntry) -> MetricEntry:
+    return MetricEntry(name, "shown", value.serialize())
+
+
+BATCHES = {
+    (Split.TRAIN, 1): [NumericEntry(4.471280097961426, 1), NumericEntry(3.5, 8)],
+    (Split.TRAIN, 2): [NumericEntry(0.1, 1), NumericEntry(1e-7, 2), NumericEntry(2.0)],
+    (Split.VALID, 1): [NumericEntry(2.25, 3)],
+    (Split.VALID, 2): [NumericEntry(1.125, 3)],
+}
+FINALS = {
+    (Split.TRAIN, 1): NumericEntry(4.484403473990304, final=True),
+    (Split.TRAIN, 2): NumericEntry(0.7, final=True),
+    (Split.VALID, 1): NumericEntry(2.25, final=True),
+    (Split.VALID, 2): NumericEntry(1.125, final=True),
+}
+
+
+def log_run(logger: CsvMetricLogger, epochs: tuple[int, ...] = (1, 2)) -> None:
+    for epoch in epochs:
+        for split in (Split.TRAIN, Split.VALID):
+            for value in BATCHES[(split, epoch)]:
+                logger.log([entry("Loss", value)], epoch, split)
+            logger.log([entry("Loss", FINALS[(split, epoch)])], epoch, split)
+            logger.end_split(epoch, split)
+
+
+def test_round_trip_includes_final_entries(tmp_path: Path) -> None:
+    """read_numeric gives back every batch entry and the final one, also from a new logger."""
+    path = tmp_path / "metrics.csv"
+    logger = CsvMetricLogger(path)
+    log_run(logger)
+    for (split, epoch), batches in BATCHES.items():
+        expected = [*batches, FINALS[(split, epoch)]]
+        assert logger.read_numeric("Loss", epoch, split) == expected
+    logger.close()
+    reread = CsvMetricLogger(path)
+    for (split, epoch), batches in BATCHES.items():
+        assert reread.read_numeric("Loss", epoch, split) == [*batches, FINALS[(split, epoch)]]
+    assert reread.read_numeric("Loss", 3, Split.TRAIN) == []
+    assert reread.read_numeric("Accuracy", 1, Split.TRAIN) == []
+
+
+def test_file_layout(tmp_path: Path) -> None:
+    """Header, one row per entry, numbers as the metric logs write them, kind batch|epoch."""
+    path = tmp_path / "logs" / "metrics.csv"
+    logger = CsvMetricLogger(path)
+    log_run(logger, epochs=(1,))
+    logger.close()
+    assert path.read_text(encoding="utf-8").splitlines() == [
+        "epoch,split,metric,value,weight,kind",
+        "1,train,Loss,4.471280097961426,1,batch",
+        "1,train,Loss,3.5,8,batch",
+        "1,train,Loss,4.484403473990304,,epoch",
+        "1,valid,Loss,2.25,3,batch",
+        "1,valid,Loss,2.25,,epoch",
+    ]
+
+
+def test_rows_are_buffered_until_the_split_ends(tmp_path: Path) -> None:
+    """Nothing reaches the file before end_split; everything does after it."""
+    path = tmp_path / "metrics.csv"
+    logger = CsvMetricLogger(path)
+    logger.log([entry("Loss", NumericEntry(1.0, 1))], 1, Split.TRAIN)
+    assert not path.exists()
+    logger.end_split(1, Split.TRAIN)
+    assert path.read_text(encoding="utf-8").splitlines()[1:] == ["1,train,Loss,1,1,batch"]
+    logger.close()
+    logger.close()  # a second close does nothing
+
+
+def test_only_numeric_available_entries_are_written(tmp_path: Path) -> None:
+    """Text metrics, N/A entries and definitions marked non-numeric are skipped; odd names
+    are quoted and read back."""
+    path = tmp_path / "metrics.csv"
+    logger = CsvMetricLogger(path)
+    logger.log_definition(MetricDefinition("Tokens"))  # no attributes: not numeric
+    logger.log(
+        [
+            MetricEntry("Text", "hello", "hello world"),
+            MetricEntry("Pending", "", MetricEntry.NOT_AVAILABLE),
+            MetricEntry("Tokens", "12", "12"),
+            entry('Loss, "smoothed"', NumericEntry(0.5, 2)),
+        ],
+        1,
+        Split.TRAIN,
+    )
+    logger.end_split(1, Split.TRAIN)
+    rows = path.read_text(encoding="utf-8").splitlines()[1:]
+    assert rows == ['1,train,"Loss, ""smoothed""",0.5,2,batch']
+    assert logger.read_numeric('Loss, "smoothed"', 1, Split.TRAIN) == [NumericEntry(0.5, 2)]
+    logger.close()
+
+
+def test_only_logger_of_an_event_store(tmp_path: Path) -> None:
+    """find_metric and find_epoch work with the CSV logger alone."""
+    logger = CsvMetricLogger(tmp_path / "metrics.csv")
+    store = EventStore([logger])
+    finals = [3.0, 1.5, 1.5, 2.0]
+    for epoch, final in enumerate(finals, start=1):
+        store.start_split(Split.VALID, epoch)
+        store.log(Split.VALID, [entry("Loss", NumericEntry(final + 1, 1))])
+        store.log(Split.VALID, [entry("Loss", NumericEntry(final, final=True))])
+        store.end_split(Split.VALID)
+    assert [store.find_metric("Loss", e, Aggregate.MEAN, Split.VALID) for e in (1, 2, 4)] == [
+        3.0,
+        1.5,
+        2.0,
+    ]
+    assert store.find_epoch("Loss", Aggregate.MEAN, Direction.LOWEST, Split.VALID) == 2
+    assert store.find_epoch("Loss", Aggregate.MEAN, Direction.HIGHEST, Split.VALID) == 1
+    assert store.find_epoch("Loss", Aggregate.MEAN, Direction.LOWEST, Split.TRAIN) is None
+    store.close()
+
+
+def test_resumed_run_replaces_the_rerun_epoch(tmp_path: Path) -> None:
+    """An epoch logged again drops that split's rows from it on; earlier epochs stay."""
+    path = tmp_path / "metrics.csv"
+    first = CsvMetricLogger(path)
+    log_run(first)
+    first.close()
+
+    resumed = CsvMetricLogger(path)
+    resumed.log([entry("Loss", NumericEntry(9.0, 1))], 2, Split.TRAIN)
+    resumed.log([entry("Loss", NumericEntry(9.0, final=True))], 2, Split.TRAIN)
+    resumed.end_split(2, Split.TRAIN)
+    assert resumed.read_numeric("Loss", 2, Split.TRAIN) == [
+        NumericEntry(9.0, 1),
+        NumericEntry(9.0, final=True),
+    ]
+    assert resumed.read_numeric("Loss", 1, Split.TRAIN) == [
+        *BATCHES[(Split.TRAIN, 1)],
+        FINALS[(Split.TRAIN, 1)],
+    ]
+    # valid epoch 2 has not been re-run yet: its rows are still there
+    assert resumed.read_numeric("Loss", 2, Split.VALID)[-1] == FINALS[(Split.VALID, 2)]
+    resumed.close()
+    text = path.read_text(encoding="utf-8")
+    assert text.count("epoch,split,metric") == 1
+    assert "0.7,,epoch" not in text
+
+
+def test_rejects_a_directory_and_a_foreign_file(tmp_path: Path) -> None:
+    """Bad paths fail at construction, naming the path."""
+    with pytest.raises(ValueError, match="is a directory"):
+        CsvMetricLogger(tmp_path)
+    other = tmp_path / "other.csv"
+    other.write_text("a,b,c\n1,2,3\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"other\.csv.*not a CSV metric log"):
+        CsvMetricLogger(other)
+
+
+def test_satisfies_the_protocol(tmp_path: Path) -> None:
+    """CsvMetricLogger is a MetricLogger."""
+    assert isinstance(CsvMetricLogger(tmp_path / "m.csv"), MetricLogger)

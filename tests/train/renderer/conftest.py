@@ -1,0 +1,28 @@
+"""Fixtures for the renderer tests."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+from tui_screen import Screen
+
+
+@pytest.fixture
+def make_screen() -> Iterator[Callable[..., Screen]]:
+    screens: list[Screen] = []
+
+    def make(**options: float) -> Screen:
+        screen = Screen(**options)
+        screens.append(screen)
+        return screen
+
+    yield make
+    for screen in screens:
+        screen.tui.close()
+        screen.close_pipe()
+
+
+@pytest.fixture
+def screen(make_screen: Callable[..., Screen]) -> Screen:
+    return make_screen()

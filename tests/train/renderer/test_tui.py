@@ -1,0 +1,349 @@
+"""The TUI renderer driven through its protocol on an in-memory terminal (reference §4.7)."""
+
+from __future__ import annotations
+
+import os
+import pty
+import termios
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+from tui_screen import Screen
+
+from ember.train import (
+    LearnerSummary,
+    MetricAttributes,
+    MetricDefinition,
+    MetricEntry,
+    MetricState,
+    MetricSummary,
+    NumericEntry,
+    Split,
+)
+from ember.train.renderer.tui import STOP_REASON
+
+LOSS = MetricDefinition("Loss", attributes=MetricAttributes())
+ACCURACY = MetricDefinition("Accuracy", attributes=MetricAttributes(unit="%"))
+
+
+def loss(value: float, text: str | Callable[[], str] | None = None) -> MetricState:
+    formatted = text if text is not None else f"epoch {value:.2f} - batch {value:.2f}"
+    return MetricState(MetricEntry("Loss", formatted, f"{value},1"), NumericEntry(value, 1))
+
+
+def final(name: str, value: float) -> MetricState:
+    entry = MetricEntry(name, f"epoch {value:.2f}", f"{value},final")
+    return MetricState(entry, NumericEntry(value, final=True))
+
+
+def run_epoch(screen: Screen, epoch: int, batches: int = 7, seconds: float = 0.5) -> None:
+    """One epoch of 7 train and 2 valid batches, each ``seconds`` long, polling after each."""
+    tui, clock = screen.tui, screen.clock
+    for split, count, update in (
+        (Split.TRAIN, batches, tui.update_train),
+        (Split.VALID, 2, tui.update_valid),
+    ):
+        tui.start_split(split, 32 * count)
+        for i in range(1, count + 1):
+            clock.now += seconds
+            update(loss(10 * epoch + i))
+            tui.update_split(32 * i)
+            tui.poll()
+        update(final("Loss", 10.0 * epoch))
+        tui.end_split()
+    tui.update_epoch(epoch)
+
+
+def test_panes_show_metrics_status_and_progress(screen: Screen) -> None:
+    """Every pane is drawn with the metric text per split, the status counts and the progress."""
+    tui, clock = screen.tui, screen.clock
+    tui.register_metric(LOSS)
+    tui.register_metric(MetricDefinition("Notes"))  # not numeric: text only, no plot
+    tui.start(3, 1)
+    tui.start_split(Split.TRAIN, 200)
+    clock.now += 1.0
+    tui.update_train(loss(2.72, "epoch 4.48 - batch 2.72"))
+    tui.update_train(MetricState(MetricEntry("Notes", "all good", "all good")))
+    tui.update_split(32)
+    clock.now += 1.0
+    tui.update_split(64)
+    tui.poll()
+    frame = screen.frame()
+    for pane in ("Controls", "Metrics", "Status", "Plots", "Progress"):
+        assert f"─ {pane} " in frame
+    assert "Quit : q  Stop the training." in frame
+    assert "Train epoch 4.48 - batch 2.72" in frame
+    assert "Train all good" in frame
+    for line in ("Mode : Training", "Epochs : 1/3", "Items : 64/200", "Iteration : 2"):
+        assert line in frame
+    assert "Items/s : 32.0" in frame  # 64 items in 2 s of the fake clock
+    assert "64/200 items  32%" in frame
+    assert "Loss · Full history" in frame
+    assert "━ Train" in frame
+
+    tui.end_split()
+    tui.start_split(Split.VALID, 64)
+    clock.now += 1.0
+    tui.update_valid(loss(3.5, "epoch 3.50 - batch 3.50"))
+    tui.update_split(64)
+    tui.poll()
+    frame = screen.frame()
+    assert "Mode : Validating" in frame
+    assert "Valid epoch 3.50 - batch 3.50" in frame
+    assert "Items : 64/64" in frame and "Iteration : 1" in frame
+    assert "━ Valid" in frame
+
+
+def test_draws_are_rate_limited_by_the_clock(make_screen: Callable[..., Screen]) -> None:
+    """1000 updates over 2 s of the fake clock draw at most 10 frames a second."""
+    for rate, most in ((10.0, 21), (2.0, 5)):
+        screen = make_screen(max_refresh_per_second=rate)
+        tui = screen.tui
+        tui.register_metric(LOSS)
+        tui.start(1, 1)
+        tui.start_split(Split.TRAIN, 1000)
+        for i in range(1, 1001):
+            screen.clock.now += 0.002
+            tui.update_train(loss(1.0))
+            tui.update_split(i)
+            tui.poll()
+        assert most - 2 <= screen.draws <= most
+
+
+def test_without_news_redraws_only_once_a_second(screen: Screen) -> None:
+    """Nothing changed: no frame until a second has passed (for items/s and the ETA)."""
+    screen.tui.start(1, 1)
+    screen.tui.poll()
+    assert screen.draws == 1
+    screen.clock.now += 0.5
+    screen.tui.poll()
+    assert screen.draws == 1
+    screen.clock.now += 0.5
+    screen.tui.poll()
+    assert screen.draws == 2
+
+
+def test_entry_text_is_formatted_only_when_drawn(screen: Screen) -> None:
+    """Updates never format; each frame formats the entries it shows once."""
+    calls = 0
+
+    def text() -> str:
+        nonlocal calls
+        calls += 1
+        return "epoch 1.00 - batch 1.00"
+
+    tui = screen.tui
+    tui.register_metric(LOSS)
+    tui.start(1, 1)
+    tui.start_split(Split.TRAIN, 500)
+    for i in range(1, 501):
+        tui.update_train(loss(1.0, text))
+        tui.update_split(i)
+    assert calls == 0
+    for _ in range(300):
+        screen.clock.now += 0.01
+        tui.update_train(loss(1.0, text))
+        tui.poll()
+    assert 29 <= screen.draws <= 31
+    assert calls == screen.draws
+
+
+def test_arrows_switch_metric_and_plot_kind(screen: Screen) -> None:
+    """←/→ cycle the plotted metric (wrapping), ↑/↓ cycle Full, Recent and Summary."""
+    tui = screen.tui
+    tui.register_metric(LOSS)
+    tui.register_metric(ACCURACY)
+    tui.start(3, 1)
+    for epoch in (1, 2, 3):
+        run_epoch(screen, epoch)
+    steps = [
+        (b"", "Loss · Full history"),
+        (b"\x1b[C", "Accuracy · Full history"),
+        (b"\x1b[C", "Loss · Full history"),
+        (b"\x1b[D", "Accuracy · Full history"),
+        (b"\x1b[D", "Loss · Full history"),
+        (b"\x1b[B", "Loss · Recent history"),
+        (b"\x1b[B", "Loss · Summary"),
+        (b"\x1b[B", "Loss · Full history"),
+        (b"\x1bOA", "Loss · Summary"),  # arrows in application cursor mode too
+    ]
+    for keys, title in steps:
+        screen.clock.now += 0.1
+        screen.press(keys)
+        assert title in screen.frame()
+    frame = screen.frame()
+    assert "epoch 1" in frame and "epoch 3" in frame  # x axis of the per-epoch plot
+    assert "30.00" in frame and "10.00" in frame  # y range: the epoch values 10, 20, 30
+
+
+def test_quit_popup_s_stops_training_with_the_reason(screen: Screen) -> None:
+    """q opens the popup without stopping; s stops through the interrupter and says so."""
+    screen.tui.start(2, 1)
+    screen.press(b"q")
+    frame = screen.frame()
+    assert "─ Quit ─" in frame
+    assert "[s] Stop the training." in frame and "[c] Cancel." in frame
+    assert not screen.interrupter.should_stop()
+
+    screen.clock.now += 0.1
+    screen.press(b"\x1b[C")  # ignored while the popup is open
+    assert "─ Quit ─" in screen.frame()
+    screen.clock.now += 0.1
+    screen.press(b"s")
+    assert screen.interrupter.should_stop()
+    assert screen.interrupter.message == STOP_REASON == "Stopping training from user input."
+    frame = screen.frame()
+    assert "─ Quit ─" not in frame
+    assert f"Stopping : {STOP_REASON}" in frame
+
+    screen.tui.close()
+    assert f"Training stopped at epoch 1/2: {STOP_REASON}" in screen.after_exit()
+
+
+@pytest.mark.parametrize("key", [b"c", b"\x1b"])
+def test_quit_popup_c_or_escape_cancels(screen: Screen, key: bytes) -> None:
+    """c (or Esc) closes the popup and training goes on."""
+    screen.tui.start(2, 1)
+    screen.press(b"q")
+    assert "─ Quit ─" in screen.frame()
+    screen.clock.now += 0.1
+    screen.press(key)
+    screen.tui.poll()  # a lone Esc is known once no sequence follows it
+    assert "─ Quit ─" not in screen.frame()
+    assert not screen.interrupter.should_stop()
+
+
+def test_quit_popup_k_interrupts_the_main_thread(screen: Screen) -> None:
+    """k raises KeyboardInterrupt in the main thread, as Ctrl-C would."""
+    screen.tui.start(2, 1)
+    screen.press(b"q")
+    with pytest.raises(KeyboardInterrupt):  # noqa: PT012  # raised at the next bytecode check
+        screen.press(b"k")
+        wait_until(lambda: False)
+    assert not screen.interrupter.should_stop()
+    screen.tui.close()
+    assert "Training killed from user input." in screen.after_exit()
+
+
+def test_close_restores_the_terminal_then_prints_the_summary(screen: Screen) -> None:
+    """close() shows the cursor and leaves the alternate screen before printing the summary."""
+    tui = screen.tui
+    tui.register_metric(LOSS)
+    tui.start(1, 1)
+    run_epoch(screen, 1)
+    tui.end()
+    summary = LearnerSummary(1, (MetricSummary("Train", "Loss", 10.0, 1, 10.0, 1),))
+    tui.on_train_end(summary)
+    raw = screen.raw
+    assert raw.count("\x1b[?1049h") == 1 and "\x1b[?1049l" not in raw
+    tui.close()
+    raw = screen.raw
+    assert raw.index("\x1b[?25h") > raw.index("\x1b[?1049h")
+    after = screen.after_exit()
+    assert after.startswith("Training ended after epoch 1/1.\n")
+    assert "train  Loss 10" in after and "valid  Loss 10" in after
+    assert str(summary) in after
+    tui.close()  # idempotent: nothing printed twice
+    assert screen.after_exit() == after
+
+
+def test_on_error_restores_the_terminal_and_prints_the_error(screen: Screen) -> None:
+    """on_error leaves the alternate screen first, then prints the error and its traceback."""
+    screen.tui.start(1, 1)
+    screen.tui.poll()
+    try:
+        raise ValueError("bad batch")
+    except ValueError as error:
+        screen.tui.on_error(error)
+    after = screen.after_exit()
+    assert after.startswith("Training failed: ValueError: bad batch\nTraceback")
+
+
+def test_a_failure_while_drawing_restores_the_terminal(screen: Screen) -> None:
+    """An exception inside the renderer gives the terminal back, is shown, and training goes on."""
+
+    def broken() -> str:
+        raise RuntimeError("cannot format")
+
+    tui = screen.tui
+    tui.register_metric(LOSS)
+    tui.start(1, 1)
+    tui.start_split(Split.TRAIN, 64)
+    tui.update_train(loss(1.0, broken))
+    tui.poll()
+    after = screen.after_exit()
+    assert after.startswith("The terminal UI failed and was closed; training goes on.")
+    assert "RuntimeError: cannot format" in after
+    draws = screen.draws
+    tui.update_train(loss(2.0))  # later calls are harmless
+    screen.clock.now += 1
+    tui.poll()
+    tui.close()
+    assert screen.draws == draws
+
+
+def test_cbreak_mode_is_set_on_a_terminal_and_restored(make_screen: Callable[..., Screen]) -> None:
+    """On a real terminal, keys are read in cbreak mode and the mode is restored at close."""
+    master, slave = pty.openpty()
+    try:
+        before = termios.tcgetattr(slave)
+        screen = make_screen(input_stream=slave)
+        screen.tui.start(1, 1)
+        during = termios.tcgetattr(slave)
+        assert not during[3] & (termios.ICANON | termios.ECHO)
+        os.write(master, b"q")
+        screen.tui.poll()
+        assert "─ Quit ─" in screen.frame()
+        screen.tui.close()
+        assert termios.tcgetattr(slave) == before
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+def wait_until(condition: Callable[[], bool], seconds: float = 10) -> bool:
+    """Poll ``condition`` until it holds or ``seconds`` pass; returns its last value."""
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return condition()
+
+
+def test_train_renderer_thread_reads_keys_and_stops_at_close(
+    make_screen: Callable[..., Screen],
+) -> None:
+    """Threaded: a thread named train-renderer draws and handles keys; close() ends it."""
+    screen = make_screen(threaded=True)
+    screen.tui.start(5, 1)
+    assert any(t.name == "train-renderer" for t in threading.enumerate())
+    screen.type(b"q")
+    assert wait_until(lambda: "immediately" in screen.raw)  # the popup was drawn
+    screen.type(b"s")
+    assert wait_until(screen.interrupter.should_stop)
+    assert screen.interrupter.message == STOP_REASON
+    screen.tui.close()
+    assert not any(t.name == "train-renderer" for t in threading.enumerate())
+    assert "\x1b[?1049l" in screen.raw
+
+
+def test_refresh_rate_must_be_positive() -> None:
+    """The rate is validated at construction, naming the argument."""
+    with pytest.raises(ValueError, match="max_refresh_per_second must be > 0, got 0"):
+        Screen(max_refresh_per_second=0)
+
+
+def test_eta_appears_after_the_warm_up(screen: Screen) -> None:
+    """The ETA is --- until 10 items and 10 s have passed, then extrapolates the run's pace."""
+    tui, clock = screen.tui, screen.clock
+    tui.start(2, 1)
+    tui.start_split(Split.TRAIN, 100)
+    clock.now = 9.0
+    tui.update_split(50)
+    tui.poll()
+    assert "epoch 1/2  25% (ETA ---)" in screen.frame()
+    clock.now = 11.0
+    tui.update_split(55)
+    tui.poll()
+    assert "epoch 1/2  27% (ETA 29 secs)" in screen.frame()  # 145 items left at 5 items/s
