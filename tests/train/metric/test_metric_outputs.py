@@ -5,25 +5,37 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from torchmetrics.classification import MulticlassAccuracy
 
 from ember.data import Progress
 from ember.train import ClassificationOutput
 from ember.train.metric import (
     AccuracyInput,
     AccuracyMetric,
+    AurocMetric,
     CerInput,
     CharErrorRate,
     ConfusionStatsInput,
+    CpuMemory,
+    CpuUse,
+    CudaMetric,
     FBetaScoreMetric,
+    HammingScore,
     HammingScoreInput,
     LossInput,
+    Metric,
     MetricMetadata,
+    Numeric,
     PerplexityInput,
     PerplexityMetric,
+    PrecisionMetric,
+    RecallMetric,
     Split,
     TopKAccuracyInput,
     TopKAccuracyMetric,
+    TorchMetric,
     WerInput,
+    WordErrorRate,
     adapt,
 )
 from ember.train.outputs import MultiLabelClassificationOutput, SequenceOutput
@@ -115,3 +127,28 @@ def test_sequence_metrics_run_through_the_processor() -> None:
     cer, ppl = metrics.end_epoch(Split.TRAIN)
     assert cer.entry.serialized == "50,final"
     assert ppl.numeric is not None and ppl.numeric.value > 1
+
+
+def test_every_new_metric_is_a_metric_and_numeric_where_it_has_numbers() -> None:
+    """The processor accepts them all; only Cuda and text TorchMetrics are not Numeric."""
+    numeric: list[Metric] = [
+        TopKAccuracyMetric(1),
+        PerplexityMetric(),
+        PrecisionMetric(),
+        RecallMetric(),
+        FBetaScoreMetric(),
+        AurocMetric(),
+        HammingScore(),
+        CharErrorRate(),
+        WordErrorRate(),
+        CpuUse(),
+        CpuMemory(),
+        TorchMetric(MulticlassAccuracy(num_classes=2)),
+    ]
+    text: list[Metric] = [
+        CudaMetric(),
+        TorchMetric(MulticlassAccuracy(num_classes=2), numeric=False),
+    ]
+    assert all(isinstance(m, Numeric) for m in numeric)
+    assert all(isinstance(m, Metric) and not isinstance(m, Numeric) for m in text)
+    assert len({m.name for m in numeric + text}) == len(numeric) + len(text) - 1  # 2 TorchMetrics

@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import os
 import pty
+import re
 import select
 import struct
 import subprocess
@@ -117,7 +118,7 @@ def test_q_then_s_stops_training_and_restores_the_terminal(tmp_path: Path) -> No
         terminal.wait_for(b"Switch between metrics", 120)  # the TUI is up
         terminal.wait_for(b"Loss", 60)  # and training runs
         os.write(master, b"q")
-        terminal.wait_for(b"immediately", 30)  # the Quit popup
+        terminal.wait_for(b"Cancel.", 30)  # the Quit popup
         os.write(master, b"s")
         code = terminal.wait_exit(120)
         after = termios.tcgetattr(slave)
@@ -134,7 +135,8 @@ def test_q_then_s_stops_training_and_restores_the_terminal(tmp_path: Path) -> No
     enter, leave = raw.index(b"\x1b[?1049h"), raw.rindex(b"\x1b[?1049l")
     assert enter < leave and raw.rindex(b"\x1b[?25h") > enter  # screen left, cursor shown
     printed = strip_ansi(raw[leave:].decode("utf-8", "replace"))
-    assert "Training stopped at epoch" in printed
+    stopped = r"Training stopped after \d+ of 100000 epochs: Stopping training from user input\."
+    assert re.search(stopped, printed)
     assert "Learner Summary" in printed  # close() prints it on the normal screen
     assert "renderer=TuiMetricsRenderer" in printed
     assert "stop_reason=Stopping training from user input." in printed

@@ -68,10 +68,9 @@ class PerplexityMetric(RatioMetric):
         targets = targets.long()
         if self.pad_token is None:
             nll = F.cross_entropy(logits, targets, reduction="sum")
-            tokens = torch.tensor(targets.numel(), device=nll.device)
-        else:
-            nll = F.cross_entropy(logits, targets, reduction="sum", ignore_index=self.pad_token)
-            tokens = (targets != self.pad_token).sum()
+            return self._record(nll.item(), targets.numel())
+        nll = F.cross_entropy(logits, targets, reduction="sum", ignore_index=self.pad_token)
+        tokens = (targets != self.pad_token).sum()
         # one read-back for both numbers
         total, count = torch.stack([nll.double(), tokens.double()]).tolist()
         return self._record(total, count)

@@ -1,9 +1,11 @@
 """A full-screen renderer for terminals (reference §4.7), drawn with rich on the alternate screen.
 
 Panes: Controls, Metrics (each metric's text per split), Status (mode, epochs, items,
-iteration, items/s), Plots (live braille plots of the numeric metrics) and Progress (the split
-and the whole run, with an ETA). Keys: ``q`` opens the Quit popup (``s`` stop, ``k`` kill,
-``c``/Esc cancel), ←/→ switch the plotted metric, ↑/↓ switch the plot kind.
+iteration, items/s, ETA), Plots (live braille plots of the numeric metrics) and Progress (the split
+and the whole run, with an ETA). Keys: ``q`` opens the Quit popup (``s`` stops training
+through the interrupter, ``c``/Esc cancels), ←/→ switch the plotted metric, ↑/↓ the plot kind.
+Ctrl-C keeps working (cbreak mode, not raw): during ``launch`` the first one stops gracefully,
+a second one aborts (B7). There is no "kill" key: it would only be another Ctrl-C.
 
 Threads: the protocol methods run on ``train-worker`` (``on_error`` and ``close`` on the
 caller's thread) and only update state under a lock, never formatting text. A thread named
@@ -18,7 +20,6 @@ screen, so they stay visible.
 
 from __future__ import annotations
 
-import _thread
 import atexit
 import logging
 import math
@@ -442,6 +443,7 @@ def _status_pane(frame: _Frame) -> Panel:
         ("Items", f"{frame.split_done}/{frame.split_total}"),
         ("Iteration", str(frame.iteration)),
         ("Items/s", ips),
+        ("ETA", frame.eta),
     ]
     text = Text(no_wrap=True, overflow="ellipsis")
     for name, value in rows:
@@ -489,7 +491,6 @@ def _quit_popup() -> Panel:
     text = Text("\n", no_wrap=True)
     for key, what in (
         ("s", "Stop the training."),
-        ("k", "Stop the training immediately."),
         ("c", "Cancel."),
     ):
         text.append(f"  [{key}] ", style="bold cyan")
@@ -511,10 +512,10 @@ def render_frame(frame: _Frame) -> RenderableType:
     layout["left"].split_column(
         Layout(_controls_pane(), size=5),
         Layout(_metrics_pane(frame), ratio=1, minimum_size=6),
-        Layout(_status_pane(frame), size=7),
+        Layout(_status_pane(frame), size=8),
     )
     if frame.popup:
-        return _Overlay(layout, _quit_popup(), 44, 7)
+        return _Overlay(layout, _quit_popup(), 44, 6)
     return layout
 
 
@@ -554,7 +555,6 @@ class TuiMetricsRenderer:
         self._popup = False
         self._kind = PlotKind.FULL
         self._selected = 0
-        self._killed = False
         self._summary: LearnerSummary | None = None
         self._draw_lock = threading.RLock()  # the terminal: drawing, entering, leaving
         self._live: Live | None = None
@@ -637,15 +637,13 @@ class TuiMetricsRenderer:
         with self._lock:
             started, self._state.started = self._state.started, False
             values = self._state.epoch_values()
-            epoch, total = self._state.epoch, self._state.total_epochs
+            done, total = self._state.epoch - 1, self._state.total_epochs
         if started:
-            if self._killed:
-                self._print("Training killed from user input.")
-            elif self._interrupter.should_stop():
+            if self._interrupter.should_stop():
                 reason = self._interrupter.message or "interrupted"
-                self._print(f"Training stopped at epoch {min(epoch, total)}/{total}: {reason}")
+                self._print(f"Training stopped after {done} of {total} epochs: {reason}")
             else:
-                self._print(f"Training ended after epoch {min(epoch - 1, total)}/{total}.")
+                self._print(f"Training ended after {done} of {total} epochs.")
             for split, pairs in values.items():
                 shown = " · ".join(f"{name} {value:.4g}" for name, value in pairs)
                 self._print(f"  {split.value:<5}  {shown}")
@@ -657,13 +655,13 @@ class TuiMetricsRenderer:
 
     def handle_key(self, key: str) -> None:
         """React to a key named as :func:`decode_keys` names it."""
-        stop = kill = False
+        stop = False
         with self._lock:
             if self._popup:
-                if key not in ("s", "k", "c", "escape"):
+                if key not in ("s", "c", "escape"):
                     return
                 self._popup = False
-                stop, kill = key == "s", key == "k"
+                stop = key == "s"
             elif key == "q":
                 self._popup = True
             elif key in ("left", "right"):
@@ -675,11 +673,8 @@ class TuiMetricsRenderer:
             else:
                 return
             self._dirty = True
-            self._killed = self._killed or kill
-        if stop:
+        if stop:  # the run ends as for any interrupt: after the step, checkpoints as usual
             self._interrupter.stop(STOP_REASON)
-        if kill:  # as Ctrl-C: KeyboardInterrupt in the main thread, launch() closes us on the way
-            _thread.interrupt_main()
 
     def refresh(self) -> bool:
         """Draw if something changed and the rate limit allows; True if a frame was drawn."""
