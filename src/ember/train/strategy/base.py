@@ -7,11 +7,13 @@ any object with ``fit`` (see ``examples/``), passed to ``with_training_strategy`
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ember.data import DataLoader
+from ember.train.events import EndEpoch, EndSplit, StartSplit
 from ember.train.interrupter import Interrupter
 from ember.train.learner import Learner
 from ember.train.metric.store import EventStore
@@ -22,13 +24,20 @@ if TYPE_CHECKING:
     from ember.train.early_stopping import EarlyStoppingStrategy
 
 __all__ = [
+    "EpochRunner",
     "FitResult",
     "SupervisedLearningStrategy",
     "TrainingComponents",
     "end_epoch",
     "resume",
+    "run_epochs",
     "stop_reason",
 ]
+
+log = logging.getLogger("ember.train")
+
+EpochRunner = Callable[[int], None]
+"""Runs one split of the given epoch (its batches and their events, not StartSplit/EndSplit)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,3 +134,42 @@ def stop_reason(components: TrainingComponents) -> str | None:
     if components.checkpointer is not None and not components.failed:
         components.checkpointer.save_last()
     return components.interrupter.message or "interrupted"
+
+
+def run_epochs(
+    components: TrainingComponents,
+    learner: Learner[Any],
+    loaders: Mapping[str, DataLoader[Any]],
+    starting_epoch: int,
+    train_split: EpochRunner,
+    valid_split: EpochRunner,
+) -> FitResult:
+    """The epoch loop shared by the strategies (reference §2.1, with ember's stop rules).
+
+    ``loaders`` are the ``train`` and ``valid`` loaders the strategy iterates (their sizes go in
+    the StartSplit events and their states into checkpoints). The strategy supplies how one
+    split runs; everything around it — events, checkpoints, early stopping, stops — is here.
+    """
+    processor, interrupter = components.processor, components.interrupter
+    train, valid = loaders["train"], loaders["valid"]
+    last_epoch = starting_epoch - 1
+    for epoch in range(starting_epoch, components.num_epochs + 1):
+        processor.process_train(StartSplit(epoch, train.num_items()))
+        train_split(epoch)
+        processor.process_train(EndSplit(epoch))
+        if interrupter.should_stop():
+            break
+        processor.process_valid(StartSplit(epoch, valid.num_items()))
+        valid_split(epoch)
+        processor.process_valid(EndSplit(epoch))
+        processor.process_train(EndEpoch(epoch))
+        last_epoch = epoch
+        early = end_epoch(components, epoch, learner, loaders)
+        if early is not None:
+            return FitResult(last_epoch, early)
+        if interrupter.should_stop():
+            break
+    reason = stop_reason(components)
+    if reason is not None:
+        log.info("Training interrupted: %s", reason)
+    return FitResult(last_epoch, reason)

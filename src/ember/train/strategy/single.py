@@ -2,26 +2,16 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import torch
 
 from ember.data import DataLoader
 from ember.train.epoch import train_epoch, valid_epoch
-from ember.train.events import EndEpoch, EndSplit, StartSplit
 from ember.train.learner import Learner
-from ember.train.strategy.base import (
-    FitResult,
-    TrainingComponents,
-    end_epoch,
-    resume,
-    stop_reason,
-)
+from ember.train.strategy.base import FitResult, TrainingComponents, resume, run_epochs
 
 __all__ = ["SingleDevice", "model_device"]
-
-log = logging.getLogger("ember.train")
 
 
 def model_device(learner: Learner[Any]) -> torch.device:
@@ -55,26 +45,13 @@ class SingleDevice:
         loaders = {"train": train, "valid": valid}
         resume(components, learner, loaders, starting_epoch)
         processor, interrupter = components.processor, components.interrupter
-        last_epoch = starting_epoch - 1
-        for epoch in range(starting_epoch, components.num_epochs + 1):
-            processor.process_train(StartSplit(epoch, train.num_items()))
+
+        def train_split(epoch: int) -> None:
             train_epoch(
                 learner, train, epoch, processor, interrupter, components.grads_accumulation
             )
-            processor.process_train(EndSplit(epoch))
-            if interrupter.should_stop():
-                break
-            processor.process_valid(StartSplit(epoch, valid.num_items()))
+
+        def valid_split(epoch: int) -> None:
             valid_epoch(learner.model, valid, epoch, processor, interrupter)
-            processor.process_valid(EndSplit(epoch))
-            processor.process_train(EndEpoch(epoch))
-            last_epoch = epoch
-            early = end_epoch(components, epoch, learner, loaders)
-            if early is not None:
-                return FitResult(last_epoch, early)
-            if interrupter.should_stop():
-                break
-        reason = stop_reason(components)
-        if reason is not None:
-            log.info("Training interrupted: %s", reason)
-        return FitResult(last_epoch, reason)
+
+        return run_epochs(components, learner, loaders, starting_epoch, train_split, valid_split)
