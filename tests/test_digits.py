@@ -50,7 +50,7 @@ def test_digits_refuses_a_foreign_directory(
     """Like the demo, it never deletes a directory it did not create."""
     (tmp_path / "mine.txt").write_text("keep")
     assert main(["digits", "--dir", str(tmp_path), "--epochs", "1"]) == 2
-    assert "is not an earlier digits run" in capsys.readouterr().err
+    assert "is not an earlier `ember digits` run" in capsys.readouterr().err
     assert (tmp_path / "mine.txt").read_text() == "keep"
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import io
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ember.data import DataLoader, DataLoaderBuilder, InMemDataset
+from ember.rundir import claim_run_directory, marker_name
 from ember.train import (
     CliMetricsRenderer,
     FileMetricLogger,
@@ -36,7 +36,6 @@ __all__ = ["DemoReport", "Mlp", "run_demo"]
 
 LEARNING_RATE = 1e-2
 BATCH_SIZE = 32
-_MARKER = ".ember-demo"
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,23 +140,11 @@ class DemoReport:
         )
 
 
-def _prepare(directory: Path) -> None:
-    if directory.exists():
-        if not (directory / _MARKER).exists():
-            raise ValueError(
-                f"{str(directory)!r} exists and is not an earlier demo run; "
-                "choose another --dir so that nothing in it is overwritten"
-            )
-        shutil.rmtree(directory)
-    directory.mkdir(parents=True)
-    (directory / _MARKER).write_text("written by `ember demo`; rerunning it replaces this run\n")
-
-
 def run_demo(
     directory: Path, *, epochs: int = 3, workers: int = 0, shuffle: int | None = None
 ) -> DemoReport:
     """Run both loops; the Learner's lines are captured into ``DemoReport.output``."""
-    _prepare(directory)
+    claim_run_directory(directory, "demo")
     train_samples, valid_samples = make_samples(200, seed=1), make_samples(64, seed=2)
     torch.manual_seed(0)
     model = Mlp()
@@ -196,6 +183,8 @@ def format_report(report: DemoReport, directory: Path) -> str:
     lines.append("")
     lines.append(report.output.rstrip())
     lines.append("")
-    for path in sorted(p for p in directory.rglob("*") if p.is_file() and p.name != _MARKER):
+    for path in sorted(
+        p for p in directory.rglob("*") if p.is_file() and p.name != marker_name("demo")
+    ):
         lines.append(f"{path.stat().st_size:>6} {path}")
     return "\n".join(lines)

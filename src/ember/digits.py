@@ -10,7 +10,6 @@ the seeds) in about a second on one core.
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -20,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ember.data import DataLoader, DataLoaderBuilder, InMemDataset
+from ember.rundir import claim_run_directory
 from ember.train import (
     AccuracyMetric,
     ClassificationOutput,
@@ -44,7 +44,6 @@ VALID_SIZE = 360
 SPLIT_SEED = 0
 SHUFFLE_SEED = 7
 MODEL_SEED = 0
-_MARKER = ".ember-digits"
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,18 +129,6 @@ def _loader(digits: list[Digit], shuffle: int | None) -> DataLoader[DigitBatch]:
     return builder.build(InMemDataset(digits))
 
 
-def _prepare(directory: Path) -> None:
-    if directory.exists():
-        if not (directory / _MARKER).exists():
-            raise ValueError(
-                f"{str(directory)!r} exists and is not an earlier digits run; "
-                "choose another --dir so that nothing in it is overwritten"
-            )
-        shutil.rmtree(directory)
-    directory.mkdir(parents=True)
-    (directory / _MARKER).write_text("written by `ember digits`; rerunning it replaces this run\n")
-
-
 def run_digits(
     directory: Path, *, epochs: int = DEFAULT_EPOCHS, stream: TextIO | None = None
 ) -> DigitsReport:
@@ -153,7 +140,7 @@ def run_digits(
     if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
         raise ValueError(f"epochs must be an int >= 1, got {epochs!r}")
     train, valid = load_digits()
-    _prepare(directory)
+    claim_run_directory(directory, "digits")
     with torch.random.fork_rng(devices=[]):  # seeded weights, the caller's RNG left alone
         torch.manual_seed(MODEL_SEED)
         model = DigitsMlp()

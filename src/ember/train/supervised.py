@@ -23,6 +23,7 @@ from torch import nn
 
 from ember.data import DataLoader
 from ember.errors import CheckpointError
+from ember.train.checkpoint.file import atomic_write
 from ember.train.checkpoint.learning import LearningCheckpointer
 from ember.train.checkpoint.manifest import manifest_path
 from ember.train.checkpoint.strategy import CheckpointingStrategy, default_checkpointing_strategy
@@ -414,7 +415,7 @@ class SupervisedTraining:
             model=describe_model(learner.model),
             stop_reason=fit.stop_reason,
         )
-        (self.directory / "summary.json").write_text(summary.dumps(), encoding="utf-8")
+        atomic_write(self.directory / "summary.json", summary.dumps().encode("utf-8"))
         return summary
 
 

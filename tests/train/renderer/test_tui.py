@@ -339,3 +339,23 @@ def test_eta_appears_after_the_warm_up(screen: Screen) -> None:
     tui.poll()
     assert "epoch 1/2  27% (ETA 29 secs)" in screen.frame()  # 145 items left at 5 items/s
     assert "ETA : 29 secs" in screen.frame()
+
+
+@pytest.mark.parametrize("source", ["end of input", "bad descriptor", "stdin without a file"])
+def test_the_screen_goes_on_when_keys_cannot_be_read(
+    make_screen: Callable[..., Screen], source: str
+) -> None:
+    """Input at its end, broken or missing: no keys, but the screen is still drawn."""
+    read, write = os.pipe()
+    os.close(write)
+    stream = {"end of input": read, "bad descriptor": -1, "stdin without a file": None}[source]
+    screen = make_screen(input_stream=stream)  # None: stdin, which pytest gives no descriptor
+    try:
+        screen.tui.start(1, 1)
+        for _ in range(3):
+            screen.clock.now += 1
+            screen.tui.poll()
+        assert "─ Status ─" in screen.frame()
+        assert "terminal UI failed" not in screen.raw
+    finally:
+        os.close(read)

@@ -91,13 +91,10 @@ class Terminal:
         return strip_ansi(self.output.decode("utf-8", "replace"))
 
 
-def test_q_then_s_stops_training_and_restores_the_terminal(tmp_path: Path) -> None:
-    """On a terminal the TUI is chosen; q, s stops with the reason; the terminal is restored."""
-    script = tmp_path / "train.py"
-    script.write_text(SCRIPT)
+def start_in_terminal(script: Path, *args: str) -> tuple[int, int, subprocess.Popen[bytes]]:
+    """Run ``script`` with a 120x40 pty as stdin, stdout and stderr; EMBER_RENDERER unset."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-    before = termios.tcgetattr(slave)
     env = {
         key: value
         for key, value in os.environ.items()
@@ -105,17 +102,26 @@ def test_q_then_s_stops_training_and_restores_the_terminal(tmp_path: Path) -> No
     }
     env["TERM"] = "xterm-256color"
     process = subprocess.Popen(
-        [sys.executable, str(script), str(tmp_path / "run")],
+        [sys.executable, str(script), *args],
         stdin=slave,
         stdout=slave,
         stderr=slave,
         start_new_session=True,
         env=env,
-        cwd=tmp_path,
+        cwd=script.parent,
     )
+    return master, slave, process
+
+
+def test_q_then_s_stops_training_and_restores_the_terminal(tmp_path: Path) -> None:
+    """On a terminal the TUI is chosen; q, s stops with the reason; the terminal is restored."""
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    master, slave, process = start_in_terminal(script, str(tmp_path / "run"))
+    before = termios.tcgetattr(slave)
     terminal = Terminal(master, process)
     try:
-        terminal.wait_for(b"Switch between metrics", 120)  # the TUI is up
+        terminal.wait_for(b"Switch plot types.", 120)  # the TUI is up
         terminal.wait_for(b"Loss", 60)  # and training runs
         os.write(master, b"q")
         terminal.wait_for(b"Cancel.", 30)  # the Quit popup
@@ -141,3 +147,32 @@ def test_q_then_s_stops_training_and_restores_the_terminal(tmp_path: Path) -> No
     assert "renderer=TuiMetricsRenderer" in printed
     assert "stop_reason=Stopping training from user input." in printed
     assert "error=None" in printed
+
+
+def test_atexit_restores_the_terminal_when_close_is_never_called(tmp_path: Path) -> None:
+    """A program that exits with the TUI still open gets its terminal back from atexit."""
+    script = tmp_path / "leave.py"
+    script.write_text(
+        "import sys\n"
+        "from ember.train import Interrupter\n"
+        "from ember.train.renderer.tui import TuiMetricsRenderer\n"
+        "TuiMetricsRenderer(Interrupter()).start(1, 1)\n"
+        "sys.exit(3)\n"
+    )
+    master, slave, process = start_in_terminal(script)
+    before = termios.tcgetattr(slave)
+    terminal = Terminal(master, process)
+    try:
+        code = terminal.wait_exit(120)
+        after = termios.tcgetattr(slave)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        os.close(master)
+        os.close(slave)
+    raw = terminal.output
+    assert code == 3, terminal.text()[-3000:]
+    assert after == before
+    assert raw.index(b"\x1b[?1049h") < raw.rindex(b"\x1b[?1049l")
+    assert raw.rindex(b"\x1b[?25h") > raw.index(b"\x1b[?1049h")

@@ -15,6 +15,7 @@ from ember.train.renderer.tui import TuiMetricsRenderer
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 HOME = "\x1b[H"  # rich's Live writes it before every frame on the alternate screen
 ENTER = "\x1b[?1049h"  # enter the alternate screen
+PIPE = -2  # Screen's default input: a pipe that press() and type() write to
 
 
 class FakeClock:
@@ -30,11 +31,12 @@ class FakeClock:
 class Screen:
     """A TUI on a 120x40 in-memory terminal, keys fed through a pipe, driven by ``poll()``.
 
-    With ``threaded=True`` its own thread draws on the real clock instead.
+    ``input_stream`` replaces the pipe (None: the renderer's default, stdin). With
+    ``threaded=True`` its own thread draws on the real clock instead.
     """
 
     def __init__(
-        self, *, input_stream: int | None = None, threaded: bool = False, **options: float
+        self, *, input_stream: int | None = PIPE, threaded: bool = False, **options: float
     ) -> None:
         self.clock = FakeClock()
         self.interrupter = Interrupter()
@@ -44,7 +46,7 @@ class Screen:
         self.tui = TuiMetricsRenderer(
             self.interrupter,
             console=console,
-            input_stream=self._read if input_stream is None else input_stream,
+            input_stream=self._read if input_stream == PIPE else input_stream,
             clock=self.clock if not threaded else time.monotonic,
             threaded=threaded,
             **options,

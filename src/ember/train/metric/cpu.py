@@ -18,10 +18,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
-from ember.train.metric.base import MetricAttributes, MetricEntry, MetricMetadata, NumericEntry
-from ember.train.metric.state import NumericMetricState
+from ember.train.metric.base import MetricEntry, MetricMetadata, NumericEntry
+from ember.train.metric.state import MeanMetric
 
 __all__ = [
     "CpuMemory",
@@ -106,37 +105,19 @@ def default_memory_reader() -> MemoryReader | None:
     return _psutil_memory if _psutil() is not None else None
 
 
-class _SystemMetric:
+class _SystemMetric(MeanMetric):
     """Shared refresh logic: a reading at most every ``interval`` seconds, each logged once."""
-
-    metric_name = ""
-    unit: str | None = None
 
     def __init__(self, clock: Callable[[], float], interval: float) -> None:
         if isinstance(interval, bool) or not isinstance(interval, int | float):
             raise TypeError(f"interval must be a number of seconds, got {interval!r}")
         if not (math.isfinite(interval) and interval >= 0):
             raise ValueError(f"interval must be >= 0 seconds, got {interval}")
+        super().__init__()
         self._clock = clock
         self._interval = float(interval)
-        self._state = NumericMetricState(self.metric_name, self.unit, 2)
         self._last: float | None = None
         self._readings = 0
-
-    @property
-    def name(self) -> str:
-        """The metric's name, also its log-file stem."""
-        return self.metric_name
-
-    @property
-    def input_type(self) -> type[Any]:
-        """Reads only the clock: any output feeds it."""
-        return object
-
-    @property
-    def attributes(self) -> MetricAttributes:
-        """Unit; lower is better."""
-        return MetricAttributes(unit=self.unit, higher_is_better=False)
 
     def _due(self) -> bool:
         now = self._clock()
@@ -152,27 +133,15 @@ class _SystemMetric:
         self._readings += 1
         return self._state.update(value, 1)
 
-    def compute(self) -> MetricEntry:
-        """The mean of the epoch's readings (``mean,final`` in the log)."""
-        return self._state.compute()
-
     def clear(self) -> None:
         """Start a new epoch: its first batch takes a reading."""
-        self._state.reset()
+        super().clear()
         self._last = None
         self._readings = 0
 
     def value(self) -> NumericEntry | None:
         """The latest reading, or None before the first."""
         return self._state.value() if self._readings else None
-
-    def running_value(self) -> NumericEntry:
-        """The mean of the readings so far."""
-        return self._state.running_value()
-
-    def final_value(self) -> NumericEntry:
-        """The mean of the epoch's readings (NaN without any)."""
-        return self._state.final_value()
 
 
 class CpuUse(_SystemMetric):

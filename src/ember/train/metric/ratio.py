@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
 
-from ember.train.metric.base import MetricAttributes, MetricEntry, NumericEntry, format_number
-from ember.train.metric.state import format_value
+from ember.train.metric.base import MetricEntry, NumericEntry, format_number
+from ember.train.metric.state import NumericMetricBase, format_value
 
 __all__ = ["RatioMetric"]
 
 
-class RatioMetric:
+class RatioMetric(NumericMetricBase):
     """Base of numeric metrics whose value is ``f(numerator / denominator)``, summed per epoch.
 
     Each batch adds a numerator (edits, negative log-likelihood, ...) and a denominator (tokens)
@@ -20,11 +19,6 @@ class RatioMetric:
     value, not a mean of batch values. An epoch without batches is NaN. Subclasses set the
     class attributes, implement :meth:`ratio` and call ``self._record(num, den)`` in ``update``.
     """
-
-    metric_name: str = ""
-    unit: str | None = None
-    higher_is_better: bool = False
-    precision: int = 2
 
     def __init__(self) -> None:
         self._numerator = 0.0
@@ -36,21 +30,6 @@ class RatioMetric:
     def ratio(self, numerator: float, denominator: float) -> float:
         """The metric value of ``numerator`` over ``denominator``."""
         raise NotImplementedError
-
-    @property
-    def name(self) -> str:
-        """The metric's name, also its log-file stem."""
-        return self.metric_name
-
-    @property
-    def input_type(self) -> type[Any]:
-        """What ``update`` reads."""
-        return object
-
-    @property
-    def attributes(self) -> MetricAttributes:
-        """Unit and direction."""
-        return MetricAttributes(unit=self.unit, higher_is_better=self.higher_is_better)
 
     def _record(self, numerator: float, denominator: float) -> MetricEntry:
         self._numerator += numerator

@@ -9,7 +9,7 @@ from typing import Any
 
 from ember.train.metric.base import MetricAttributes, MetricEntry, NumericEntry, format_number
 
-__all__ = ["MeanMetric", "NumericMetricState", "format_value"]
+__all__ = ["MeanMetric", "NumericMetricBase", "NumericMetricState", "format_value"]
 
 
 def format_value(value: float, precision: int, unit: str | None) -> str:
@@ -86,20 +86,16 @@ class NumericMetricState:
         return text
 
 
-class MeanMetric:
-    """Base of numeric metrics whose epoch value is the weighted mean of their batch values.
+class NumericMetricBase:
+    """Name, input type and attributes of a numeric metric, from class attributes.
 
-    Subclasses set the class attributes and implement ``update`` by calling
-    ``self._state.update(value, weight)``.
+    Subclasses set ``metric_name``, ``unit``, ``higher_is_better`` and ``precision``.
     """
 
     metric_name: str = ""
     unit: str | None = None
     higher_is_better: bool = False
     precision: int = 2
-
-    def __init__(self) -> None:
-        self._state = NumericMetricState(self.metric_name, self.unit, self.precision)
 
     @property
     def name(self) -> str:
@@ -115,6 +111,17 @@ class MeanMetric:
     def attributes(self) -> MetricAttributes:
         """Unit and direction."""
         return MetricAttributes(unit=self.unit, higher_is_better=self.higher_is_better)
+
+
+class MeanMetric(NumericMetricBase):
+    """Base of numeric metrics whose epoch value is the weighted mean of their batch values.
+
+    Subclasses set the class attributes and implement ``update`` by calling
+    ``self._state.update(value, weight)``.
+    """
+
+    def __init__(self) -> None:
+        self._state = NumericMetricState(self.metric_name, self.unit, self.precision)
 
     def compute(self) -> MetricEntry:
         """The epoch's weighted mean."""

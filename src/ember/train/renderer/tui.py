@@ -124,7 +124,7 @@ class _KeyReader:
 
     @property
     def active(self) -> bool:
-        """False without input, or once it reached end of file."""
+        """False without input, or once it reached its end or failed."""
         return self.fd is not None
 
     def enter(self) -> None:
@@ -149,11 +149,14 @@ class _KeyReader:
         """The keys pressed, waiting up to ``timeout`` seconds for the first."""
         if self.fd is None:
             return []
-        ready, _, _ = select.select([self.fd], [], [], timeout)
-        if not ready:
+        try:
+            ready, _, _ = select.select([self.fd], [], [], timeout)
+            data = os.read(self.fd, 1024) if ready else None
+        except (OSError, ValueError):  # closed or hung up: the screen goes on without keys
+            data = b""
+        if data is None:
             pending, self._pending = self._pending, b""
             return ["escape"] if pending == b"\x1b" else []
-        data = os.read(self.fd, 1024)
         if not data:
             self.fd = None  # end of input: no more keys
             return []
@@ -413,8 +416,8 @@ def _controls_pane() -> Panel:
     text = Text(no_wrap=True, overflow="ellipsis")
     for name, keys, what in (
         ("Quit", "q", "Stop the training."),
-        ("Plots", "← →", "Switch between metrics."),
-        ("Plots", "↑ ↓", "Switch between types."),
+        ("Metric", "← →", "Switch metrics."),
+        ("Plot", "↑ ↓", "Switch plot types."),
     ):
         text.append(f"{name} : ", style="bold")
         text.append(keys, style="bold cyan")
@@ -742,7 +745,7 @@ class TuiMetricsRenderer:
                 redirect_stderr=False,
             )
             self._reader = _KeyReader(_input_fd(self._input))
-            atexit.register(self._restore)  # also if close() is never reached
+            pass
             try:
                 self._live.start()
                 self._reader.enter()
