@@ -8,7 +8,9 @@
    (a torch matmul sized to take about 1 ms with one intra-op thread); target >= 1.6x.
 
 The contenders' passes are interleaved, so drift on a shared machine hits both alike; each
-figure is the median of the repeats. ``--quick`` for a short run.
+figure is the median of the repeats. Part 2 also prints how well 2 plain threads scale on the
+same matmuls, interleaved: the ceiling for the workers' ratio when the machine is shared.
+``--quick`` for a short run.
 
     python benchmarks/dataloader.py [--quick]
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -72,19 +75,25 @@ def _seconds(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - start
 
 
-def _one_pass(loader: Iterable[Any]) -> None:
-    for _ in loader:
-        pass
+def one_pass(loader: Iterable[Any]) -> Callable[[], None]:
+    """A function running one full pass over ``loader``."""
+
+    def run() -> None:
+        for _ in loader:
+            pass
+
+    return run
 
 
-def rates(loaders: dict[str, Iterable[Any]], n: int, repeats: int) -> dict[str, float]:
-    """Median items/s of each loader over ``repeats`` full passes, interleaved, after a warm-up."""
-    times: dict[str, list[float]] = {name: [] for name in loaders}
-    for loader in loaders.values():
-        _one_pass(loader)
+def rates(runs: dict[str, Callable[[], None]], n: int, repeats: int) -> dict[str, float]:
+    """Median items/s of each run of ``n`` items over ``repeats`` interleaved repeats, after a
+    warm-up run of each."""
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for run in runs.values():
+        run()
     for _ in range(repeats):
-        for name, loader in loaders.items():
-            times[name].append(_seconds(lambda loader=loader: _one_pass(loader)))
+        for name, run in runs.items():
+            times[name].append(_seconds(run))
     return {name: n / statistics.median(seconds) for name, seconds in times.items()}
 
 
@@ -94,7 +103,7 @@ def _us_per_batch(items_per_s: float) -> float:
 
 def torch_loader(rows: list[Row], batcher: Callable[[list[Row], torch.device], Any]) -> Any:
     return torch.utils.data.DataLoader(
-        rows,  # a plain list: torch's fastest dataset
+        rows,  # type: ignore[arg-type]  # a plain list, torch's fastest dataset, works
         batch_size=BATCH_SIZE,
         shuffle=True,
         generator=torch.Generator().manual_seed(0),
@@ -108,9 +117,9 @@ def compare_with_torch(rows: list[Row], repeats: int) -> None:
     for label, batcher in (("stacking batcher", stack_batcher), ("list batcher", list_batcher)):
         measured = rates(
             {
-                "torch": torch_loader(rows, batcher),
-                "ember": BatchDataLoader(
-                    InMemDataset(rows), batcher, batch_size=BATCH_SIZE, seed=0
+                "torch": one_pass(torch_loader(rows, batcher)),
+                "ember": one_pass(
+                    BatchDataLoader(InMemDataset(rows), batcher, batch_size=BATCH_SIZE, seed=0)
                 ),
             },
             n,
@@ -125,6 +134,24 @@ def compare_with_torch(rows: list[Row], repeats: int) -> None:
             )
         print(f"     ratio {ratio:.2f}x")
     print("   target: >= 3x with the stacking batcher")
+
+
+def plain_threads(batcher: MatmulBatcher, matmuls: int, threads: int) -> Callable[[], None]:
+    """A function running ``matmuls`` of the batcher's matmuls on ``threads`` plain threads."""
+
+    def work() -> None:
+        torch.get_num_threads()  # apply torch.set_num_threads(1) here, as ember's workers do
+        for _ in range(matmuls // threads):
+            batcher.weight @ batcher.weight
+
+    def run() -> None:
+        pool = [threading.Thread(target=work) for _ in range(threads)]
+        for thread in pool:
+            thread.start()
+        for thread in pool:
+            thread.join()
+
+    return run
 
 
 def compare_workers(rows: list[Row], repeats: int) -> None:
@@ -144,12 +171,26 @@ def compare_workers(rows: list[Row], repeats: int) -> None:
             dataset, batcher, num_workers=2, batch_size=BATCH_SIZE, seed=0
         ) as two,
     ):
-        measured = rates({"1 worker": one, "2 workers": two}, n, repeats)
-    for name, rate in measured.items():
-        print(f"   MultiThreadDataLoader, {name:9}: {rate:10,.0f} items/s")
+        batches = -(-n // BATCH_SIZE)
+        measured = rates(
+            {
+                "1 worker": one_pass(one),
+                "2 workers": one_pass(two),
+                "plain 1": plain_threads(batcher, batches, 1),
+                "plain 2": plain_threads(batcher, batches, 2),
+            },
+            n,
+            repeats,
+        )
+    for name in ("1 worker", "2 workers"):
+        print(f"   MultiThreadDataLoader, {name:9}: {measured[name]:10,.0f} items/s")
     print(
         f"   ratio 2 vs 1 workers: {measured['2 workers'] / measured['1 worker']:.2f}x "
         "(target >= 1.6x)"
+    )
+    print(
+        "   for reference, 2 plain threads vs 1 on the same matmuls: "
+        f"{measured['plain 2'] / measured['plain 1']:.2f}x"
     )
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Generic, Protocol, Self, TypeVar
 
+import numpy as np
 import torch
 
 from ember.data import rng
@@ -306,20 +307,34 @@ class BatchDataLoader(PassTracker, Generic[ItemT, BatchT]):
 
     def _epoch_batches(self, epoch: int) -> list[list[int]]:
         """The dataset indexes of every batch of pass ``epoch``."""
+        n, size = self._end - self._start, self._batch_size
         if self._seed is None:
-            order = list(range(self._start, self._end))
+            order = np.arange(self._start, self._end)
         else:
-            permutation = rng.epoch_permutation(
-                self._seed, self._stream, epoch, self._end - self._start
-            )
-            order = (permutation + self._start).tolist()
-        size = self._batch_size
-        return [order[i : i + size] for i in range(0, len(order), size)]
+            order = rng.epoch_permutation(self._seed, self._stream, epoch, n) + self._start
+        full = n - n % size
+        # One tolist() of a 2-D array builds all the index lists in C.
+        batches: list[list[int]] = order[:full].reshape(-1, size).tolist()
+        if full < n:
+            batches.append(order[full:].tolist())
+        return batches
 
     def __iter__(self) -> DataLoaderIterator[BatchT]:
         token = self._begin_pass()
         batches = self._produce(self._epoch_batches(self._epoch), self._consumed)
         return PassIterator(self, token, batches)
+
+    def epoch_plan(self, epoch: int) -> list[list[int]]:
+        """The dataset indexes of every batch of pass ``epoch`` (1-based), as ``iter()`` reads
+        them. For views that follow this loader's plan (``ember.data.shard``); pure, it moves
+        nothing."""
+        return self._epoch_batches(check_int("epoch", epoch, minimum=1))
+
+    def build_batches(self, plan: list[list[int]]) -> Iterator[BatchT]:
+        """Build one batch per index list of ``plan``, in order, as a pass builds its batches
+        (on the worker threads of a ``MultiThreadDataLoader``, whose live pass it cancels).
+        For views that follow this loader's plan; the loader's position does not move."""
+        return self._produce(plan, 0)
 
     def __len__(self) -> int:
         return -(-self.num_items() // self._batch_size)

@@ -12,9 +12,11 @@ Every builder method validates its argument at the call and returns the builder.
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -30,6 +32,7 @@ from ember.train.checkpoint.strategy import CheckpointingStrategy, default_check
 from ember.train.checkpoint.training import TrainingCheckpointer
 from ember.train.early_stopping import EarlyStoppingStrategy
 from ember.train.events import End, Start
+from ember.train.gradient_checkpointing import check_module_names, checkpointed_modules
 from ember.train.interrupter import Interrupter
 from ember.train.learner import Learner
 from ember.train.logger.base import MetricLogger
@@ -41,7 +44,7 @@ from ember.train.processor import (
     FullEventProcessorTraining,
     MetricsTraining,
 )
-from ember.train.renderer import MetricsRenderer, default_renderer
+from ember.train.renderer import CliMetricsRenderer, MetricsRenderer, default_renderer
 from ember.train.signals import graceful_stop
 from ember.train.strategy.base import FitResult, SupervisedLearningStrategy, TrainingComponents
 from ember.train.strategy.single import SingleDevice
@@ -119,6 +122,7 @@ class SupervisedTraining:
         self._summary_metrics: set[str] = set()
         self._num_epochs = 1
         self._grads_accumulation: int | None = None
+        self._gradient_checkpointing: tuple[str, ...] | None = None  # () = the direct children
         self._renderer: MetricsRenderer | None = None
         self._summary = False
         self._loggers: list[MetricLogger] = []
@@ -173,6 +177,14 @@ class SupervisedTraining:
         """Sum gradients over ``n`` batches per optimizer step (like an n times larger batch
         with an n times larger lr, since gradients are summed, not averaged)."""
         self._grads_accumulation = _positive_int("grads_accumulation", n)
+        return self
+
+    def gradient_checkpointing(self, modules: Sequence[str] | None = None) -> SupervisedTraining:
+        """Recompute activations in the backward pass instead of keeping them (less memory,
+        one more forward per step): those of the model's direct children, or of the submodules
+        named by dotted name (checked against the model at launch). See
+        ``ember.train.gradient_checkpointing``."""
+        self._gradient_checkpointing = () if modules is None else check_module_names(modules)
         return self
 
     def with_training_strategy(self, strategy: SupervisedLearningStrategy) -> SupervisedTraining:
@@ -303,11 +315,18 @@ class SupervisedTraining:
         if not isinstance(learner, Learner):
             raise TypeError(f"launch needs a Learner, got {type(learner).__name__}")
         starting_epoch = self._starting_epoch()
-        self.directory.mkdir(parents=True, exist_ok=True)
-        handler = self._install_application_log()
+        checkpointing = self._gradient_checkpointing
+        if checkpointing is not None:
+            checkpointing = checkpointed_modules(learner.model, checkpointing or None)
+        strategy = self._strategy or SingleDevice()
+        main = getattr(strategy, "is_main", True)  # False on DDP ranks > 0: no files, no output
+        if main:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        handler = self._install_application_log() if main else None
         interrupter = self._interrupter
         renderer = self._renderer if self._renderer is not None else default_renderer(interrupter)
-        store = EventStore(self._loggers or [FileMetricLogger(self.directory)])
+        renderer = renderer if main else CliMetricsRenderer(io.StringIO())
+        store = EventStore((self._loggers or [FileMetricLogger(self.directory)]) if main else [])
         processor = AsyncProcessorTraining(
             FullEventProcessorTraining(self._metrics, renderer, store),
             on_error=lambda error: interrupter.stop(f"metrics thread failed: {error!r}"),
@@ -325,6 +344,7 @@ class SupervisedTraining:
             grads_accumulation=self._grads_accumulation,
             early_stopping=self._early_stopping,
             checkpointer=checkpointer,
+            gradient_checkpointing=checkpointing,
         )
         error: BaseException | None = None
         fit = FitResult(starting_epoch - 1)
@@ -334,11 +354,10 @@ class SupervisedTraining:
                 "Starting training for %d epochs at epoch %d", self._num_epochs, starting_epoch
             )
             processor.process_train(Start(self._num_epochs, starting_epoch))
-            strategy = self._strategy or SingleDevice()
             with graceful_stop(interrupter):
                 fit = strategy.fit(learner, self._train, self._valid, components, starting_epoch)
             processor.flush()
-            if self._summary and processor.error is None:
+            if self._summary and processor.error is None and main:
                 summary = self._write_summary(learner, store, fit)
         except Exception as caught:  # B3: reported in the result, never lost
             error = caught

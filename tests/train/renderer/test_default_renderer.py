@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import os
 import pty
-import subprocess
 import sys
 from collections.abc import Iterator
 from typing import TextIO
@@ -62,15 +61,3 @@ def test_ember_renderer_forces_a_renderer(
     monkeypatch.setenv("EMBER_RENDERER", "gui")
     with pytest.raises(ValueError, match=r"EMBER_RENDERER must be 'cli' or 'tui'.*'gui'"):
         default_renderer(Interrupter(), io.StringIO())
-
-
-def test_import_ember_does_not_load_the_tui() -> None:
-    """The TUI module and rich's layout load only when a TUI is made (B10)."""
-    code = (
-        "import sys, ember, ember.train; "
-        "print(sorted(m for m in ('ember.train.renderer.tui', 'rich.layout') if m in sys.modules))"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    )
-    assert result.stdout.strip() == "[]"

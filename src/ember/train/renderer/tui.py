@@ -165,11 +165,15 @@ class _KeyReader:
 
 
 def _input_fd(stream: TextIO | int | None) -> int | None:
+    """The descriptor keys are read from: ``stream``'s, or stdin's if it is a terminal (piped
+    data is not a person typing)."""
     if isinstance(stream, int):
         return stream
-    stream = stream if stream is not None else sys.stdin
     try:
-        return stream.fileno() if stream is not None else None
+        if stream is not None:
+            return stream.fileno()
+        fd = sys.stdin.fileno() if sys.stdin is not None else None
+        return fd if fd is not None and os.isatty(fd) else None
     except (AttributeError, OSError, ValueError):  # closed, or replaced by one without a file
         return None
 
@@ -509,7 +513,7 @@ def render_frame(frame: _Frame) -> RenderableType:
         Layout(_progress_pane(frame), name="progress", size=4 if frame.stopping is None else 5),
     )
     layout["top"].split_row(
-        Layout(name="left", ratio=38),
+        Layout(name="left", ratio=38, minimum_size=34),
         Layout(Panel(_PlotPane(frame), title="Plots", title_align="left"), ratio=62),
     )
     layout["left"].split_column(
@@ -528,8 +532,9 @@ def render_frame(frame: _Frame) -> RenderableType:
 class TuiMetricsRenderer:
     """The full-screen renderer; stops training through ``interrupter`` when asked to.
 
-    ``console`` (default: a rich console on stdout), ``input_stream`` (where keys are read,
-    default stdin; a file object or descriptor) and ``clock`` are injectable for tests. With
+    ``console`` (default: a rich console on stdout), ``input_stream`` (where keys are read: a
+    file object or descriptor; default stdin, if it is a terminal) and ``clock`` are injectable
+    for tests. With
     ``threaded=False`` no ``train-renderer`` thread is started: call :meth:`poll` to read keys
     and draw (tests, or an application that runs its own loop).
     """
@@ -745,7 +750,7 @@ class TuiMetricsRenderer:
                 redirect_stderr=False,
             )
             self._reader = _KeyReader(_input_fd(self._input))
-            pass
+            atexit.register(self._restore)  # also if close() is never reached
             try:
                 self._live.start()
                 self._reader.enter()

@@ -1,6 +1,27 @@
-"""Training strategies: where and how the epoch loop runs."""
+"""Training strategies: where and how the epoch loop runs.
 
-from ember.train.strategy.base import FitResult, SupervisedLearningStrategy, TrainingComponents
+A custom strategy implements :class:`SupervisedLearningStrategy` (``fit``) and usually builds on
+:func:`run_epochs` (the epoch loop: events, checkpoints, early stopping, stops) and
+:func:`resume`; see ``examples/custom_strategy.py`` and ``docs/strategies.md``.
+"""
+
+from ember.train.strategy.base import (
+    FitResult,
+    SupervisedLearningStrategy,
+    TrainingComponents,
+    resume,
+    run_epochs,
+)
+from ember.train.strategy.multi import MultiDevice, split_loader
 from ember.train.strategy.single import SingleDevice
 
-__all__ = ["FitResult", "SingleDevice", "SupervisedLearningStrategy", "TrainingComponents"]
+__all__ = [
+    "FitResult",
+    "MultiDevice",
+    "SingleDevice",
+    "SupervisedLearningStrategy",
+    "TrainingComponents",
+    "resume",
+    "run_epochs",
+    "split_loader",
+]

@@ -51,6 +51,8 @@ class TrainingComponents:
     grads_accumulation: int | None = None
     early_stopping: EarlyStoppingStrategy | None = None
     checkpointer: TrainingCheckpointer | None = None
+    gradient_checkpointing: tuple[str, ...] | None = None
+    """Dotted names of the submodules to checkpoint (``checkpointed(...)``), or None: off."""
 
     @property
     def failed(self) -> bool:

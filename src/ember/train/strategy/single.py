@@ -8,6 +8,7 @@ import torch
 
 from ember.data import DataLoader
 from ember.train.epoch import train_epoch, valid_epoch
+from ember.train.gradient_checkpointing import checkpointed
 from ember.train.learner import Learner
 from ember.train.strategy.base import FitResult, TrainingComponents, resume, run_epochs
 
@@ -54,4 +55,7 @@ class SingleDevice:
         def valid_split(epoch: int) -> None:
             valid_epoch(learner.model, valid, epoch, processor, interrupter)
 
-        return run_epochs(components, learner, loaders, starting_epoch, train_split, valid_split)
+        with checkpointed(components.gradient_checkpointing, learner.model):
+            return run_epochs(
+                components, learner, loaders, starting_epoch, train_split, valid_split
+            )

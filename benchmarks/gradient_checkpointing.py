@@ -1,0 +1,259 @@
+"""Peak memory and step time of a deep MLP with and without gradient checkpointing.
+
+The model: 24 blocks ``Linear(1024, 1024) → ReLU`` grouped in 4 segments of 6 blocks (the
+model's direct children), then ``Linear(1024, 1)``; batch 256, MSE, SGD. Each step is what
+ember's strategies run per batch: ``learner.train_step`` (forward, backward, gradients taken
+out), ``lr_step``, ``optimizer_step``. Three variants:
+
+* ``none``: plain model;
+* ``segments``: ``apply_gradient_checkpointing(model)``, the default of
+  ``SupervisedTraining.gradient_checkpointing()`` (the direct children: 4 segments + head);
+* ``blocks``: every block checkpointed by name (``segment0.0``, …).
+
+Memory is measured honestly for torch's allocator, which ``tracemalloc`` does not see:
+
+* CPU: every variant runs in its own process. After a warm-up step and the timed steps, glibc
+  is told to give large buffers back to the OS when they are freed (``mallopt``) and to return
+  its free heap (``malloc_trim``), the kernel's peak-RSS counter is reset
+  (``/proc/self/clear_refs``, value 5), and the "step memory" is ``VmHWM`` after two more steps
+  minus ``VmRSS`` before them: the activations, gradients and temporaries of a step, on top of
+  the weights. Where the counter cannot be reset, the process measures ``ru_maxrss`` around its
+  first two steps instead (the table says which).
+* CUDA (``--device cuda``): ``torch.cuda.max_memory_allocated`` during a step minus the memory
+  allocated before it, in one process.
+
+Times are medians of the timed steps, with the allocator's default settings.
+
+Not a test: it prints ratios against ``none``, measured side by side in one run.
+
+    python benchmarks/gradient_checkpointing.py [--quick] [--device cuda] [--threads N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ember.train import Learner, LearnerModel, RegressionOutput, TrainOutput
+from ember.train.gradient_checkpointing import apply_gradient_checkpointing
+
+WIDTH = 1024
+BLOCKS = 24
+SEGMENTS = 4
+BATCHES = (256, 2048)
+VARIANTS = ("none", "segments", "blocks")
+MIB = 1024 * 1024
+
+
+class DeepMlp(LearnerModel):
+    """24 ``Linear(1024, 1024) → ReLU`` blocks in 4 segments, then a linear head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        per = BLOCKS // SEGMENTS
+        for s in range(SEGMENTS):
+            blocks = [nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.ReLU()) for _ in range(per)]
+            self.add_module(f"segment{s}", nn.Sequential(*blocks))
+        self.head = nn.Linear(WIDTH, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for s in range(SEGMENTS):
+            x = self.get_submodule(f"segment{s}")(x)
+        out: torch.Tensor = self.head(x)
+        return out
+
+    def regression(self, batch: tuple[torch.Tensor, torch.Tensor]) -> RegressionOutput:
+        x, y = batch
+        out = self(x)
+        return RegressionOutput(F.mse_loss(out, y), out, y)
+
+    def train_step(self, batch: tuple[torch.Tensor, torch.Tensor]) -> TrainOutput[RegressionOutput]:
+        out = self.regression(batch)
+        return TrainOutput.from_loss(self, out.loss, out)
+
+    def inference_step(self, batch: tuple[torch.Tensor, torch.Tensor]) -> RegressionOutput:
+        return self.regression(batch)
+
+
+def block_names() -> list[str]:
+    return [f"segment{s}.{b}" for s in range(SEGMENTS) for b in range(BLOCKS // SEGMENTS)]
+
+
+def _status_kib(field: str) -> int | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def _reset_peak_rss() -> bool:
+    """Reset the kernel's peak-RSS counter (Linux >= 4.0); False where that is not possible."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return _status_kib("VmHWM") is not None
+
+
+def _return_large_buffers() -> None:
+    """From now on glibc gives buffers over 128 KiB back to the OS when they are freed (a
+    fixed mmap threshold), and it returns the free heap now: RSS then follows what is live."""
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: RSS is what it is
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD
+        libc.mallopt(-1, 128 * 1024)  # M_TRIM_THRESHOLD
+        libc.malloc_trim(0)
+
+
+def worker(variant: str, device: str, steps: int, batch_size: int) -> dict[str, Any]:
+    """Run one variant in this process; return its measurements."""
+    torch.manual_seed(0)
+    dev = torch.device(device)
+    model = DeepMlp().to(dev)
+    learner = Learner(model, torch.optim.SGD(model.parameters(), lr=1e-4), 1e-4)
+    learner.fork(dev)
+    if variant == "segments":
+        apply_gradient_checkpointing(model)
+    elif variant == "blocks":
+        apply_gradient_checkpointing(model, block_names())
+    batch = (
+        torch.randn(batch_size, WIDTH, device=dev),
+        torch.randn(batch_size, 1, device=dev),
+    )
+
+    def step() -> None:
+        output = learner.train_step(batch)
+        learner.lr_step()
+        learner.optimizer_step(output.grads)
+
+    def sync() -> None:
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+
+    def timed(count: int) -> list[float]:
+        times = []
+        for _ in range(count):
+            sync()
+            start = time.perf_counter()
+            step()
+            sync()
+            times.append(time.perf_counter() - start)
+        return times
+
+    if dev.type == "cuda":
+        step()  # warm-up
+        times = timed(steps)
+        sync()
+        torch.cuda.reset_peak_memory_stats(dev)
+        before = torch.cuda.memory_allocated(dev)
+        step()
+        sync()
+        peak = torch.cuda.max_memory_allocated(dev)
+        method = "cuda max_memory_allocated - memory_allocated before"
+    elif not _reset_peak_rss():  # ru_maxrss cannot forget a warm-up: measure first
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        step()
+        step()
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        times = timed(steps)
+        method = "ru_maxrss of a fresh process (peak counter not resettable)"
+    else:
+        step()  # warm-up
+        times = timed(steps)  # with glibc's default malloc settings
+        _return_large_buffers()
+        _reset_peak_rss()
+        before = (_status_kib("VmRSS") or 0) * 1024
+        step()
+        step()
+        peak = (_status_kib("VmHWM") or 0) * 1024
+        method = "VmHWM after reset - VmRSS before"
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    return {
+        "variant": variant,
+        "step_memory": peak - before,
+        "peak": peak,
+        "weights": weights,
+        "step_seconds": statistics.median(times[1:] if len(times) > 2 else times),
+        "method": method,
+    }
+
+
+def run_variant(variant: str, batch_size: int, args: argparse.Namespace) -> dict[str, Any]:
+    if args.device.startswith("cuda"):
+        return worker(variant, args.device, args.steps, batch_size)
+    command = [
+        sys.executable,
+        __file__,
+        "--worker",
+        variant,
+        "--steps",
+        str(args.steps),
+        "--threads",
+        str(args.threads),
+        "--batch",
+        str(batch_size),
+    ]
+    out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="3 measured steps instead of 8")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (CPU)")
+    parser.add_argument("--steps", type=int, default=None)
+    parser.add_argument("--batch", type=int, nargs="+", default=list(BATCHES))
+    parser.add_argument("--worker", choices=VARIANTS, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    if args.steps is None:
+        args.steps = 3 if args.quick else 8
+    if args.worker is not None:
+        print(json.dumps(worker(args.worker, args.device, args.steps, args.batch[0])))
+        return
+
+    print(
+        f"deep MLP: {BLOCKS} x Linear({WIDTH},{WIDTH})+ReLU in {SEGMENTS} segments, SGD; "
+        f"device {args.device}, {args.threads} thread(s), {args.steps} measured steps"
+    )
+    for batch_size in args.batch:
+        results = [run_variant(variant, batch_size, args) for variant in VARIANTS]
+        base = results[0]
+        layer = batch_size * WIDTH * 4 / MIB
+        print(
+            f"\nbatch {batch_size} (one layer's activations: {layer:.0f} MiB; weights "
+            f"{base['weights'] / MIB:.0f} MiB; memory: {base['method']})"
+        )
+        print(
+            f"{'variant':<10} {'step memory':>12} {'ratio':>6} {'peak':>10} {'s/step':>8} "
+            f"{'time ratio':>10}"
+        )
+        for result in results:
+            print(
+                f"{result['variant']:<10} {result['step_memory'] / MIB:>8.1f} MiB "
+                f"{result['step_memory'] / base['step_memory']:>6.2f} "
+                f"{result['peak'] / MIB:>6.0f} MiB {result['step_seconds']:>8.3f} "
+                f"{result['step_seconds'] / base['step_seconds']:>9.2f}x"
+            )
+
+
+if __name__ == "__main__":
+    main()

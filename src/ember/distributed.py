@@ -1,0 +1,492 @@
+"""Processes for data-parallel training: ``spawn``, the process group, tensor-only messages.
+
+``torchrun`` is the launcher for real jobs (one node or many; see ``docs/strategies.md``).
+:func:`spawn` is the quick local one, for scripts and tests: it starts ``world_size`` processes
+with torchrun's environment, initialises the process group in each, calls ``fn(*args)`` and
+watches them::
+
+    parent                                        rank r = 0 .. world_size - 1
+    rendezvous store on 127.0.0.1:<free port>     RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, ...
+    (the port is held, never re-picked)           init_process_group(backend, timeout)
+    wait for the processes                        fn(*args); destroy_process_group()
+    first non-zero exit: stop the others          an exception: its traceback goes to the parent,
+    raise DistributedError naming the rank(s)     exit code 1
+
+Safety: the store and the gloo transport bind to the loopback interface; a rank that dies ends
+the job at once (the others are terminated, then killed 5 s later) with an error naming it.
+
+Ranks exchange only tensors: the helpers below (:func:`broadcast_bytes`, :func:`gather_bytes`,
+:func:`send_tensors` / :func:`recv_tensors`, :func:`broadcast_coalesced`) move bytes and tensors
+with tensor collectives and never pickle anything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import socket
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from ember.errors import EmberError
+
+__all__ = [
+    "DistributedError",
+    "Sending",
+    "broadcast_bytes",
+    "broadcast_coalesced",
+    "collective",
+    "gather_bytes",
+    "init_from_environment",
+    "recv_tensors",
+    "send_tensors",
+    "spawn",
+]
+
+DEFAULT_TIMEOUT = timedelta(minutes=5)
+_KILL_AFTER_S = 5.0  # a terminated rank still running this long after SIGTERM is killed
+_ERROR_FILE = "rank-{rank}.error"
+
+
+class DistributedError(EmberError):
+    """A rank of a data-parallel job failed, died, or a collective operation could not finish.
+
+    ``exit_codes`` maps the ranks that failed to their exit codes (for :func:`spawn`; a
+    negative code is the signal that killed the process).
+    """
+
+    def __init__(self, message: str, exit_codes: dict[int, int] | None = None) -> None:
+        super().__init__(message)
+        self.exit_codes = dict(exit_codes or {})
+
+
+@contextlib.contextmanager
+def collective(what: str) -> Iterator[None]:
+    """Turn a failed collective into a :class:`DistributedError` saying what was being done.
+
+    A peer that died or failed shows up in the survivors as an error of the transport
+    ("Connection closed by peer", a timeout); this names the operation and this rank.
+    """
+    try:
+        yield
+    except RuntimeError as error:
+        if isinstance(error, DistributedError):
+            raise
+        rank = dist.get_rank() if dist.is_initialized() else "?"
+        raise DistributedError(
+            f"rank {rank}: {what} failed: another rank has probably died or failed (see its "
+            f"error), or the collective timed out: {error}"
+        ) from error
+
+
+# --- the process group ---------------------------------------------------------------------
+
+
+def init_from_environment(
+    backend: str,
+    timeout: timedelta,
+    init_method: str | None = None,
+    device: torch.device | None = None,
+) -> None:
+    """Initialise the default process group from torchrun's variables, unless one exists.
+
+    ``init_method`` defaults to ``env://`` (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``,
+    ``MASTER_PORT``); a missing variable raises DistributedError naming it.
+    """
+    if dist.is_initialized():
+        return
+    if init_method is None:
+        missing = [
+            name
+            for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+            if not os.environ.get(name)
+        ]
+        if missing:
+            raise DistributedError(
+                f"no process group and no torchrun environment ({', '.join(missing)} unset): "
+                "launch with `torchrun --nproc-per-node N script.py`, or with "
+                "ember.distributed.spawn(fn, N)"
+            )
+    _bind_gloo_to_loopback(os.environ.get("MASTER_ADDR", ""))
+    device_id = device if device is not None and device.type == "cuda" else None
+    dist.init_process_group(
+        backend, init_method=init_method or "env://", timeout=timeout, device_id=device_id
+    )
+
+
+def _bind_gloo_to_loopback(master_addr: str) -> None:
+    """Keep gloo's sockets on the loopback interface when the rendezvous is local."""
+    if master_addr not in ("127.0.0.1", "localhost", "::1") or "GLOO_SOCKET_IFNAME" in os.environ:
+        return
+    names = [name for _, name in socket.if_nameindex()]
+    for name in ("lo", "lo0"):
+        if name in names:
+            os.environ["GLOO_SOCKET_IFNAME"] = name
+            return
+
+
+# --- spawn ---------------------------------------------------------------------------------
+
+
+def spawn(
+    fn: Callable[..., Any],
+    world_size: int,
+    *args: Any,
+    backend: str = "gloo",
+    timeout: timedelta = DEFAULT_TIMEOUT,
+    join_timeout: float | None = None,
+) -> None:
+    """Run ``fn(*args)`` in ``world_size`` local processes, each a rank of one process group.
+
+    Each process gets torchrun's variables (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
+    ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR=127.0.0.1``, ``MASTER_PORT``) and an initialised
+    process group (``backend``, collectives time out after ``timeout``), so
+    ``DistributedDataParallel()`` in ``fn`` uses it. ``fn`` must be importable by the new
+    processes (a module-level function; ``args`` are handed over by ``multiprocessing``, so
+    they must be picklable); its return value is dropped (write results to files).
+
+    Returns when every rank has exited 0. Raises :class:`DistributedError` naming the rank that
+    failed first, its exit code and its traceback (then any others), once the others are
+    stopped; or naming the ranks still running after ``join_timeout`` seconds (they are
+    stopped too).
+    """
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    qualname = getattr(fn, "__qualname__", "")
+    if "<locals>" in qualname or "<lambda>" in qualname:
+        raise ValueError(
+            f"fn must be importable by the new processes (a module-level function), got {qualname}"
+        )
+    if join_timeout is not None and join_timeout <= 0:
+        raise ValueError(f"join_timeout must be > 0 seconds or None, got {join_timeout}")
+    if backend == "nccl" and world_size > torch.cuda.device_count():
+        raise ValueError(
+            f"backend 'nccl' needs a CUDA device per rank: world_size {world_size}, "
+            f"{torch.cuda.device_count()} devices"
+        )
+    context = multiprocessing.get_context("spawn")
+    with (
+        tempfile.TemporaryDirectory(prefix="ember-spawn-") as errors,
+        _local_store(world_size, timeout) as port,
+    ):
+        processes = [
+            context.Process(
+                target=_run_rank,
+                args=(fn, args, rank, world_size, port, backend, timeout, errors),
+                name=f"ember-rank-{rank}",
+            )
+            for rank in range(world_size)
+        ]
+        for process in processes:
+            process.start()
+        try:
+            failed, stopped, late = _watch(processes, join_timeout)
+        except BaseException:
+            _stop(processes, kill_now=True)
+            raise
+        if failed:
+            raise DistributedError(_failure_report(failed, stopped, Path(errors)), failed)
+        if late:
+            raise DistributedError(
+                f"ranks {late} were still running after join_timeout={join_timeout} s and "
+                "were stopped"
+            )
+
+
+@contextlib.contextmanager
+def _local_store(world_size: int, timeout: timedelta) -> Iterator[int]:
+    """A rendezvous store on 127.0.0.1 whose port is bound here and held until the job ends.
+
+    Binding the socket ourselves (port 0) and handing it to the store leaves no window in
+    which another process could take the port between picking and using it.
+    """
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port: int = listener.getsockname()[1]
+        store = dist.TCPStore(  # type: ignore[attr-defined]  # exported, but not in the stubs
+            "127.0.0.1",
+            port,
+            world_size,
+            is_master=True,
+            timeout=timeout,
+            wait_for_workers=False,
+            master_listen_fd=listener.fileno(),
+        )
+        try:
+            yield port
+        finally:
+            del store
+    finally:
+        listener.close()
+
+
+def _run_rank(
+    fn: Callable[..., Any],
+    args: Sequence[Any],
+    rank: int,
+    world_size: int,
+    port: int,
+    backend: str,
+    timeout: timedelta,
+    errors: str,
+) -> None:
+    """A spawned process: torchrun's environment, the process group, ``fn(*args)``."""
+    os.environ.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        LOCAL_WORLD_SIZE=str(world_size),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        TORCHELASTIC_USE_AGENT_STORE="True",  # the parent holds the store: every rank connects
+    )
+    try:
+        device = None
+        if backend == "nccl":
+            torch.cuda.set_device(rank)
+            device = torch.device("cuda", rank)
+        init_from_environment(backend, timeout, device=device)
+        fn(*args)
+        dist.destroy_process_group()
+    except BaseException:
+        text = traceback.format_exc()
+        with contextlib.suppress(OSError):
+            Path(errors, _ERROR_FILE.format(rank=rank)).write_text(text, encoding="utf-8")
+        # skip interpreter teardown: a process group with a dead peer can abort or hang there
+        os._exit(1)
+
+
+def _watch(
+    processes: Sequence[multiprocessing.process.BaseProcess], join_timeout: float | None
+) -> tuple[dict[int, int], list[int], list[int]]:
+    """Wait for the ranks; on the first failure (or the deadline) stop the others.
+
+    Returns the failed ranks with their exit codes (in the order they failed), the ranks
+    stopped because of a failure, and the ranks stopped at the deadline.
+    """
+    deadline = None if join_timeout is None else time.monotonic() + join_timeout
+    failed: dict[int, int] = {}
+    stopped: list[int] = []
+    late: list[int] = []
+    kill_at: float | None = None
+    while True:
+        for rank, process in enumerate(processes):
+            code = process.exitcode
+            if code not in (None, 0) and rank not in failed and rank not in stopped:
+                failed[rank] = code
+        running = [p for p in processes if p.exitcode is None]
+        if not running:
+            return failed, stopped, late
+        now = time.monotonic()
+        if (failed or (deadline is not None and now >= deadline)) and kill_at is None:
+            ranks = [processes.index(p) for p in running]
+            (stopped if failed else late).extend(ranks)
+            _stop(running, kill_now=False)
+            kill_at = now + _KILL_AFTER_S
+        elif kill_at is not None and now >= kill_at:
+            _stop(running, kill_now=True)
+        wait = 0.5 if deadline is None else max(0.0, min(0.5, deadline - now))
+        multiprocessing.connection.wait([p.sentinel for p in running], timeout=wait)
+
+
+def _stop(processes: Sequence[multiprocessing.process.BaseProcess], *, kill_now: bool) -> None:
+    for process in processes:
+        if process.exitcode is None:
+            if kill_now:
+                process.kill()
+            else:
+                process.terminate()
+    if kill_now:
+        for process in processes:
+            process.join(_KILL_AFTER_S)
+
+
+def _failure_report(failed: dict[int, int], stopped: list[int], errors: Path) -> str:
+    first, *others = failed
+    lines = [f"rank {first} failed first ({_describe_exit(failed[first])})"]
+    lines += [f"rank {rank} failed too ({_describe_exit(failed[rank])})" for rank in others]
+    if stopped:
+        lines.append(f"ranks {stopped} were stopped")
+    for rank in failed:
+        path = errors / _ERROR_FILE.format(rank=rank)
+        if path.exists():
+            lines.append(f"--- rank {rank} ---\n{path.read_text(encoding='utf-8').rstrip()}")
+    return "\n".join(lines)
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-code).name}"
+        return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+# --- tensor-only messages --------------------------------------------------------------------
+
+# Tensors travel as raw bytes behind an int64 header; these are the dtypes a header can name.
+_DTYPES = (
+    torch.float32,
+    torch.float64,
+    torch.float16,
+    torch.bfloat16,
+    torch.int64,
+    torch.int32,
+    torch.int16,
+    torch.int8,
+    torch.uint8,
+    torch.bool,
+    torch.complex64,
+    torch.complex128,
+)
+_ALIGN = 16  # every tensor starts at a multiple of this in a payload, so it can be viewed back
+
+
+def broadcast_bytes(data: bytes | None, src: int = 0, group: Any = None) -> bytes:
+    """``src``'s ``data`` on every rank (others pass None), through a CPU group."""
+    size = torch.tensor([0 if data is None else len(data)], dtype=torch.int64)
+    dist.broadcast(size, src, group=group)
+    payload = (
+        torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        if data and dist.get_rank() == src
+        else torch.empty(int(size.item()), dtype=torch.uint8)
+    )
+    if payload.numel():
+        dist.broadcast(payload, src, group=group)
+    return payload.numpy().tobytes()
+
+
+def gather_bytes(data: bytes, dst: int = 0, group: Any = None) -> list[bytes] | None:
+    """Every rank's ``data``, in rank order, on ``dst`` (None elsewhere), through a CPU group."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if rank != dst:
+        size = torch.tensor([len(data)], dtype=torch.int64)
+        dist.send(size, dst, group=group)
+        if data:
+            dist.send(torch.frombuffer(bytearray(data), dtype=torch.uint8), dst, group=group)
+        return None
+    gathered = []
+    for src in range(world):
+        if src == dst:
+            gathered.append(data)
+            continue
+        size = torch.empty(1, dtype=torch.int64)
+        dist.recv(size, src, group=group)
+        payload = torch.empty(int(size.item()), dtype=torch.uint8)
+        if payload.numel():
+            dist.recv(payload, src, group=group)
+        gathered.append(payload.numpy().tobytes())
+    return gathered
+
+
+class Sending:
+    """Messages on their way: :meth:`wait` before the tensors sent may be dropped or reused."""
+
+    __slots__ = ("_tensors", "_works")
+
+    def __init__(self, works: list[Any], tensors: list[torch.Tensor]) -> None:
+        self._works = works
+        self._tensors = tensors  # isend needs its buffers alive until the send completes
+
+    def wait(self) -> None:
+        """Block until every message has been sent."""
+        for work in self._works:
+            work.wait()
+        self._works, self._tensors = [], []
+
+
+def send_tensors(
+    tensors: Sequence[torch.Tensor | None], dst: int, *, group: Any = None, meta_group: Any = None
+) -> Sending:
+    """Start sending ``tensors`` (None allowed) to ``dst``; ``wait()`` on the result.
+
+    The shapes and dtypes go first as an int64 header through ``meta_group`` (a CPU group),
+    then all the data as one byte payload through ``group``. :func:`recv_tensors` receives.
+    """
+    header: list[int] = [len(tensors)]
+    chunks: list[torch.Tensor] = []
+    size = 0
+    for tensor in tensors:
+        if tensor is None:
+            header.append(0)
+            continue
+        header += [1, _DTYPES.index(tensor.dtype), tensor.dim(), *tensor.shape]
+        data = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
+        chunks.append(data)
+        size += data.numel()
+        pad = -size % _ALIGN
+        if pad:
+            chunks.append(data.new_zeros(pad))
+            size += pad
+    head = torch.tensor(header, dtype=torch.int64)
+    length = torch.tensor([head.numel()], dtype=torch.int64)
+    buffers = [length, head]
+    works = [dist.isend(length, dst, group=meta_group), dist.isend(head, dst, group=meta_group)]
+    if chunks:
+        payload = torch.cat(chunks)
+        buffers.append(payload)
+        works.append(dist.isend(payload, dst, group=group))
+    return Sending([work for work in works if work is not None], buffers)
+
+
+def recv_tensors(
+    src: int, device: torch.device, *, group: Any = None, meta_group: Any = None
+) -> list[torch.Tensor | None]:
+    """Receive what :func:`send_tensors` sent from ``src``, onto ``device``."""
+    length = torch.empty(1, dtype=torch.int64)
+    dist.recv(length, src, group=meta_group)
+    head = torch.empty(int(length.item()), dtype=torch.int64)
+    dist.recv(head, src, group=meta_group)
+    header = head.tolist()
+    specs: list[tuple[torch.dtype, list[int], int, int] | None] = []
+    position, offset = 1, 0
+    for _ in range(header[0]):
+        if header[position] == 0:
+            specs.append(None)
+            position += 1
+            continue
+        dtype, ndim = _DTYPES[header[position + 1]], header[position + 2]
+        shape = header[position + 3 : position + 3 + ndim]
+        position += 3 + ndim
+        nbytes = int(torch.Size(shape).numel()) * dtype.itemsize
+        specs.append((dtype, shape, offset, nbytes))
+        offset += nbytes + (-nbytes % _ALIGN)
+    payload = torch.empty(offset, dtype=torch.uint8, device=device)
+    if offset:
+        dist.recv(payload, src, group=group)
+    return [
+        None
+        if spec is None
+        else payload[spec[2] : spec[2] + spec[3]].view(spec[0]).reshape(spec[1])
+        for spec in specs
+    ]
+
+
+@torch.no_grad()
+def broadcast_coalesced(tensors: Sequence[torch.Tensor], src: int = 0, group: Any = None) -> None:
+    """Overwrite ``tensors`` with ``src``'s values, one broadcast per dtype and device."""
+    groups: dict[tuple[torch.dtype, torch.device], list[torch.Tensor]] = {}
+    for tensor in tensors:
+        groups.setdefault((tensor.dtype, tensor.device), []).append(tensor)
+    for members in groups.values():
+        flat = torch.cat([t.detach().reshape(-1) for t in members])
+        dist.broadcast(flat, src, group=group)
+        offset = 0
+        for tensor in members:
+            tensor.copy_(flat[offset : offset + tensor.numel()].view_as(tensor))
+            offset += tensor.numel()
