@@ -12,17 +12,19 @@ out), ``lr_step``, ``optimizer_step``. Three variants:
 
 Memory is measured honestly for torch's allocator, which ``tracemalloc`` does not see:
 
-* CPU: every variant runs in its own process. After a warm-up step and the timed steps, glibc
-  is told to give large buffers back to the OS when they are freed (``mallopt``) and to return
-  its free heap (``malloc_trim``), the kernel's peak-RSS counter is reset
-  (``/proc/self/clear_refs``, value 5), and the "step memory" is ``VmHWM`` after two more steps
-  minus ``VmRSS`` before them: the activations, gradients and temporaries of a step, on top of
-  the weights. Where the counter cannot be reset, the process measures ``ru_maxrss`` around its
-  first two steps instead (the table says which).
+* CPU: memory and time are measured in separate processes per variant. The memory process
+  starts with ``MALLOC_MMAP_THRESHOLD_`` set, so glibc gives every buffer over 128 KiB back to
+  the OS when it is freed and RSS follows what is live. After a warm-up step it returns its free
+  heap (``malloc_trim``), resets the kernel's peak-RSS counter (``/proc/self/clear_refs``,
+  value 5) and reports as "step memory" ``VmHWM`` after two steps minus ``VmRSS`` before them:
+  the activations, gradients and temporaries of a step, on top of the weights. Where the counter
+  cannot be reset it measures ``ru_maxrss`` around its first two steps (the table says which).
+  The time process runs with the allocator's default settings (mapping every buffer would slow
+  the variants that allocate more).
 * CUDA (``--device cuda``): ``torch.cuda.max_memory_allocated`` during a step minus the memory
   allocated before it, in one process.
 
-Times are medians of the timed steps, with the allocator's default settings.
+Times are medians of the timed steps after a warm-up step.
 
 Not a test: it prints ratios against ``none``, measured side by side in one run.
 
@@ -35,6 +37,7 @@ import argparse
 import contextlib
 import ctypes
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -111,18 +114,13 @@ def _reset_peak_rss() -> bool:
     return _status_kib("VmHWM") is not None
 
 
-def _return_large_buffers() -> None:
-    """From now on glibc gives buffers over 128 KiB back to the OS when they are freed (a
-    fixed mmap threshold), and it returns the free heap now: RSS then follows what is live."""
-    with contextlib.suppress(OSError, AttributeError):  # not glibc: RSS is what it is
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD
-        libc.mallopt(-1, 128 * 1024)  # M_TRIM_THRESHOLD
-        libc.malloc_trim(0)
+def _malloc_trim() -> None:
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-def worker(variant: str, device: str, steps: int, batch_size: int) -> dict[str, Any]:
-    """Run one variant in this process; return its measurements."""
+def worker(variant: str, measure: str, device: str, steps: int, batch_size: int) -> dict[str, Any]:
+    """Measure ``memory`` or ``time`` (or both, on CUDA) of one variant in this process."""
     torch.manual_seed(0)
     dev = torch.device(device)
     model = DeepMlp().to(dev)
@@ -146,19 +144,28 @@ def worker(variant: str, device: str, steps: int, batch_size: int) -> dict[str, 
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
 
-    def timed(count: int) -> list[float]:
+    result: dict[str, Any] = {
+        "variant": variant,
+        "weights": sum(p.numel() * p.element_size() for p in model.parameters()),
+    }
+    if measure == "memory" and not _reset_peak_rss():  # ru_maxrss remembers a warm-up
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        step()
+        step()
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        method = "ru_maxrss around the first steps (peak counter not resettable)"
+        return {**result, "step_memory": peak - before, "peak": peak, "method": method}
+    step()  # warm-up
+    if measure == "time" or dev.type == "cuda":
         times = []
-        for _ in range(count):
+        for _ in range(steps):
             sync()
             start = time.perf_counter()
             step()
             sync()
             times.append(time.perf_counter() - start)
-        return times
-
+        result["step_seconds"] = statistics.median(times)
     if dev.type == "cuda":
-        step()  # warm-up
-        times = timed(steps)
         sync()
         torch.cuda.reset_peak_memory_stats(dev)
         before = torch.cuda.memory_allocated(dev)
@@ -166,51 +173,33 @@ def worker(variant: str, device: str, steps: int, batch_size: int) -> dict[str, 
         sync()
         peak = torch.cuda.max_memory_allocated(dev)
         method = "cuda max_memory_allocated - memory_allocated before"
-    elif not _reset_peak_rss():  # ru_maxrss cannot forget a warm-up: measure first
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        step()
-        step()
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        times = timed(steps)
-        method = "ru_maxrss of a fresh process (peak counter not resettable)"
-    else:
-        step()  # warm-up
-        times = timed(steps)  # with glibc's default malloc settings
-        _return_large_buffers()
+        return {**result, "step_memory": peak - before, "peak": peak, "method": method}
+    if measure == "memory":
+        _malloc_trim()
         _reset_peak_rss()
         before = (_status_kib("VmRSS") or 0) * 1024
         step()
         step()
         peak = (_status_kib("VmHWM") or 0) * 1024
         method = "VmHWM after reset - VmRSS before"
-    weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    return {
-        "variant": variant,
-        "step_memory": peak - before,
-        "peak": peak,
-        "weights": weights,
-        "step_seconds": statistics.median(times[1:] if len(times) > 2 else times),
-        "method": method,
-    }
+        result.update(step_memory=peak - before, peak=peak, method=method)
+    return result
 
 
 def run_variant(variant: str, batch_size: int, args: argparse.Namespace) -> dict[str, Any]:
+    """One variant's memory and time: in this process on CUDA, else in two fresh processes."""
     if args.device.startswith("cuda"):
-        return worker(variant, args.device, args.steps, batch_size)
-    command = [
-        sys.executable,
-        __file__,
-        "--worker",
-        variant,
-        "--steps",
-        str(args.steps),
-        "--threads",
-        str(args.threads),
-        "--batch",
-        str(batch_size),
-    ]
-    out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+        return worker(variant, "both", args.device, args.steps, batch_size)
+    result: dict[str, Any] = {}
+    for measure in ("memory", "time"):
+        command = [sys.executable, __file__, "--worker", variant, "--measure", measure]
+        command += ["--steps", str(args.steps), "--threads", str(args.threads)]
+        command += ["--batch", str(batch_size)]
+        env = dict(os.environ)
+        if measure == "memory":
+            env.update(MALLOC_MMAP_THRESHOLD_="131072", MALLOC_TRIM_THRESHOLD_="131072")
+        out = subprocess.run(command, env=env, check=True, capture_output=True, text=True)
+        result.update(json.loads(out.stdout.strip().splitlines()[-1]))
     return result
 
 
@@ -222,12 +211,14 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=None)
     parser.add_argument("--batch", type=int, nargs="+", default=list(BATCHES))
     parser.add_argument("--worker", choices=VARIANTS, help=argparse.SUPPRESS)
+    parser.add_argument("--measure", choices=("memory", "time"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.steps is None:
         args.steps = 3 if args.quick else 8
     if args.worker is not None:
-        print(json.dumps(worker(args.worker, args.device, args.steps, args.batch[0])))
+        measured = worker(args.worker, args.measure, args.device, args.steps, args.batch[0])
+        print(json.dumps(measured))
         return
 
     print(

@@ -61,7 +61,7 @@ def main() -> None:
             progress = iterator.progress()
             print(
                 f"epoch {epoch} batch {number}/{len(loader)}: "
-                f"x {str(tuple(batch.x.shape)):<8} y {str(tuple(batch.y.shape)):<8} "
+                f"x {tuple(batch.x.shape)!s:<8} y {tuple(batch.y.shape)!s:<8} "
                 f"{progress.items_processed:>3}/{progress.items_total} {progress.unit}"
             )
 

@@ -227,12 +227,14 @@ def _local_store(world_size: int, timeout: timedelta) -> Iterator[int]:
             wait_for_workers=False,
             master_listen_fd=listener.fileno(),
         )
-        try:
-            yield port
-        finally:
-            del store
-    finally:
+    except BaseException:
         listener.close()
+        raise
+    listener.detach()  # the store owns the socket now, and closes it
+    try:
+        yield port
+    finally:
+        del store
 
 
 def _run_rank(
@@ -262,7 +264,8 @@ def _run_rank(
             device = torch.device("cuda", rank)
         init_from_environment(backend, timeout, device=device)
         fn(*args)
-        dist.destroy_process_group()
+        if dist.is_initialized():  # fn may have torn it down (DDP does after an error)
+            dist.destroy_process_group()
     except BaseException:
         text = traceback.format_exc()
         with contextlib.suppress(OSError):

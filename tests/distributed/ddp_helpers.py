@@ -1,0 +1,220 @@
+"""What the DDP tests run in their spawned ranks (importable by the new processes)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from safetensors.torch import save_file
+from torch import nn
+
+from ember.data import DataLoader, DataLoaderBuilder, InMemDataset
+from ember.train import (
+    CliMetricsRenderer,
+    Learner,
+    LearnerModel,
+    LearningResult,
+    LossMetric,
+    RegressionOutput,
+    SupervisedTraining,
+    TrainOutput,
+)
+from ember.train.checkpoint import KeepLastNCheckpoints
+from ember.train.metric.store import MetricQuery
+from ember.train.strategy.ddp import DistributedDataParallel
+
+TRAIN_ITEMS, VALID_ITEMS = 49, 13  # batches 8 and 4: tails of 1 item, so rank 1's share is empty
+
+
+@dataclass(frozen=True)
+class Batch:
+    x: torch.Tensor
+    y: torch.Tensor
+
+
+def batcher(items: list[tuple[list[float], float]], device: torch.device) -> Batch:
+    x = torch.tensor([item[0] for item in items], dtype=torch.float32, device=device)
+    y = torch.tensor([[item[1]] for item in items], dtype=torch.float32, device=device)
+    return Batch(x, y)
+
+
+def samples(count: int, seed: int) -> list[tuple[list[float], float]]:
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(count, 4, generator=generator)
+    y = x.sin().sum(dim=1)
+    return [(row, target) for row, target in zip(x.tolist(), y.tolist(), strict=True)]
+
+
+def loaders(workers: int = 0) -> tuple[DataLoader[Batch], DataLoader[Batch]]:
+    train = (
+        DataLoaderBuilder(batcher)
+        .batch_size(8)
+        .shuffle(7)
+        .num_workers(workers)
+        .build(InMemDataset(samples(TRAIN_ITEMS, 0)))
+    )
+    valid = DataLoaderBuilder(batcher).batch_size(4).build(InMemDataset(samples(VALID_ITEMS, 1)))
+    return train, valid
+
+
+class Mlp(LearnerModel):
+    """``4 → 16 → 1`` regression; with ``dropout`` every step draws from the torch RNG."""
+
+    def __init__(self, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Dropout(dropout), nn.Linear(16, 1))
+        self.on_train_step: Callable[[int], None] | None = None
+        self.steps = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.net(x)
+        return out
+
+    def regression(self, batch: Batch) -> RegressionOutput:
+        out = self(batch.x)
+        return RegressionOutput(F.mse_loss(out, batch.y), out, batch.y)
+
+    def train_step(self, batch: Batch) -> TrainOutput[RegressionOutput]:
+        self.steps += 1
+        if self.on_train_step is not None:
+            self.on_train_step(self.steps)
+        out = self.regression(batch)
+        return TrainOutput.from_loss(self, out.loss, out)
+
+    def inference_step(self, batch: Batch) -> RegressionOutput:
+        return self.regression(batch)
+
+
+def training(
+    directory: Path,
+    epochs: int,
+    strategy: Any = None,
+    *,
+    dropout: float = 0.0,
+    workers: int = 0,
+    resume: int | None = None,
+) -> tuple[SupervisedTraining, Learner[Mlp]]:
+    """The run every test compares: Adam, lr 1e-2, Loss on both splits, checkpoints kept."""
+    torch.manual_seed(0)
+    model = Mlp(dropout)
+    train, valid = loaders(workers)
+    builder = (
+        SupervisedTraining(directory, train, valid)
+        .renderer(CliMetricsRenderer(io.StringIO()))
+        .metrics(LossMetric())
+        .with_checkpointing_strategy(KeepLastNCheckpoints(10))
+        .with_default_checkpointers()
+        .num_epochs(epochs)
+    )
+    if strategy is not None:
+        builder = builder.with_training_strategy(strategy)
+    if resume is not None:
+        builder = builder.checkpoint(resume)
+    return builder, Learner(model, torch.optim.Adam(model.parameters()), 1e-2)
+
+
+def save_weights(path: Path, model: nn.Module) -> None:
+    save_file({k: v.detach().contiguous() for k, v in model.state_dict().items()}, str(path))
+
+
+def write_result(path: Path, result: LearningResult[Any], **extra: Any) -> None:
+    record = {
+        "error": None if result.error is None else f"{type(result.error).__name__}: {result.error}",
+        "stop_reason": result.stop_reason,
+        "last_epoch": result.last_epoch,
+        **extra,
+    }
+    path.write_text(json.dumps(record), encoding="utf-8")
+
+
+def _succeeded(result: LearningResult[Any]) -> None:
+    if result.error is not None:
+        raise RuntimeError(f"training failed:\n{result.traceback}")
+
+
+# --- rank functions ------------------------------------------------------------------------------
+
+
+def equal_and_exact(out_dir: str) -> None:
+    """A: the run to compare with one process; B, C: uninterrupted and resumed, with dropout."""
+    out, rank = Path(out_dir), dist.get_rank()
+    builder, learner = training(out / f"a-{rank}", 3, DistributedDataParallel(), workers=1)
+    result = builder.launch(learner)
+    _succeeded(result)
+    save_weights(out / f"a-rank{rank}.safetensors", result.model)
+    for name, epochs, resume in (("b", 3, None), ("c", 1, None), ("c", 3, 1)):
+        builder, learner = training(
+            out / name, epochs, DistributedDataParallel(), dropout=0.3, resume=resume
+        )
+        torch.manual_seed(100 + rank)  # ranks draw different dropout masks
+        result = builder.launch(learner)
+        _succeeded(result)
+        dist.barrier()  # the next run reads what rank 0 wrote
+        save_weights(out / f"{name}{epochs}-rank{rank}.safetensors", result.model)
+
+
+class StopAfter:
+    """Early stopping that only rank 0 can decide (only it is asked)."""
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.reason: str | None = None
+
+    def should_stop(self, epoch: int, query: MetricQuery) -> bool:
+        if epoch >= self.epoch and dist.get_rank() == 0:
+            self.reason = f"enough after epoch {epoch}"
+            return True
+        return False
+
+
+def agreements(out_dir: str) -> None:
+    """Rank 1 interrupts; rank 0 stops early; then rank 1's step raises."""
+    out, rank = Path(out_dir), dist.get_rank()
+    builder, learner = training(out / "interrupt", 3, DistributedDataParallel())
+    if rank == 1:
+        interrupter = builder.interrupter()
+        learner.model.on_train_step = lambda step: (
+            interrupter.stop("rank 1 wants to stop") if step == 10 else None
+        )
+    write_result(out / f"interrupt-rank{rank}.json", builder.launch(learner))
+
+    builder, learner = training(out / "early", 5, DistributedDataParallel())
+    builder = builder.early_stopping(StopAfter(2))
+    write_result(out / f"early-rank{rank}.json", builder.launch(learner))
+
+    builder, learner = training(out / "error", 3, DistributedDataParallel(), dropout=0.0)
+    if rank == 1:
+
+        def fail(step: int) -> None:
+            if step == 4:
+                raise ValueError("rank 1's step failed")
+
+        learner.model.on_train_step = fail
+    started = time.monotonic()
+    result = builder.launch(learner)
+    write_result(out / f"error-rank{rank}.json", result, seconds=time.monotonic() - started)
+
+
+def die_at_step(out_dir: str, step: int) -> None:
+    """Rank 1's process dies in the middle of training."""
+    rank = dist.get_rank()
+    builder, learner = training(Path(out_dir) / "run", 3, DistributedDataParallel())
+    if rank == 1:
+        learner.model.on_train_step = lambda s: os._exit(3) if s == step else None
+    result = builder.launch(learner)
+    write_result(Path(out_dir) / f"rank{rank}.json", result)
+
+
+def raise_on_rank(rank: int) -> None:
+    if dist.get_rank() == rank:
+        raise ValueError(f"rank {rank} refuses")
+    dist.barrier()
