@@ -29,8 +29,6 @@ from typing import (
     runtime_checkable,
 )
 
-import numpy as np
-
 from ember.data import rng
 from ember.data.validation import check_int, check_seed
 
@@ -318,6 +316,8 @@ class SamplerDataset(Generic[T]):
             table = generator.integers(0, max(source, 1), size)
         else:
             copies, rest = divmod(size, source) if source else (0, 0)
+            import numpy as np  # lazy: keeps `import ember` fast (B10)
+
             table = np.concatenate(
                 [np.tile(np.arange(source), copies), generator.choice(source, rest, replace=False)]
             )

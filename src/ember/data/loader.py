@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Generic, Protocol, Self, TypeVar
 
-import numpy as np
 import torch
 
 from ember.data import rng
@@ -307,6 +306,8 @@ class BatchDataLoader(PassTracker, Generic[ItemT, BatchT]):
 
     def _epoch_batches(self, epoch: int) -> list[list[int]]:
         """The dataset indexes of every batch of pass ``epoch``."""
+        import numpy as np  # lazy: keeps `import ember` fast (B10)
+
         n, size = self._end - self._start, self._batch_size
         if self._seed is None:
             order = np.arange(self._start, self._end)

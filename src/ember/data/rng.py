@@ -16,7 +16,10 @@ The top-level streams below keep loaders and dataset wrappers that share a seed 
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "LOADER_STREAM",
@@ -39,6 +42,9 @@ _SLICE = 1  # marks a child stream made by slice(); epoch counters are appended 
 
 
 def generator(seed: int | None, stream: Stream) -> np.random.Generator:
+
+    import numpy as np  # lazy: keeps `import ember` fast (B10)
+
     """A private generator for ``(seed, stream)``; ``seed=None`` draws fresh OS entropy."""
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=stream)))
 

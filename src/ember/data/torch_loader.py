@@ -19,7 +19,6 @@ import base64
 from collections.abc import Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
-import numpy as np
 import torch
 from torch.utils.data import (
     BatchSampler,
@@ -155,6 +154,8 @@ class TorchDataLoader(PassTracker, Generic[BatchT]):
             )
         generator = None
         if loader.generator is not None:
+            import numpy as np  # lazy: keeps `import ember` fast (B10)
+
             seed = np.random.SeedSequence(
                 loader.generator.initial_seed(), spawn_key=(start, end)
             ).generate_state(1, np.uint64)[0]

@@ -17,12 +17,14 @@ from __future__ import annotations
 import base64
 import binascii
 import random
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 
 from ember.errors import CheckpointError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["rng_state", "set_rng_state"]
 
@@ -40,6 +42,9 @@ def rng_state() -> dict[str, Any]:
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
+
+    import numpy as np  # lazy: keeps `import ember` fast (B10)
+
     """Restore states captured by :func:`rng_state`; CheckpointError if ``state`` is malformed.
 
     CUDA states are restored for the devices
@@ -76,6 +81,9 @@ def _tensor(text: object) -> torch.Tensor:
 
 
 def _numpy_state() -> dict[str, Any]:
+
+    import numpy as np  # lazy: keeps `import ember` fast (B10)
+
     name, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
     return {
         "bit_generator": str(name),
@@ -87,6 +95,9 @@ def _numpy_state() -> dict[str, Any]:
 
 
 def _parse_numpy(value: Any) -> tuple[str, np.ndarray[Any, Any], int, int, float]:
+
+    import numpy as np  # lazy: keeps `import ember` fast (B10)
+
     keys = np.frombuffer(base64.b64decode(value["keys"], validate=True), dtype="<u4")
     if keys.shape != (624,):
         raise ValueError(f"numpy state has {keys.size} keys, expected 624")

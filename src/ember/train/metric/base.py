@@ -16,11 +16,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar, runtime_checkable
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from ember.data import Progress
+
+if TYPE_CHECKING:
+    pass
 
 __all__ = [
     "Metric",
@@ -51,6 +52,8 @@ def format_number(value: float) -> str:
             return "NaN"
         if math.isinf(value):
             return "inf" if value > 0 else "-inf"
+        import numpy as np  # lazy: keeps `import ember` fast (B10)
+
         return str(np.format_float_positional(value, unique=True, trim="-"))
     return text[:-2] if text.endswith(".0") else text
 

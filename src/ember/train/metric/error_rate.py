@@ -10,18 +10,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import numpy.typing as npt
 import torch
 
 from ember.train.metric.base import MetricEntry, MetricMetadata
 from ember.train.metric.ratio import RatioMetric
 
-__all__ = ["CerInput", "CharErrorRate", "WerInput", "WordErrorRate", "edit_distances"]
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
-IntArray = npt.NDArray[np.int64]
+    IntArray = npt.NDArray[np.int64]
+
+__all__ = ["CerInput", "CharErrorRate", "WerInput", "WordErrorRate", "edit_distances"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +52,8 @@ def edit_distances(
     row, the insertion chain ``D[i, j] = min_k (T[k] + j - k)`` is a running minimum, so each
     step is a few array operations instead of a loop over hypothesis positions.
     """
+    import numpy as np  # lazy: keeps `import ember` fast (B10)
+
     batch, width = hypotheses.shape
     columns = np.arange(width + 1, dtype=np.int64)
     previous = np.broadcast_to(columns, (batch, width + 1)).copy()  # D[0, j] = j
@@ -67,6 +71,8 @@ def edit_distances(
 
 
 def _lengths(tokens: IntArray, pad_token: int | None) -> IntArray:
+    import numpy as np  # lazy: keeps `import ember` fast (B10)
+
     width = tokens.shape[1]
     if pad_token is None:
         return np.full(tokens.shape[0], width, dtype=np.int64)

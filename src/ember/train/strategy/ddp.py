@@ -52,14 +52,15 @@ from ember.data.shard import ShardedDataLoader, ShardIterator
 from ember.distributed import (
     DEFAULT_TIMEOUT,
     DistributedError,
-    Sending,
     broadcast_bytes,
     broadcast_coalesced,
     collective,
     gather_bytes,
     init_from_environment,
-    recv_tensors,
-    send_tensors,
+    pack_tensors,
+    payload_size,
+    tensor_header,
+    unpack_tensors,
 )
 from ember.train.checkpoint.record import Record, state_record
 from ember.train.checkpoint.rng import rng_state
@@ -89,6 +90,7 @@ log = logging.getLogger("ember.train")
 
 OutputT = TypeVar("OutputT")
 Merge = Callable[[Sequence[Any], Sequence[int]], Any]
+_HEADER = 128  # int64 numbers per rank for its stop wish and its output's shapes
 RANKS_RNG_KEY = "ranks_rng"  # in rank 0's state record: every rank's RNG state, in rank order
 
 
@@ -732,8 +734,6 @@ class _Epochs:
         model = learner.model
         self._buffers = list(model.buffers()) if strategy.broadcast_buffers else []
         self._reducer = _GradientReducer(model, int(strategy.bucket_cap_mb * 2**20))
-        self._sending: Sending | None = None
-        self._stop = torch.zeros(1, dtype=torch.int64)
 
     def close(self) -> None:
         self._reducer.close()
@@ -763,12 +763,12 @@ class _Epochs:
                     learner.lr_step()
                     learner.optimizer_step(accumulator.grads())
                     window = 0
-            item = self._gather(None if output is None else output.item, shares)
+            item, stop = self._exchange(None if output is None else output.item, shares)
             if ranks.is_main:
                 self._components.processor.process_train(
                     ProcessedItem(TrainingItem(item, progress, iteration, learner.lr_current))
                 )
-            if self._should_stop():
+            if self._agree(stop):
                 break
 
     def valid(self, epoch: int) -> None:
@@ -782,12 +782,12 @@ class _Epochs:
             for iteration, batch in enumerate(iterator, start=1):
                 progress, shares = iterator.progress(), iterator.shares
                 output = None if batch is None else model.inference_step(batch)
-                item = self._gather(output, shares)
+                item, stop = self._exchange(output, shares)
                 if self._ranks.is_main:
                     self._components.processor.process_valid(
                         ProcessedItem(TrainingItem(item, progress, iteration, None))
                     )
-                if self._should_stop():
+                if self._agree(stop):
                     break
 
     def _sync_buffers(self) -> None:
@@ -795,43 +795,67 @@ class _Epochs:
             with collective("broadcasting rank 0's buffers"):
                 broadcast_coalesced(self._buffers, 0)
 
-    def _gather(self, item: Any, shares: tuple[int, ...]) -> Any:
-        """This batch's output on rank 0: its own, or the ranks' parts to merge; None elsewhere."""
+    def _exchange(self, item: Any, shares: tuple[int, ...]) -> tuple[Any, int]:
+        """After a batch: every rank's stop wish, and the batch's output on rank 0.
+
+        Two collectives, whatever the world size: an all-gather of a small int64 block per
+        rank (its stop wish and the shapes of its output's tensors), then a gather of the
+        outputs' bytes on rank 0. Returns rank 0's output for the global batch (its own, or
+        the parts to merge; None on other ranks) and the stop value for :meth:`_agree`.
+        """
         ranks = self._ranks
-        if ranks.world == 1 or item is None:  # no output (an empty share): nothing to send
-            return item
-        _merge_for(type(item))  # every rank with a share fails alike on an unusable type
-        names = _tensor_fields(item)
-        if not ranks.is_main:
-            with collective("sending the outputs to rank 0"):
-                self._sending = send_tensors(
-                    [getattr(item, name) for name in names], 0, meta_group=ranks.cpu
-                )
-            return None
+        wish = ranks.world - ranks.rank if self._components.interrupter.should_stop() else 0
+        if ranks.world == 1:
+            return item, wish
+        names: list[str] = []
+        tensors: list[torch.Tensor | None] = []
+        if item is not None:
+            _merge_for(type(item))  # every rank with a share fails alike on an unusable type
+            names = _tensor_fields(item)
+            tensors = [getattr(item, name) for name in names]
+        header = tensor_header(tensors) if item is not None else []
+        if len(header) > _HEADER - 2:
+            raise ValueError(
+                f"{type(item).__name__} has too many tensor fields or dimensions to send to "
+                f"rank 0 (a header of {len(header)} numbers, at most {_HEADER - 2})"
+            )
+        block = torch.zeros(_HEADER, dtype=torch.int64)
+        block[0], block[1] = wish, len(header)
+        block[2 : 2 + len(header)] = torch.tensor(header, dtype=torch.int64)
+        blocks = [torch.empty_like(block) for _ in range(ranks.world)]
+        with collective("exchanging stop wishes and output shapes"):
+            dist.all_gather(blocks, block, group=ranks.cpu)
+        table = torch.stack(blocks).tolist()
+        headers = [row[2 : 2 + row[1]] if row[1] else None for row in table]
+        stop = max(row[0] for row in table)
+        size = max((payload_size(h) for h in headers[1:] if h is not None), default=0)
+        if size == 0:  # only rank 0 has an output
+            return (item if ranks.is_main else None), stop
+        mine = (
+            pack_tensors(tensors, size, ranks.device)
+            if item is not None and not ranks.is_main
+            else torch.zeros(size, dtype=torch.uint8, device=ranks.device)
+        )
+        gathered = [torch.empty_like(mine) for _ in range(ranks.world)] if ranks.is_main else None
+        with collective("gathering the outputs on rank 0"):
+            dist.gather(mine, gathered, dst=0)
+        if gathered is None or item is None:
+            return None, stop
         parts, sizes = [item], [shares[0]]
         for src in range(1, ranks.world):
-            if shares[src]:
-                with collective(f"receiving the outputs of rank {src}"):
-                    tensors = recv_tensors(src, ranks.device, meta_group=ranks.cpu)
-                parts.append(dataclasses.replace(item, **dict(zip(names, tensors, strict=True))))
+            header_src = headers[src]
+            if header_src is not None:
+                received = unpack_tensors(header_src, gathered[src])
+                parts.append(dataclasses.replace(item, **dict(zip(names, received, strict=True))))
                 sizes.append(shares[src])
-        return parts[0] if len(parts) == 1 else _GlobalBatch(parts, sizes)
+        return (parts[0] if len(parts) == 1 else _GlobalBatch(parts, sizes)), stop
 
-    def _should_stop(self) -> bool:
-        """Agree on stopping: any rank whose interrupter is set stops them all."""
-        ranks = self._ranks
-        local = self._components.interrupter
-        stop = self._stop
-        stop[0] = ranks.world - ranks.rank if local.should_stop() else 0
-        with collective("agreeing on stopping"):
-            dist.all_reduce(stop, dist.ReduceOp.MAX, group=ranks.cpu)
-            if self._sending is not None:
-                self._sending.wait()  # rank 0 has received it: the buffers may go
-                self._sending = None
-        value = int(stop[0])
-        if value == 0:
+    def _agree(self, stop: int) -> bool:
+        """Stop every rank when any rank wished to (``stop`` names the lowest such rank)."""
+        if stop == 0:
             return False
-        stopper = ranks.world - value
-        reason = local.message if stopper == ranks.rank else None
+        ranks = self._ranks
+        stopper = ranks.world - stop
+        reason = self._components.interrupter.message if stopper == ranks.rank else None
         self._agreed.stop(reason or f"rank {stopper} stopped training")
         return True
