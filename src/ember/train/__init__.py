@@ -5,6 +5,7 @@ from ember.train.early_stopping import (
     MetricEarlyStoppingStrategy,
     StoppingCondition,
 )
+from ember.train.epoch import train_epoch, valid_epoch
 from ember.train.events import (
     End,
     EndEpoch,
@@ -15,6 +16,7 @@ from ember.train.events import (
     StartSplit,
     TrainingItem,
 )
+from ember.train.gradient_checkpointing import GradientCheckpointing, apply_gradient_checkpointing
 from ember.train.interrupter import Interrupter
 from ember.train.learner import Learner
 from ember.train.logger import (
@@ -103,9 +105,12 @@ from ember.train.step import (
 )
 from ember.train.strategy import (
     FitResult,
+    MultiDevice,
     SingleDevice,
     SupervisedLearningStrategy,
     TrainingComponents,
+    resume,
+    run_epochs,
 )
 from ember.train.summary import LearnerSummary, MetricSummary
 from ember.train.supervised import LearningResult, SupervisedTraining
@@ -139,6 +144,7 @@ __all__ = [
     "FileMetricLogger",
     "FitResult",
     "FullEventProcessorTraining",
+    "GradientCheckpointing",
     "GradientsAccumulator",
     "GradientsParams",
     "HammingScore",
@@ -170,6 +176,7 @@ __all__ = [
     "MetricSummary",
     "MetricsRenderer",
     "MetricsRendererTraining",
+    "MultiDevice",
     "MultiLabelClassificationOutput",
     "NoamLr",
     "Numeric",
@@ -203,6 +210,11 @@ __all__ = [
     "WerInput",
     "WordErrorRate",
     "adapt",
+    "apply_gradient_checkpointing",
     "default_renderer",
     "register_adaptor",
+    "resume",
+    "run_epochs",
+    "train_epoch",
+    "valid_epoch",
 ]

@@ -282,3 +282,18 @@ def test_handle_type_is_exported() -> None:
     """The handle is what apply_gradient_checkpointing returns."""
     with apply_gradient_checkpointing(Deep(), ["out"]) as handle:
         assert isinstance(handle, GradientCheckpointing)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_same_losses_and_gradients_on_cuda_with_dropout() -> None:
+    """On CUDA the recomputation replays the CUDA generator's dropout masks too."""
+    torch.manual_seed(0)
+    model = Deep(0.5).cuda()
+    batch = Batch(torch.randn(64, 3, device="cuda"), torch.randn(64, 1, device="cuda"))
+    loss, grads = step_grads(model, batch, seed=3)
+    with apply_gradient_checkpointing(model):
+        loss_ckpt, grads_ckpt = step_grads(model, batch, seed=3)
+    assert torch.equal(loss, loss_ckpt)
+    for name in grads:
+        torch.testing.assert_close(grads[name], grads_ckpt[name], rtol=0, atol=1e-6, msg=name)

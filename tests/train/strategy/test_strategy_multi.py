@@ -116,7 +116,8 @@ def test_equals_single_device_with_the_joined_batches(
     single_loader = DataLoaderBuilder(batcher).batch_size(2 * BATCH).build(InMemDataset(joined))
     single = quiet(tmp_path / "single", single_loader, loader(8, seed=1))
     if accumulation is not None:
-        multi, single = multi.grads_accumulation(accumulation), single.grads_accumulation(2)
+        multi = multi.grads_accumulation(accumulation)
+        single = single.grads_accumulation(accumulation)
 
     multi_result = multi.launch(sgd_learner(multi_model))
     single_result = single.launch(sgd_learner(single_model))
@@ -407,9 +408,21 @@ def test_split_loader_ranges() -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA devices")
-def test_two_cuda_devices_equal_one_with_the_joined_batches(tmp_path: Path) -> None:
-    """On two GPUs, weights match a single GPU fed the joined batches (float tolerance)."""
+@pytest.mark.parametrize(
+    "devices",
+    [
+        pytest.param(
+            ["cuda", "cuda"],
+            marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+        ),
+        pytest.param(
+            ["cuda:0", "cuda:1"],
+            marks=pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA devices"),
+        ),
+    ],
+)
+def test_cuda_devices_equal_one_with_the_joined_batches(tmp_path: Path, devices: list[str]) -> None:
+    """On CUDA, weights match a single GPU fed the joined batches (float tolerance)."""
     torch.manual_seed(0)
     multi_model, single_model = SumRegressor(), SumRegressor()
     single_model.load_state_dict(multi_model.state_dict())
@@ -417,7 +430,7 @@ def test_two_cuda_devices_equal_one_with_the_joined_batches(tmp_path: Path) -> N
     joined = [data[i] for i in round_order(ITEMS, 2, BATCH)]
     single_loader = DataLoaderBuilder(batcher).batch_size(2 * BATCH).build(InMemDataset(joined))
     multi = quiet(tmp_path / "multi", loader(ITEMS, BATCH), loader(8)).with_training_strategy(
-        MultiDevice(["cuda:0", "cuda:1"])
+        MultiDevice(devices)
     )
     single = quiet(tmp_path / "single", single_loader, loader(8)).with_training_strategy(
         SingleDevice("cuda:0")

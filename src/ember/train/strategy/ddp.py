@@ -12,8 +12,11 @@ rank::
                               # all-reduced: sum over ranks of grad x share / global batch
                               # (an empty share skips the step and contributes zeros)
     lr_step, optimizer_step   # the same reduced gradients everywhere: replicas stay equal
-    my output -> rank 0       # tensors only; rank 0 emits ProcessedItem with the merged output
-    agree on stopping         # one all-reduce of a flag: any rank's stop stops every rank
+    all-gather (CPU group)    # every rank's stop wish and its output's shapes
+    gather on rank 0          # the outputs' bytes (tensors only, never pickle); rank 0 emits
+                              # ProcessedItem with the global batch's output (merged lazily,
+                              # on the metrics thread)
+    stop if any rank wished   # every rank stops after the same batch
 
 Validation reads shares of the valid loader the same way. So the metrics rank 0 computes and
 logs are those of the global batch, as in one process, and the gradient is the global batch's
@@ -90,6 +93,7 @@ log = logging.getLogger("ember.train")
 
 OutputT = TypeVar("OutputT")
 Merge = Callable[[Sequence[Any], Sequence[int]], Any]
+_FIRST_BUCKET_BYTES = 2**20
 _HEADER = 128  # int64 numbers per rank for its stop wish and its output's shapes
 RANKS_RNG_KEY = "ranks_rng"  # in rank 0's state record: every rank's RNG state, in rank order
 
@@ -249,8 +253,11 @@ class _GradientReducer:
     """All-reduces gradients in buckets while backward runs, as torch's DDP reducer does.
 
     Buckets hold parameters in reverse order (backward produces the last layers' gradients
-    first) up to ``bucket_bytes``; a bucket is launched once all its gradients arrived and every
-    bucket before it was launched, so all ranks issue the same collectives in the same order.
+    first) up to ``bucket_bytes``, the first one on a GPU up to 1 MiB (so communication starts
+    early, as torch's DDP does; on the CPU the cores that would overlap it run the backward
+    pass, and an extra collective only costs). A bucket is launched once all its gradients
+    arrived and every bucket before it was launched, so all ranks issue the same collectives in
+    the same order.
     A gradient is copied in multiplied by this rank's ``weight``; the sum over ranks is then
     the global batch's gradient. :meth:`finish` launches what is left (zeros for parameters
     without a gradient here), waits, and writes the results back into the step's gradients.
@@ -263,8 +270,10 @@ class _GradientReducer:
         current: list[tuple[str, nn.Parameter]] = []
         size = 0
         for name, param in reversed(params):
+            first = not self.buckets and param.device.type == "cuda"
+            cap = min(bucket_bytes, _FIRST_BUCKET_BYTES) if first else bucket_bytes
             if current and (
-                size + param.numel() * param.element_size() > bucket_bytes
+                size + param.numel() * param.element_size() > cap
                 or (param.dtype, param.device) != (current[0][1].dtype, current[0][1].device)
             ):
                 self._add_bucket(current)

@@ -5,25 +5,39 @@ worker thread, and takes one optimizer step on the main device (the first one) p
 
     learner.fork(devices[0]); replicas = [model, deepcopy(model) on devices[1], ...]
     train loader → n contiguous slices, slice i on devices[i]   (see split_loader)
+    threads train-device-0 … train-device-{n-1}, one per device, for the whole fit
     per epoch (run_epochs):
         train split, one round at a time until every slice is exhausted:
-            device i's thread: out_i = replica_i.train_step(next batch of slice i)
-            grads = sum of out_i.grads over devices, moved to the main device
-            (grads_accumulation n: summed over n rounds, as over n batches on one device)
+            thread i: out_i = replica_i.train_step(next batch of slice i)   (all at once)
+            grads = sum over devices of out_i.grads, moved to the main device
+            (grads_accumulation n: also summed over n rounds, as over n batches on one device)
             lr_step; optimizer_step(grads); copy the main model's parameters into the replicas
             copy the main model's buffers into the replicas
             one ProcessedItem per device output, in device order
         valid split: valid_epoch on the main device's model
 
 Gradients are **summed** across devices, never averaged (as in Burn): with mean-reduced losses
-one round is like one batch n times larger trained with an n times larger learning rate.
-Divide the lr by the number of devices to keep the single-device step size.
+a round is like one batch n times larger trained with an n times larger learning rate; divide
+the lr by the number of devices to keep the single-device step size.
 
-Events: every device's batch gets its own ``ProcessedItem`` (so every batch gets its log line),
-all in device order after the round's optimizer step. ``iteration`` counts device batches within
-the epoch (a round of n devices advances it by n); ``progress`` is the whole split's: items
+Events: every device's batch gets its own ``ProcessedItem`` (so every batch has its log line),
+in device order, after the round's optimizer step. ``iteration`` counts device batches within
+the epoch (a round of n devices advances it by n); ``progress`` is the whole split's: the items
 consumed so far by all slices out of the training loader's ``num_items()``, the same in every
-event of a round and complete in the last round's events.
+event of a round, complete in the last round's. When the slices have different numbers of
+batches, the last rounds hold only the devices that still have one.
+
+Replicas start every round equal to the main model (its buffers are copied every round, so
+running statistics such as BatchNorm's follow the main device's batches). Devices that share a
+random generator (several ``"cpu"`` entries, or one CUDA device listed twice) draw from it in
+thread-scheduling order: random operations (dropout) are then not reproducible from run to run,
+and must not be inside gradient-checkpointed modules there (a recomputation could replay
+another thread's draws). Distinct CUDA devices each have their own generator.
+
+An exception in a replica's ``train_step`` is re-raised on the training thread once every
+device has finished the round: the original exception with its traceback and a note naming the
+device. Checkpoints save each slice's position as ``train-device-{i}``: a run resumes with the
+same number of devices.
 
 A device list of one device is :class:`~ember.train.strategy.single.SingleDevice` on it, exactly
 (the loader is not sliced, no thread is started).
@@ -125,6 +139,7 @@ class MultiDevice:
             )
         devices = [_indexed(device) for device in self.devices]
         main = devices[0]
+        log.info("Training on %d devices: %s", len(devices), ", ".join(map(str, devices)))
         learner.fork(main)
         slices = split_loader(train, devices)
         valid = valid.to_device(main)
@@ -265,7 +280,7 @@ class _Rounds:
 
 _END = object()  # what next() returns for an exhausted slice
 
-_Result = tuple[TrainOutput[Any] | None, BaseException | None]
+_Result = tuple[Any, BaseException | None]  # (train_step's output, None) or (None, its error)
 
 
 def _on_device(grads: GradientsParams, device: torch.device) -> GradientsParams:
@@ -324,7 +339,7 @@ class _DeviceThreads:
             for i, other in others:
                 error.add_note(f"device {i} ({self.devices[i]}) also failed: {other!r}")
             raise error
-        return [output for output, _ in results if output is not None]
+        return [output for output, _ in results]
 
     def close(self) -> None:
         """Stop the threads once their current step is done, and join them. Idempotent."""

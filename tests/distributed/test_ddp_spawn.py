@@ -1,0 +1,40 @@
+"""ember.distributed.spawn: local ranks, their errors, argument checks."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import ddp_helpers
+import pytest
+
+from ember.distributed import DistributedError, spawn
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(120)
+def test_an_exception_names_its_rank_with_the_traceback() -> None:
+    """Rank 0 raises: the error names it first, with its exception; rank 1 (blocked in a
+    barrier) is stopped."""
+    with pytest.raises(DistributedError) as caught:
+        spawn(
+            ddp_helpers.raise_on_rank, 2, 0, timeout=timedelta(seconds=30), join_timeout=90
+        )
+    message = str(caught.value)
+    assert message.startswith("rank 0 failed first (exit code 1)")
+    assert "ValueError: rank 0 refuses" in message
+    assert caught.value.exit_codes[0] == 1
+
+
+def test_refuses_what_the_new_processes_cannot_run() -> None:
+    """A lambda or a local function cannot be imported by a spawned process; sizes are checked."""
+
+    def local() -> None: ...
+
+    with pytest.raises(ValueError, match="importable"):
+        spawn(lambda: None, 2)
+    with pytest.raises(ValueError, match="importable"):
+        spawn(local, 2)
+    with pytest.raises(ValueError, match="world_size"):
+        spawn(ddp_helpers.raise_on_rank, 0, 0)
+    with pytest.raises(ValueError, match="join_timeout"):
+        spawn(ddp_helpers.raise_on_rank, 1, 5, join_timeout=0)

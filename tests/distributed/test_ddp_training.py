@@ -1,0 +1,111 @@
+"""DistributedDataParallel over 2 gloo processes on the CPU (B9)."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import ddp_helpers
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from ember.distributed import DistributedError, spawn
+
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(150)]
+
+TIMEOUT = timedelta(seconds=30)
+
+
+def losses(path: Path) -> list[tuple[float, str]]:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [(float(value), weight) for value, weight in (line.split(",") for line in lines)]
+
+
+def result(path: Path) -> dict[str, Any]:
+    record: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return record
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One job for the equality and resume tests: rank start-up is the slow part."""
+    out = tmp_path_factory.mktemp("ddp")
+    spawn(ddp_helpers.equal_and_exact, 2, str(out), timeout=TIMEOUT, join_timeout=120)
+    return out
+
+
+def test_weights_and_loss_logs_equal_one_process(two_ranks: Path, tmp_path: Path) -> None:
+    """2 ranks end with the weights of one process with the same global batch (the shares
+    include an empty one) and log the same Loss lines; the replicas are bit-identical."""
+    builder, learner = ddp_helpers.training(tmp_path / "single", 3, workers=1)
+    single = builder.launch(learner)
+    assert single.error is None, single.traceback
+    expected = learner.model.state_dict()
+    rank0 = load_file(two_ranks / "a-rank0.safetensors")
+    rank1 = load_file(two_ranks / "a-rank1.safetensors")
+    for name, tensor in expected.items():
+        torch.testing.assert_close(rank0[name], tensor, rtol=0, atol=1e-6)
+        assert torch.equal(rank0[name], rank1[name])
+    for split in ("train", "valid"):
+        for epoch in (1, 2, 3):
+            ours = losses(two_ranks / "a-0" / split / f"epoch-{epoch}" / "Loss.log")
+            theirs = losses(tmp_path / "single" / split / f"epoch-{epoch}" / "Loss.log")
+            assert len(ours) == len(theirs)
+            assert [weight for _, weight in ours] == [weight for _, weight in theirs]
+            for (value, _), (reference, _) in zip(ours, theirs, strict=True):
+                assert value == pytest.approx(reference, abs=1e-6)
+
+
+def test_only_rank_0_writes_files(two_ranks: Path) -> None:
+    """Rank 1's run directory holds no file (its checkpoint folder, made by the user's
+    builder, stays empty); rank 0's has the logs and the checkpoints."""
+    assert [p for p in (two_ranks / "a-1").rglob("*") if p.is_file()] == []
+    assert (two_ranks / "a-0" / "experiment.log").exists()
+    assert (two_ranks / "a-0" / "checkpoint" / "manifest-3.json").exists()
+
+
+def test_resume_is_bit_identical_to_an_uninterrupted_run(two_ranks: Path) -> None:
+    """With dropout and a different RNG per rank: stop after epoch 1, resume to 3, and every
+    rank ends with exactly the weights of the uninterrupted DDP run; the logs agree too."""
+    for rank in (0, 1):
+        uninterrupted = load_file(two_ranks / f"b3-rank{rank}.safetensors")
+        resumed = load_file(two_ranks / f"c3-rank{rank}.safetensors")
+        for name, tensor in uninterrupted.items():
+            assert torch.equal(resumed[name], tensor), (rank, name)
+    for split in ("train", "valid"):
+        for epoch in (2, 3):
+            relative = Path(split, f"epoch-{epoch}", "Loss.log")
+            assert losses(two_ranks / "c" / relative) == losses(two_ranks / "b" / relative)
+
+
+def test_stops_are_agreed_and_an_error_ends_every_rank_fast(tmp_path: Path) -> None:
+    """Rank 1's interrupter stops both ranks after the same batch; rank 0's early stopping
+    stops both after the same epoch; an exception in rank 1's step fails rank 0 at once."""
+    spawn(ddp_helpers.agreements, 2, str(tmp_path), timeout=TIMEOUT, join_timeout=120)
+    interrupt = [result(tmp_path / f"interrupt-rank{rank}.json") for rank in (0, 1)]
+    assert [r["last_epoch"] for r in interrupt] == [1, 1]
+    assert interrupt[0]["stop_reason"] == "rank 1 stopped training"
+    assert interrupt[1]["stop_reason"] == "rank 1 wants to stop"
+    assert all(r["error"] is None for r in interrupt)
+    early = [result(tmp_path / f"early-rank{rank}.json") for rank in (0, 1)]
+    assert [r["last_epoch"] for r in early] == [2, 2]
+    assert [r["stop_reason"] for r in early] == ["enough after epoch 2"] * 2
+    error = [result(tmp_path / f"error-rank{rank}.json") for rank in (0, 1)]
+    assert error[1]["error"] == "ValueError: rank 1's step failed"
+    assert error[0]["error"].startswith("DistributedError: rank 0:")
+    assert error[0]["seconds"] < TIMEOUT.total_seconds() / 2  # not the collective timeout
+
+
+def test_a_dead_rank_fails_the_job_fast_naming_it(tmp_path: Path) -> None:
+    """Rank 1's process exits with code 3 at its 3rd step: spawn raises, naming rank 1 and
+    its exit code, well within the collective timeout + 10 s."""
+    started = time.monotonic()
+    with pytest.raises(DistributedError, match=r"rank 1 failed first \(exit code 3\)") as caught:
+        spawn(ddp_helpers.die_at_step, 2, str(tmp_path), 3, timeout=TIMEOUT, join_timeout=120)
+    elapsed = time.monotonic() - started
+    assert elapsed < TIMEOUT.total_seconds() + 10
+    assert caught.value.exit_codes[1] == 3
