@@ -94,8 +94,10 @@ def learner_run(directory: Path, epochs: int, ddp: bool) -> float:
     model = MediumMlp()
     data = dataset()
     train = DataLoaderBuilder(stack_batcher).batch_size(BATCH).shuffle(1).build(data)
-    valid = DataLoaderBuilder(stack_batcher).batch_size(BATCH).build(
-        InMemDataset([data[i] for i in range(BATCH)])
+    valid = (
+        DataLoaderBuilder(stack_batcher)
+        .batch_size(BATCH)
+        .build(InMemDataset([data[i] for i in range(BATCH)]))
     )
     builder = (
         SupervisedTraining(directory, train, valid)

@@ -82,9 +82,7 @@ def collective(what: str) -> Iterator[None]:
     """
     try:
         yield
-    except RuntimeError as error:
-        if isinstance(error, DistributedError):
-            raise
+    except RuntimeError as error:  # torch's DistBackendError is one
         rank = dist.get_rank() if dist.is_initialized() else "?"
         raise DistributedError(
             f"rank {rank}: {what} failed: another rank has probably died or failed (see its "

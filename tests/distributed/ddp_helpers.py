@@ -218,3 +218,14 @@ def raise_on_rank(rank: int) -> None:
     if dist.get_rank() == rank:
         raise ValueError(f"rank {rank} refuses")
     dist.barrier()
+
+
+def on_gpus(out_dir: str) -> None:
+    """The run of ``equal_and_exact``'s A on CUDA with nccl (the strategy's defaults)."""
+    rank = dist.get_rank()
+    strategy = DistributedDataParallel()
+    builder, learner = training(Path(out_dir) / "gpu", 3, strategy)
+    result = builder.launch(learner)
+    _succeeded(result)
+    assert next(result.model.parameters()).device == torch.device("cuda", rank)
+    save_weights(Path(out_dir) / f"gpu-rank{rank}.safetensors", result.model.cpu())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -17,7 +18,9 @@ def identity(items: list[int], device: torch.device) -> list[int]:
     return list(items)
 
 
-def build(items: int, batch_size: int, seed: int | None, workers: int = 0) -> BatchDataLoader[Any, Any]:
+def build(
+    items: int, batch_size: int, seed: int | None, workers: int = 0
+) -> BatchDataLoader[Any, Any]:
     builder = DataLoaderBuilder(identity).batch_size(batch_size).num_workers(workers)
     if seed is not None:
         builder = builder.shuffle(seed)
@@ -66,7 +69,7 @@ def test_share_bounds_tile_the_batch(items: int, world_size: int) -> None:
     """The bounds of consecutive ranks meet, cover the batch and have the sizes' lengths."""
     bounds = [share_bounds(items, rank, world_size) for rank in range(world_size)]
     assert bounds[0][0] == 0 and bounds[-1][1] == items
-    assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:], strict=False))
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(bounds))
     assert [end - start for start, end in bounds] == list(share_sizes(items, world_size))
 
 

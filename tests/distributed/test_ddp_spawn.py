@@ -16,9 +16,7 @@ def test_an_exception_names_its_rank_with_the_traceback() -> None:
     """Rank 0 raises: the error names it first, with its exception; rank 1 (blocked in a
     barrier) is stopped."""
     with pytest.raises(DistributedError) as caught:
-        spawn(
-            ddp_helpers.raise_on_rank, 2, 0, timeout=timedelta(seconds=30), join_timeout=90
-        )
+        spawn(ddp_helpers.raise_on_rank, 2, 0, timeout=timedelta(seconds=30), join_timeout=90)
     message = str(caught.value)
     assert message.startswith("rank 0 failed first (exit code 1)")
     assert "ValueError: rank 0 refuses" in message

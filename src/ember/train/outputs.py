@@ -25,6 +25,7 @@ from ember.train.metric.top_k import TopKAccuracyInput
 
 __all__ = [
     "ClassificationOutput",
+    "DetachOnSync",
     "ItemLazy",
     "MultiLabelClassificationOutput",
     "RegressionOutput",
@@ -41,47 +42,56 @@ class ItemLazy(Protocol):
         ...
 
 
+class DetachOnSync:
+    """``sync()`` for output dataclasses: a copy whose tensors hold no autograd graph.
+
+    Tensors that do not require grad (validation outputs, targets) are kept as they are, and an
+    output with none that does is returned itself: each ``detach`` is a torch call, and torch
+    calls on the metrics thread trade the GIL with the training thread.
+    """
+
+    __slots__ = ()
+
+    def sync(self) -> Self:
+        """The output with every tensor that requires grad detached."""
+        names: tuple[str, ...] = self.__slots__  # a slots dataclass: its fields, in order
+        values = [getattr(self, name) for name in names]
+        if not any(isinstance(v, torch.Tensor) and v.requires_grad for v in values):
+            return self
+        return type(self)(
+            *(v.detach() if isinstance(v, torch.Tensor) and v.requires_grad else v for v in values)
+        )
+
+
 @dataclass(frozen=True, slots=True)
-class RegressionOutput:
+class RegressionOutput(DetachOnSync):
     """A regression step's output: ``loss`` (reduced), ``output`` and ``targets`` ``[B, T]``."""
 
     loss: torch.Tensor
     output: torch.Tensor
     targets: torch.Tensor
 
-    def sync(self) -> RegressionOutput:
-        """The same output with the tensors detached from the autograd graph."""
-        return type(self)(self.loss.detach(), self.output.detach(), self.targets.detach())
-
 
 @dataclass(frozen=True, slots=True)
-class ClassificationOutput:
+class ClassificationOutput(DetachOnSync):
     """A classification step's output: ``loss``, class scores ``[B, C]``, targets ``[B]``."""
 
     loss: torch.Tensor
     output: torch.Tensor
     targets: torch.Tensor
 
-    def sync(self) -> ClassificationOutput:
-        """The same output with the tensors detached from the autograd graph."""
-        return type(self)(self.loss.detach(), self.output.detach(), self.targets.detach())
-
 
 @dataclass(frozen=True, slots=True)
-class MultiLabelClassificationOutput:
+class MultiLabelClassificationOutput(DetachOnSync):
     """A multi-label step's output: ``loss``, scores ``[B, C]``, 0/1 integer targets ``[B, C]``."""
 
     loss: torch.Tensor
     output: torch.Tensor
     targets: torch.Tensor
 
-    def sync(self) -> MultiLabelClassificationOutput:
-        """The same output with the tensors detached from the autograd graph."""
-        return type(self)(self.loss.detach(), self.output.detach(), self.targets.detach())
-
 
 @dataclass(frozen=True, slots=True)
-class SequenceOutput:
+class SequenceOutput(DetachOnSync):
     """A sequence step's output: ``loss``, ``logits`` ``[B, S, V]``, integer ``targets`` ``[B, S]``.
 
     ``predictions`` ``[B, S]`` are the decoded token ids when the model decodes differently
@@ -92,13 +102,6 @@ class SequenceOutput:
     logits: torch.Tensor
     targets: torch.Tensor
     predictions: torch.Tensor | None = None
-
-    def sync(self) -> SequenceOutput:
-        """The same output with the tensors detached from the autograd graph."""
-        predictions = None if self.predictions is None else self.predictions.detach()
-        return type(self)(
-            self.loss.detach(), self.logits.detach(), self.targets.detach(), predictions
-        )
 
 
 @register_adaptor(RegressionOutput, LossInput)

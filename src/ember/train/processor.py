@@ -16,8 +16,10 @@ import math
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
+
+import torch
 
 from ember.errors import NonFiniteLossError
 from ember.train.events import (
@@ -100,11 +102,21 @@ class MetricsTraining:
         """The metrics of ``split``."""
         return list(self._metrics[split])
 
-    def update(self, split: Split, item: Any, metadata: MetricMetadata) -> list[MetricState]:
-        """Update every metric of ``split`` with one batch's output."""
+    def update(
+        self,
+        split: Split,
+        item: Any,
+        metadata: MetricMetadata,
+        adapted: Mapping[type[Any], Any] | None = None,
+    ) -> list[MetricState]:
+        """Update every metric of ``split`` with one batch's output.
+
+        ``adapted`` holds inputs already made from ``item`` (by type), to reuse them.
+        """
         states = []
         for metric, input_type, numeric in self._resolved[split]:
-            entry = metric.update(adapt(item, input_type), metadata)
+            given = adapted.get(input_type) if adapted else None
+            entry = metric.update(given or adapt(item, input_type), metadata)
             value = metric.value() if numeric else None  # type: ignore[attr-defined]
             states.append(MetricState(entry, value))
         return states
@@ -120,6 +132,12 @@ class MetricsTraining:
         return states
 
 
+def _synced(item: Any) -> Any:
+    """The item after its ``sync()`` (ItemLazy), or itself."""
+    sync = getattr(item, "sync", None)
+    return item if sync is None else sync()
+
+
 class FullEventProcessorTraining:
     """Computes metrics, logs them through the event store and drives the renderer."""
 
@@ -133,33 +151,50 @@ class FullEventProcessorTraining:
 
     def process_train(self, event: LearnerEvent) -> None:
         """Handle an event of the training split."""
-        self.process(Split.TRAIN, event)
+        self.process_chunk([(Split.TRAIN, event)])
 
     def process_valid(self, event: LearnerEvent) -> None:
         """Handle an event of the validation split."""
-        self.process(Split.VALID, event)
+        self.process_chunk([(Split.VALID, event)])
 
-    def process(self, split: Split, event: LearnerEvent) -> None:
-        """Handle one event (reference §4.3)."""
-        renderer = self.renderer
-        if isinstance(event, ProcessedItem):
-            training_item = event.item
-            item = training_item.item
-            sync = getattr(item, "sync", None)
-            if sync is not None:
-                item = sync()
-            iteration = training_item.iteration
-            first = self._iterations.get(split, (0, iteration, 0))[1]
-            self._iterations[split] = (self._epoch, first, iteration)
-            if split is Split.TRAIN:
-                self._check_finite(item, iteration)
-            metadata = MetricMetadata(
-                training_item.progress, training_item.iteration, training_item.lr
+    def process_chunk(self, chunk: Sequence[tuple[Split, LearnerEvent]]) -> None:
+        """Handle events in order (reference §4.3), reading their losses back in one go.
+
+        Every torch call on this thread gives up the GIL and must win it back from the
+        training thread; one ``stack().tolist()`` per chunk instead of an ``.item()`` per batch
+        keeps the two threads from trading the GIL thousands of times a second.
+        """
+        items = [
+            _synced(event.item.item) if type(event) is ProcessedItem else None for _, event in chunk
+        ]
+        losses = self._read_losses(chunk, items)
+        for index, (split, event) in enumerate(chunk):
+            item = items[index]
+            if type(event) is ProcessedItem:
+                self._process_item(split, event.item, item, losses.get(index))
+            else:
+                self._process_event(split, event)
+
+    def _process_item(
+        self, split: Split, training_item: Any, item: Any, loss: LossInput | None
+    ) -> None:
+        iteration = training_item.iteration
+        first = self._iterations.get(split, (0, iteration, 0))[1]
+        self._iterations[split] = (self._epoch, first, iteration)
+        if split is Split.TRAIN and loss is not None and not math.isfinite(loss.host_value()):
+            raise NonFiniteLossError(
+                f"the training loss is not finite at epoch {self._epoch}, iteration "
+                f"{iteration} ({loss.host_value()}); training stopped and no checkpoint was "
+                "written from these weights"
             )
-            states = self.metrics.update(split, item, metadata)
-            self._publish(split, states)
-            renderer.update_split(training_item.progress.items_processed)
-        elif isinstance(event, StartSplit):
+        metadata = MetricMetadata(training_item.progress, iteration, training_item.lr)
+        adapted = {LossInput: loss} if loss is not None else {}
+        self._publish(split, self.metrics.update(split, item, metadata, adapted))
+        self.renderer.update_split(training_item.progress.items_processed)
+
+    def _process_event(self, split: Split, event: LearnerEvent) -> None:
+        renderer = self.renderer
+        if isinstance(event, StartSplit):
             self._epoch = event.epoch
             self.store.start_split(split, event.epoch)
             renderer.start_split(split, event.total_items)
@@ -183,6 +218,29 @@ class FullEventProcessorTraining:
             renderer.end()
             renderer.on_train_end(event.summary)
 
+    def _read_losses(
+        self, chunk: Sequence[tuple[Split, LearnerEvent]], items: Sequence[Any]
+    ) -> dict[int, LossInput]:
+        """The loss of every item that has one, scalar ones read to the host together (B8)."""
+        losses: dict[int, LossInput] = {}
+        scalars: list[int] = []
+        for index, item in enumerate(items):
+            if item is None or type(item) in self._without_loss:
+                continue
+            try:
+                tensor = adapt(item, LossInput).tensor
+            except TypeError:
+                self._without_loss.add(type(item))  # an output without a loss
+                continue
+            losses[index] = LossInput(tensor)
+            if tensor.numel() == 1:
+                scalars.append(index)
+        if scalars:
+            values = torch.stack([losses[i].tensor.reshape(()) for i in scalars]).tolist()
+            for index, value in zip(scalars, values, strict=True):
+                losses[index] = LossInput(losses[index].tensor, value)
+        return losses
+
     def log_iterations(self) -> None:
         """Write the iterations processed since the last call to the application log.
 
@@ -197,23 +255,6 @@ class FullEventProcessorTraining:
         if span is not None:
             epoch, first, last = span
             log.info("Iterations %d-%d of epoch %d (%s)", first, last, epoch, split.value)
-
-    def _check_finite(self, item: Any, iteration: int) -> None:
-        """B8: a NaN or infinite training loss ends the run before anything saves it."""
-        if type(item) in self._without_loss:
-            return
-        try:
-            loss = adapt(item, LossInput).tensor
-        except TypeError:
-            self._without_loss.add(type(item))  # an output without a loss: nothing to check
-            return
-        finite = math.isfinite(loss.item()) if loss.numel() == 1 else bool(loss.isfinite().all())
-        if not finite:
-            raise NonFiniteLossError(
-                f"the training loss is not finite at epoch {self._epoch}, iteration "
-                f"{iteration} ({loss.flatten()[:4].tolist()}); training stopped and no "
-                "checkpoint was written from these weights"
-            )
 
     def _publish(self, split: Split, states: Sequence[MetricState]) -> None:
         if not states:
@@ -306,7 +347,8 @@ class AsyncProcessorTraining:
                 continue
 
     def _run(self) -> None:
-        process = self.processor.process
+        torch.set_grad_enabled(False)  # this thread only reads outputs: never record a graph
+        process_chunk = self.processor.process_chunk
         while True:
             message = self._queue.get()
             if message is _STOP:
@@ -317,8 +359,7 @@ class AsyncProcessorTraining:
             if self.error is not None:
                 continue
             try:
-                for split, event in message:  # type: ignore[attr-defined]  # a chunk
-                    process(split, event)
+                process_chunk(message)  # type: ignore[arg-type]  # a chunk of events
                 self.processor.log_iterations()
             except BaseException as error:  # reported to the training side
                 self.error = error

@@ -7,10 +7,10 @@ spaces replaced by ``_``. A numeric metric writes one ``value,weight`` line per 
 Creating a directory and a file per metric and epoch takes from tens of microseconds to over a
 millisecond on a busy disk, more than a small model's whole epoch; so the files are written on a
 thread of their own (``metric-writer``, as Burn's ``AsyncLogger``) and the metrics thread never
-waits for the disk. Lines are handed to it in blocks, at least every ``interval`` seconds and at
-every split end, so a file is at most that far behind training. Reading a value back, ending a
-split and closing wait for the writes queued before them; a write error is raised by the next
-of those calls.
+waits for the disk. Lines are handed to it in blocks, at least every ``interval`` seconds, so a
+file is at most that far behind training, and the writer opens, appends and closes each file
+per block (no file stays open). Reading a value back and closing first write everything logged
+before them; a write error is raised by the next of those calls.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import Any, cast
 
 from ember.train.metric.base import MetricDefinition, MetricEntry, NumericEntry
 from ember.train.metric.store import Split
@@ -35,22 +35,20 @@ def metric_file_name(name: str) -> str:
 
 
 class _Writer:
-    """Appends lines to files on its own thread; :meth:`sync` waits for what was queued."""
+    """Writes blocks of lines on its own thread; :meth:`sync` waits for what was queued."""
 
     def __init__(self) -> None:
         self._queue: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
-        self._files: dict[Path, IO[str]] = {}
+        self._directories: set[str] = set()
         self.error: BaseException | None = None
         self._thread: threading.Thread | None = None
 
-    def write(self, path: Path, text: str) -> None:
+    def write(self, blocks: list[tuple[str, str, bool]]) -> None:
+        """Queue ``(path, text, truncate)`` blocks: ``truncate`` starts the file anew."""
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="metric-writer", daemon=True)
             self._thread.start()
-        self._queue.put(("write", (path, text)))
-
-    def close_files(self, paths: Sequence[Path]) -> None:
-        self._queue.put(("close", paths))
+        self._queue.put(("write", blocks))
 
     def sync(self) -> None:
         if self._thread is not None:
@@ -63,8 +61,6 @@ class _Writer:
 
     def stop(self) -> None:
         if self._thread is not None:
-            self._queue.put(("close", None))  # None: every open file
-            self.sync()
             self._queue.put(("stop", None))
             self._thread.join()
             self._thread = None
@@ -77,24 +73,19 @@ class _Writer:
             if command == "sync":
                 cast(threading.Event, argument).set()
                 continue
-            try:
-                if command == "write":
-                    self._append(*cast(tuple[Path, str], argument))
-                else:
-                    paths = list(self._files) if argument is None else argument
-                    for path in cast(list[Path], paths):
-                        handle = self._files.pop(path, None)
-                        if handle is not None:
-                            handle.close()
-            except Exception as error:  # raised on the logger's next call
-                self.error = self.error or error
+            for path, text, truncate in cast(list[tuple[str, str, bool]], argument):
+                try:
+                    self._append(path, text, truncate)
+                except Exception as error:  # raised on the logger's next call
+                    self.error = self.error or error
 
-    def _append(self, path: Path, text: str) -> None:
-        file = self._files.get(path)
-        if file is None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            file = self._files[path] = path.open("w", encoding="utf-8")
-        file.write(text)
+    def _append(self, path: str, text: str, truncate: bool) -> None:
+        directory = os.path.dirname(path)
+        if directory not in self._directories:
+            os.makedirs(directory, exist_ok=True)
+            self._directories.add(directory)
+        with open(path, "w" if truncate else "a", encoding="utf-8") as file:
+            file.write(text)
 
 
 class FileMetricLogger:
@@ -111,9 +102,9 @@ class FileMetricLogger:
         if self.directory.exists() and not self.directory.is_dir():
             raise ValueError(f"metric log directory is a file: {str(self.directory)!r}")
         self._writer = _Writer()
-        self._open: dict[Split, dict[str, Path]] = {split: {} for split in Split}
-        self._epoch: dict[Split, int] = {}
-        self._pending: dict[Path, list[str]] = {}
+        self._paths: dict[tuple[str, int, Split], str] = {}
+        self._pending: dict[str, list[str]] = {}
+        self._started: set[str] = set()
         self._interval = interval
         self._clock = clock
         self._last_hand_off = clock()
@@ -127,25 +118,23 @@ class FileMetricLogger:
 
     def log(self, entries: Sequence[MetricEntry], epoch: int, split: Split) -> None:
         """Queue one line per available entry."""
-        if self._epoch.get(split) != epoch:
-            self._close(split)
-            self._epoch[split] = epoch
-        paths = self._open[split]
         for entry in entries:
             if not entry.is_available:
                 continue
-            path = paths.get(entry.name)
-            if path is None:
-                path = paths[entry.name] = self.path(entry.name, epoch, split)
+            key = (entry.name, epoch, split)
+            path = self._paths.get(key)
+            if path is None:  # the split starts (again, after a resume): a new file
+                path = self._paths[key] = str(self.path(entry.name, epoch, split))
                 self._pending[path] = []
+                self._started.discard(path)
             self._pending[path].append(entry.serialized)
         if self._clock() - self._last_hand_off >= self._interval:
             self._hand_off()
 
     def end_split(self, epoch: int, split: Split) -> None:
-        """Close the split's files: once the writer reaches this, they are complete."""
-        self._close(split)
-        self._epoch.pop(split, None)
+        """Forget the split's paths; its lines reach the disk with the next block."""
+        for key in [key for key in self._paths if key[1] == epoch and key[2] is split]:
+            del self._paths[key]
 
     def read_numeric(self, name: str, epoch: int, split: Split) -> list[NumericEntry]:
         """Parse the file of ``name``; a malformed line raises ``ValueError`` naming the file."""
@@ -167,26 +156,18 @@ class FileMetricLogger:
         return entries
 
     def close(self) -> None:
-        """Write and close everything, stop the writer thread; raise a pending write error."""
+        """Write everything, stop the writer thread; raise a pending write error."""
         self._hand_off()
-        self._epoch.clear()
-        for paths in self._open.values():
-            paths.clear()
-        self._writer.stop()
         self._writer.sync()
+        self._writer.stop()
 
     def _hand_off(self) -> None:
         self._last_hand_off = self._clock()
+        blocks = []
         for path, lines in self._pending.items():
             if lines:
-                self._writer.write(path, "\n".join(lines) + "\n")
-                lines.clear()
-
-    def _close(self, split: Split) -> None:
-        paths = self._open[split]
-        if paths:
-            self._hand_off()
-            self._writer.close_files(list(paths.values()))
-            for path in paths.values():
-                self._pending.pop(path, None)
-            paths.clear()
+                blocks.append((path, "\n".join(lines) + "\n", path not in self._started))
+                self._started.add(path)
+        self._pending = {path: [] for path in self._paths.values()}
+        if blocks:
+            self._writer.write(blocks)

@@ -15,9 +15,21 @@ __all__ = ["LossInput", "LossMetric"]
 
 @dataclass(frozen=True, slots=True)
 class LossInput:
-    """A loss tensor: a reduced scalar, or one value per sample for sample weighting."""
+    """A loss tensor: a reduced scalar, or one value per sample for sample weighting.
+
+    ``value`` is the mean already read to the host, when the caller has it (the metrics
+    thread reads a whole chunk of scalar losses at once).
+    """
 
     tensor: torch.Tensor
+    value: float | None = None
+
+    def host_value(self) -> float:
+        """The mean loss as a Python float (read from the tensor unless already known)."""
+        if self.value is not None:
+            return self.value
+        tensor = self.tensor.detach()
+        return tensor.item() if tensor.numel() == 1 else tensor.double().mean().item()
 
 
 class LossMetric(MeanMetric):
@@ -36,7 +48,4 @@ class LossMetric(MeanMetric):
 
     def update(self, item: LossInput, metadata: MetricMetadata) -> MetricEntry:
         """Record one batch's loss."""
-        loss = item.tensor
-        count = loss.numel()
-        value = loss.item() if count == 1 else loss.detach().double().mean().item()
-        return self._state.update(value, count)
+        return self._state.update(item.host_value(), item.tensor.numel())

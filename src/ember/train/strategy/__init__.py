@@ -12,15 +12,23 @@ from ember.train.strategy.base import (
     resume,
     run_epochs,
 )
+from ember.train.strategy.ddp import (
+    DistributedDataParallel,
+    merge_outputs,
+    register_output_merge,
+)
 from ember.train.strategy.multi import MultiDevice, split_loader
 from ember.train.strategy.single import SingleDevice
 
 __all__ = [
+    "DistributedDataParallel",
     "FitResult",
     "MultiDevice",
     "SingleDevice",
     "SupervisedLearningStrategy",
     "TrainingComponents",
+    "merge_outputs",
+    "register_output_merge",
     "resume",
     "run_epochs",
     "split_loader",

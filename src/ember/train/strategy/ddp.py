@@ -172,28 +172,39 @@ def _merge_prediction(parts: Sequence[Any], sizes: Sequence[int]) -> Any:
 
 @register_output_merge(SequenceOutput)
 def _merge_sequence(parts: Sequence[SequenceOutput], sizes: Sequence[int]) -> SequenceOutput:
-    predictions = [p.predictions for p in parts]
+    predictions = [p.predictions for p in parts if p.predictions is not None]
     return SequenceOutput(
         _mean_loss([p.loss for p in parts], sizes),
         _cat([p.logits for p in parts], "logits"),
         _cat([p.targets for p in parts], "targets"),
-        None if any(p is None for p in predictions) else _cat(predictions, "predictions"),  # type: ignore[arg-type]  # checked
+        _cat(predictions, "predictions") if len(predictions) == len(parts) else None,
     )
 
 
+_BUILT_IN = (RegressionOutput, ClassificationOutput, MultiLabelClassificationOutput, SequenceOutput)
+
+
 class _GlobalBatch:
-    """Rank 0's output of a global batch: the ranks' parts, merged on the metrics thread."""
+    """Rank 0's output of a global batch: the ranks' parts, merged on the metrics thread.
 
-    __slots__ = ("parts", "sizes")
+    With ``summed_loss`` (``loss_reduction="sum"``) a built-in output's scalar loss is the sum
+    of the parts' losses, as one process would compute it, not their weighted mean.
+    """
 
-    def __init__(self, parts: list[Any], sizes: list[int]) -> None:
+    __slots__ = ("parts", "sizes", "summed_loss")
+
+    def __init__(self, parts: list[Any], sizes: list[int], summed_loss: bool) -> None:
         self.parts = parts
         self.sizes = sizes
+        self.summed_loss = summed_loss
 
     def sync(self) -> Any:
         """The merged output, detached (runs where other outputs' ``sync`` runs)."""
         parts = [p.sync() if callable(getattr(p, "sync", None)) else p for p in self.parts]
-        return merge_outputs(parts, self.sizes)
+        merged = merge_outputs(parts, self.sizes)
+        if self.summed_loss and isinstance(merged, _BUILT_IN) and merged.loss.dim() == 0:
+            merged = dataclasses.replace(merged, loss=torch.stack([p.loss for p in parts]).sum())
+        return merged
 
 
 def _tensor_fields(item: Any) -> list[str]:
@@ -328,7 +339,14 @@ class _GradientReducer:
     def _launch_ready(self) -> None:
         while self._next < len(self.buckets) and self.buckets[self._next].pending == 0:
             bucket = self.buckets[self._next]
-            bucket.flags.copy_(torch.tensor(bucket.seen, dtype=bucket.flat.dtype))
+            # kernels, not a copy from the host: that would wait for the device mid-backward
+            if all(bucket.seen):
+                bucket.flags.fill_(1)
+            else:
+                bucket.flags.zero_()
+                for index, seen in enumerate(bucket.seen):
+                    if seen:
+                        bucket.flags[index].fill_(1)
             with collective("the gradient all-reduce"):
                 bucket.work = dist.all_reduce(bucket.flat, async_op=True)
             self._next += 1
@@ -857,7 +875,9 @@ class _Epochs:
                 received = unpack_tensors(header_src, gathered[src])
                 parts.append(dataclasses.replace(item, **dict(zip(names, received, strict=True))))
                 sizes.append(shares[src])
-        return (parts[0] if len(parts) == 1 else _GlobalBatch(parts, sizes)), stop
+        if len(parts) == 1:
+            return item, stop
+        return _GlobalBatch(parts, sizes, summed_loss=not self._mean), stop
 
     def _agree(self, stop: int) -> bool:
         """Stop every rank when any rank wished to (``stop`` names the lowest such rank)."""
