@@ -198,7 +198,8 @@ def spawn(
             _stop(processes, kill_now=True)
             raise
         if failed:
-            raise DistributedError(_failure_report(failed, stopped, Path(errors)), failed)
+            codes = {rank: code for wake in failed for rank, code in wake.items()}
+            raise DistributedError(_failure_report(failed, stopped, Path(errors)), codes)
         if late:
             raise DistributedError(
                 f"ranks {late} were still running after join_timeout={join_timeout} s and "
@@ -267,7 +268,7 @@ def _run_rank(
         if dist.is_initialized():  # fn may have torn it down (DDP does after an error)
             dist.destroy_process_group()
     except BaseException:
-        text = traceback.format_exc()
+        text = f"{time.time()!r}\n{traceback.format_exc()}"  # when: orders the failures
         with contextlib.suppress(OSError):
             Path(errors, _ERROR_FILE.format(rank=rank)).write_text(text, encoding="utf-8")
         # skip interpreter teardown: a process group with a dead peer can abort or hang there
@@ -276,22 +277,28 @@ def _run_rank(
 
 def _watch(
     processes: Sequence[multiprocessing.process.BaseProcess], join_timeout: float | None
-) -> tuple[dict[int, int], list[int], list[int]]:
+) -> tuple[list[dict[int, int]], list[int], list[int]]:
     """Wait for the ranks; on the first failure (or the deadline) stop the others.
 
-    Returns the failed ranks with their exit codes (in the order they failed), the ranks
-    stopped because of a failure, and the ranks stopped at the deadline.
+    Returns the failed ranks with their exit codes, one dict per wake-up that saw failures
+    (in that order), the ranks stopped because of a failure, and the ranks stopped at the
+    deadline.
     """
     deadline = None if join_timeout is None else time.monotonic() + join_timeout
-    failed: dict[int, int] = {}
+    failed: list[dict[int, int]] = []
+    seen: set[int] = set()
     stopped: list[int] = []
     late: list[int] = []
     kill_at: float | None = None
     while True:
-        for rank, process in enumerate(processes):
-            code = process.exitcode
-            if code not in (None, 0) and rank not in failed and rank not in stopped:
-                failed[rank] = code
+        now_failed = {
+            rank: process.exitcode
+            for rank, process in enumerate(processes)
+            if process.exitcode not in (None, 0) and rank not in seen and rank not in stopped
+        }
+        if now_failed:
+            failed.append(now_failed)
+            seen.update(now_failed)
         running = [p for p in processes if p.exitcode is None]
         if not running:
             return failed, stopped, late
@@ -319,17 +326,40 @@ def _stop(processes: Sequence[multiprocessing.process.BaseProcess], *, kill_now:
             process.join(_KILL_AFTER_S)
 
 
-def _failure_report(failed: dict[int, int], stopped: list[int], errors: Path) -> str:
-    first, *others = failed
-    lines = [f"rank {first} failed first ({_describe_exit(failed[first])})"]
-    lines += [f"rank {rank} failed too ({_describe_exit(failed[rank])})" for rank in others]
+def _failure_report(failed: list[dict[int, int]], stopped: list[int], errors: Path) -> str:
+    """Name the rank that failed first, then the others, with their tracebacks.
+
+    Failures seen at the same wake-up are ordered by when they happened: a rank that died
+    without reporting an error (killed, ``os._exit``) is taken to be first, since the others'
+    errors are usually its consequence; ranks that raised are ordered by when they raised.
+    """
+    reports = {rank: _read_report(errors, rank) for wake in failed for rank in wake}
+
+    def when(rank: int) -> float:
+        report = reports[rank]
+        return -1.0 if report is None else report[0]
+
+    order = [rank for wake in failed for rank in sorted(wake, key=lambda r: (when(r), r))]
+    codes = {rank: code for wake in failed for rank, code in wake.items()}
+    first, *others = order
+    lines = [f"rank {first} failed first ({_describe_exit(codes[first])})"]
+    lines += [f"rank {rank} failed too ({_describe_exit(codes[rank])})" for rank in others]
     if stopped:
         lines.append(f"ranks {stopped} were stopped")
-    for rank in failed:
-        path = errors / _ERROR_FILE.format(rank=rank)
-        if path.exists():
-            lines.append(f"--- rank {rank} ---\n{path.read_text(encoding='utf-8').rstrip()}")
+    for rank in order:
+        report = reports[rank]
+        if report is not None:
+            lines.append(f"--- rank {rank} ---\n{report[1].rstrip()}")
     return "\n".join(lines)
+
+
+def _read_report(errors: Path, rank: int) -> tuple[float, str] | None:
+    path = errors / _ERROR_FILE.format(rank=rank)
+    try:
+        stamp, _, text = path.read_text(encoding="utf-8").partition("\n")
+        return float(stamp), text
+    except (OSError, ValueError):
+        return None
 
 
 def _describe_exit(code: int) -> str:

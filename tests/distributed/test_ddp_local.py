@@ -38,11 +38,17 @@ def one_rank() -> Iterator[None]:
 
 
 @pytest.mark.usefixtures("one_rank")
-def test_one_rank_is_bit_identical_to_single_device(tmp_path: Path) -> None:
-    """With one rank the reduction changes nothing: weights and logs equal SingleDevice's."""
+@pytest.mark.parametrize("accumulation", [None, 3])
+def test_one_rank_is_bit_identical_to_single_device(
+    tmp_path: Path, accumulation: int | None
+) -> None:
+    """With one rank the reduction changes nothing: weights and logs equal SingleDevice's,
+    also when gradients are accumulated."""
     results = {}
     for name, strategy in (("single", None), ("ddp", DistributedDataParallel())):
         builder, learner = ddp_helpers.training(tmp_path / name, 2, strategy)
+        if accumulation is not None:
+            builder = builder.grads_accumulation(accumulation)
         result = builder.launch(learner)
         assert result.error is None, result.traceback
         results[name] = learner.model.state_dict()

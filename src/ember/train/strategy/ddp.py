@@ -373,10 +373,10 @@ class _GradientReducer:
             for index, (name, param) in enumerate(zip(bucket.names, bucket.params, strict=True)):
                 value = bucket.flat[offset : offset + param.numel()].view_as(param)
                 offset += param.numel()
-                if bucket.seen[index]:
-                    grad = local.pop(name)
-                    reduced[name] = grad.copy_(value)
-                elif flags is not None and flags[index] > 0:
+                grad = local.pop(name, None)
+                if grad is not None and bucket.seen[index]:
+                    reduced[name] = grad.copy_(value)  # in place: the step's own tensor
+                elif bucket.seen[index] or (flags is not None and flags[index] > 0):
                     reduced[name] = value.clone()
         if local:
             raise DistributedError(
