@@ -61,6 +61,7 @@ TOP_LEVEL = {
     "DataLoader",
     "DataLoaderBuilder",
     "DataLoaderError",
+    "DistributedError",
     "Dataset",
     "EmberError",
     "InMemDataset",

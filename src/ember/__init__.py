@@ -13,7 +13,13 @@ from ember.data import (
     InMemDataset,
     MultiThreadDataLoader,
 )
-from ember.errors import CheckpointError, DataLoaderError, EmberError, NonFiniteLossError
+from ember.errors import (
+    CheckpointError,
+    DataLoaderError,
+    DistributedError,
+    EmberError,
+    NonFiniteLossError,
+)
 from ember.train import (
     AccuracyMetric,
     ClassificationOutput,
@@ -36,6 +42,7 @@ __all__ = [
     "DataLoaderBuilder",
     "DataLoaderError",
     "Dataset",
+    "DistributedError",
     "EmberError",
     "InMemDataset",
     "Learner",

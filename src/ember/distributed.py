@@ -40,7 +40,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ember.errors import EmberError
+from ember.errors import DistributedError
 
 __all__ = [
     "DistributedError",
@@ -59,18 +59,6 @@ __all__ = [
 DEFAULT_TIMEOUT = timedelta(minutes=5)
 _KILL_AFTER_S = 5.0  # a terminated rank still running this long after SIGTERM is killed
 _ERROR_FILE = "rank-{rank}.error"
-
-
-class DistributedError(EmberError):
-    """A rank of a data-parallel job failed, died, or a collective operation could not finish.
-
-    ``exit_codes`` maps the ranks that failed to their exit codes (for :func:`spawn`; a
-    negative code is the signal that killed the process).
-    """
-
-    def __init__(self, message: str, exit_codes: dict[int, int] | None = None) -> None:
-        super().__init__(message)
-        self.exit_codes = dict(exit_codes or {})
 
 
 @contextlib.contextmanager

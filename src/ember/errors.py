@@ -5,7 +5,8 @@
     EmberError                  anything ember raises on purpose
     ├── DataLoaderError         a loader cannot go on (bad state, closed loader)
     ├── CheckpointError         a checkpoint is missing, incomplete, corrupted or does not fit
-    └── NonFiniteLossError      a training loss became NaN or infinite (B8)
+    ├── NonFiniteLossError      a training loss became NaN or infinite (B8)
+    └── DistributedError        a rank of a data-parallel job failed or died (B9)
 
 Bad arguments raise the built-in ``ValueError`` / ``TypeError``; errors raised by the user's
 own code (a dataset, a batcher, a step) keep their original type. Stopping early or on user
@@ -14,7 +15,13 @@ request is not an error: it is a reason on ``LearningResult``.
 
 from __future__ import annotations
 
-__all__ = ["CheckpointError", "DataLoaderError", "EmberError", "NonFiniteLossError"]
+__all__ = [
+    "CheckpointError",
+    "DataLoaderError",
+    "DistributedError",
+    "EmberError",
+    "NonFiniteLossError",
+]
 
 
 class EmberError(Exception):
@@ -31,3 +38,15 @@ class CheckpointError(EmberError):
 
 class NonFiniteLossError(EmberError):
     """A training loss became NaN or infinite; training stopped without checkpointing it."""
+
+
+class DistributedError(EmberError):
+    """A rank of a data-parallel job failed, died, or a collective operation could not finish.
+
+    ``exit_codes`` maps the ranks that failed to their exit codes (for ``spawn``; a negative
+    code is the signal that killed the process).
+    """
+
+    def __init__(self, message: str, exit_codes: dict[int, int] | None = None) -> None:
+        super().__init__(message)
+        self.exit_codes = dict(exit_codes or {})

@@ -28,6 +28,7 @@ EXPECTED = {
     "PartialDataset",
     "Progress",
     "SamplerDataset",
+    "ShardedDataLoader",
     "ShuffledDataset",
     "TorchDataLoader",
     "WindowsDataset",

@@ -21,6 +21,7 @@ from ember.data.dataset import (
 from ember.data.device import DeviceLike, move_to_device
 from ember.data.loader import BatchDataLoader, DataLoader, DataLoaderIterator, Progress
 from ember.data.multithread import MultiThreadDataLoader
+from ember.data.shard import ShardedDataLoader
 from ember.data.torch_loader import TorchDataLoader
 from ember.errors import DataLoaderError
 
@@ -41,6 +42,7 @@ __all__ = [
     "PartialDataset",
     "Progress",
     "SamplerDataset",
+    "ShardedDataLoader",
     "ShuffledDataset",
     "TorchDataLoader",
     "WindowsDataset",

@@ -104,11 +104,14 @@ from ember.train.step import (
     TrainStep,
 )
 from ember.train.strategy import (
+    DistributedDataParallel,
     FitResult,
     MultiDevice,
     SingleDevice,
     SupervisedLearningStrategy,
     TrainingComponents,
+    merge_outputs,
+    register_output_merge,
     resume,
     run_epochs,
 )
@@ -135,6 +138,7 @@ __all__ = [
     "CsvMetricLogger",
     "CudaMetric",
     "Direction",
+    "DistributedDataParallel",
     "EarlyStoppingStrategy",
     "End",
     "EndEpoch",
@@ -212,7 +216,9 @@ __all__ = [
     "adapt",
     "apply_gradient_checkpointing",
     "default_renderer",
+    "merge_outputs",
     "register_adaptor",
+    "register_output_merge",
     "resume",
     "run_epochs",
     "train_epoch",
