@@ -21,13 +21,14 @@ import json
 import os
 import re
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import torch
 from safetensors.torch import load as load_safetensors
-from safetensors.torch import save as save_safetensors
+from safetensors.torch import save_file as save_safetensors_file
 
 from ember.errors import CheckpointError
 from ember.train.checkpoint.record import Record
@@ -119,22 +120,40 @@ def fsync_directory(directory: Path) -> None:
 def atomic_write(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` so that ``path`` holds either its old content or all of ``data``.
 
-    The bytes go to ``.{name}.{random}.tmp`` in the same directory, are flushed and fsynced, the
-    temp file is renamed over ``path`` and the directory is fsynced. On an error the temp file is
-    removed; after a crash it stays behind and :func:`remove_stale_temps` clears it on a later save.
+    See :func:`atomic_fill`, which does the work.
+    """
+
+    def fill(temp: Path) -> None:
+        with temp.open("wb") as handle:
+            handle.write(data)
+
+    atomic_fill(path, fill)
+
+
+def atomic_fill(path: Path, fill: Callable[[Path], None]) -> CheckpointFile:
+    """Have ``fill`` write a temp file, then make it ``path``, all or nothing; describe it.
+
+    The temp file is ``.{name}.{random}.tmp`` in the same directory; once filled it is read
+    back for its size and SHA-256 (as written to disk, not as meant), fsynced, renamed over
+    ``path``, and the directory is fsynced. On an error the temp file is removed; after a crash
+    it stays behind and :func:`remove_stale_temps` clears it on a later save. Hashing and
+    writing happen outside the GIL, so a background writer barely slows training.
     """
     temp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
+        fill(temp)
+        digest = hashlib.sha256()
+        with temp.open("rb") as handle:
+            while block := handle.read(1 << 24):
+                digest.update(block)
+            size = handle.tell()
             os.fsync(handle.fileno())
         os.replace(temp, path)
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
     fsync_directory(path.parent)
+    return CheckpointFile(path.name, size, digest.hexdigest())
 
 
 def remove_stale_temps(directory: Path, final_name_pattern: str) -> None:
@@ -178,10 +197,18 @@ class FileCheckpointer:
     def save(self, epoch: int, record: Record) -> CheckpointFile:
         """Write ``record`` as epoch ``epoch`` atomically; return name, size and SHA-256 written."""
         path = self.path(epoch)
-        data = serialize(record, self._name, epoch)
+        tensors, metadata = serializable(record, self._name, epoch)
         remove_stale_temps(self._directory, re.escape(self._name) + r"-[0-9]+" + re.escape(SUFFIX))
-        atomic_write(path, data)
-        return CheckpointFile(path.name, len(data), hashlib.sha256(data).hexdigest())
+
+        def fill(temp: Path) -> None:
+            try:
+                save_safetensors_file(tensors, temp, metadata=metadata)
+            except Exception as error:
+                raise CheckpointError(
+                    f"cannot serialize the tensors of checkpoint {self._name!r}: {error}"
+                ) from error
+
+        return atomic_fill(path, fill)
 
     def restore(self, epoch: int, expected: CheckpointFile | None = None) -> Record:
         """Read epoch ``epoch``'s record, verified by ``expected`` (size, SHA-256) if given."""
@@ -218,8 +245,10 @@ def verify_bytes(path: Path, data: bytes, expected: CheckpointFile) -> None:
         )
 
 
-def serialize(record: Record, name: str, epoch: int) -> bytes:
-    """The safetensors bytes of ``record`` with ember's JSON header document."""
+def serializable(
+    record: Record, name: str, epoch: int
+) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """The tensors and the safetensors metadata (ember's JSON header document) of ``record``."""
     document = {
         "format": FORMAT,
         "version": VERSION,
@@ -231,14 +260,7 @@ def serialize(record: Record, name: str, epoch: int) -> bytes:
         header = json.dumps(document, ensure_ascii=False, separators=(",", ":"))
     except (TypeError, ValueError) as error:
         raise TypeError(f"the metadata of checkpoint {name!r} is not JSON: {error}") from error
-    tensors = _storable(record.tensors)
-    try:
-        data: bytes = save_safetensors(tensors, metadata={_HEADER_KEY: header})
-    except Exception as error:
-        raise CheckpointError(
-            f"cannot serialize the tensors of checkpoint {name!r}: {error}"
-        ) from error
-    return data
+    return _storable(record.tensors), {_HEADER_KEY: header}
 
 
 def _storable(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -1,0 +1,123 @@
+"""Checkpoints of a ``DistributedDataParallel`` fit: rank 0 writes, every rank restores.
+
+A checkpoint must let every rank resume exactly where it was, but only rank 0 writes files.
+:class:`DistributedCheckpointer` gathers every rank's RNG state on rank 0, which saves them in
+its state record (under :data:`RANKS_RNG_KEY`, in rank order) with the rest of the checkpoint;
+on a resume every rank reads that checkpoint and restores its own RNG state from it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, cast
+
+from ember.data import DataLoader
+from ember.distributed import collective, gather_bytes
+from ember.train.checkpoint.record import Record, state_record
+from ember.train.checkpoint.rng import rng_state
+from ember.train.checkpoint.training import TrainingCheckpointer
+from ember.train.learner import Learner
+from ember.train.metric.store import MetricQuery
+from ember.train.strategy.ddp_ranks import Ranks
+
+if TYPE_CHECKING:
+    from ember.train.checkpoint.learning import LearningCheckpointer, TrainingRecords
+
+__all__ = ["RANKS_RNG_KEY", "DistributedCheckpointer"]
+
+log = logging.getLogger("ember.train")
+
+RANKS_RNG_KEY = "ranks_rng"  # in rank 0's state record: every rank's RNG state, in rank order
+
+
+    saves also holds every rank's RNG state, and each rank restores its own."""
+
+    def __init__(self, checkpointer: LearningCheckpointer, rank: int) -> None:
+        self._checkpointer = checkpointer
+        self._rank = rank
+        self.rng_states: list[Any] = []
+
+    @property
+    def directory(self) -> Any:
+        return self._checkpointer.directory
+
+    def checkpoint(
+        self, epoch: int, records: TrainingRecords, query: MetricQuery
+    ) -> TrainingRecords:
+        state = state_record({**records.state.metadata, RANKS_RNG_KEY: self.rng_states})
+        return self._checkpointer.checkpoint(
+            epoch, dataclasses.replace(records, state=state), query
+        )
+
+    def save(self, epoch: int, records: TrainingRecords) -> None:
+        self._checkpointer.save(epoch, records)
+
+    def restore(self, epoch: int) -> TrainingRecords:
+        records = self._checkpointer.restore(epoch)
+        metadata = dict(records.state.metadata)
+        states = metadata.pop(RANKS_RNG_KEY, None) or []
+        if self._rank < len(states):
+            metadata["rng"] = states[self._rank]
+        elif states:
+            log.warning(
+                "the checkpoint of epoch %d holds the RNG states of %d ranks, not of rank %d: it "
+                "continues from rank 0's (the run is not exactly the uninterrupted one)",
+                epoch,
+                len(states),
+                self._rank,
+            )
+        state = Record(tensors=records.state.tensors, metadata=metadata)
+        return dataclasses.replace(records, state=state)
+
+    def latest_complete_epoch(self) -> int | None:
+        return self._checkpointer.latest_complete_epoch()
+
+    def close(self) -> None:
+        """Nothing: ``launch`` closes the real checkpointer."""
+
+
+class DistributedCheckpointer(TrainingCheckpointer):
+    """Every rank restores; rank 0 alone writes, with the RNG states every rank sends it."""
+
+    def __init__(self, checkpointer: TrainingCheckpointer, ranks: Ranks) -> None:
+        self._records = _RankRecords(checkpointer.checkpointer, ranks.rank)
+        super().__init__(cast("LearningCheckpointer", self._records), checkpointer.early_stopping)
+        self._ranks = ranks
+
+    def checkpoint(
+        self,
+        epoch: int,
+        learner: Learner[Any],
+        loaders: Mapping[str, DataLoader[Any]],
+        query: MetricQuery,
+    ) -> None:
+        mine = json.dumps(rng_state()).encode("utf-8")
+        with collective("gathering the RNG states for the checkpoint"):
+            states = gather_bytes(mine, 0, group=self._ranks.cpu)
+        if states is not None:
+            self._records.rng_states = [json.loads(state) for state in states]
+            super().checkpoint(epoch, learner, loaders, query)
+
+    def save_last(self) -> int | None:
+        return super().save_last() if self._ranks.is_main else None
+
+
+# --- the strategy ----------------------------------------------------------------------------
+
+
+class DistributedDataParallel:
+    """Data-parallel training over the processes of a ``torch.distributed`` job (see module doc).
+
+    Uses the default process group if one exists (``torchrun`` + the user's
+    ``init_process_group``, or :func:`ember.distributed.spawn`), else initialises it from
+    torchrun's environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``,
+    ``MASTER_PORT``) or ``init_method``, with ``backend`` (default ``nccl`` when CUDA is
+    available, else ``gloo``) and ``timeout`` for every collective. The device is
+    ``cuda:LOCAL_RANK`` with nccl, the CPU with gloo, unless ``device`` is given.
+
+    ``loss_reduction`` says how the step's loss reduces over its batch's items: ``"mean"``
+    (gradients weighted by share / global batch) or ``"sum"`` (gradients summed). Gradients are
+    reduced in buckets of ``bucket_cap_mb``. With ``broadcast_buffers`` rank 0's buffers are
