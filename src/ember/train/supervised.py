@@ -25,6 +25,7 @@ from torch import nn
 
 from ember.data import DataLoader
 from ember.errors import CheckpointError
+from ember.train.application_log import experiment_log
 from ember.train.checkpoint.file import atomic_write
 from ember.train.checkpoint.learning import LearningCheckpointer
 from ember.train.checkpoint.manifest import manifest_path
@@ -54,8 +55,6 @@ __all__ = ["LearningResult", "SupervisedTraining"]
 
 M = TypeVar("M", bound=nn.Module)
 log = logging.getLogger("ember.train")
-
-_LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,69 +321,55 @@ class SupervisedTraining:
         main = getattr(strategy, "is_main", True)  # False on DDP ranks > 0: no files, no output
         if main:
             self.directory.mkdir(parents=True, exist_ok=True)
-        handler = self._install_application_log() if main else None
-        interrupter = self._interrupter
-        renderer = self._renderer if self._renderer is not None else default_renderer(interrupter)
-        renderer = renderer if main else CliMetricsRenderer(io.StringIO())
-        store = EventStore((self._loggers or [FileMetricLogger(self.directory)]) if main else [])
-        processor = AsyncProcessorTraining(
-            FullEventProcessorTraining(self._metrics, renderer, store),
-            on_error=lambda error: interrupter.stop(f"metrics thread failed: {error!r}"),
-        )
-        checkpointer = (
-            TrainingCheckpointer(self._checkpointer, self._early_stopping)
-            if self._checkpointer is not None
-            else None
-        )
-        components = TrainingComponents(
-            num_epochs=self._num_epochs,
-            interrupter=interrupter,
-            processor=processor,
-            store=store,
-            grads_accumulation=self._grads_accumulation,
-            early_stopping=self._early_stopping,
-            checkpointer=checkpointer,
-            gradient_checkpointing=checkpointing,
-        )
-        error: BaseException | None = None
-        fit = FitResult(starting_epoch - 1)
-        summary: LearnerSummary | None = None
-        try:
-            log.info(
-                "Starting training for %d epochs at epoch %d", self._num_epochs, starting_epoch
+        with experiment_log(self._application_log if main else None):
+            interrupter = self._interrupter
+            if not main:
+                renderer: MetricsRenderer = CliMetricsRenderer(io.StringIO())
+            elif self._renderer is not None:
+                renderer = self._renderer
+            else:
+                renderer = default_renderer(interrupter)
+            loggers = self._loggers or [FileMetricLogger(self.directory)]
+            store = EventStore(loggers if main else [])
+            processor = AsyncProcessorTraining(
+                FullEventProcessorTraining(self._metrics, renderer, store),
+                on_error=lambda error: interrupter.stop(f"metrics thread failed: {error!r}"),
             )
-            processor.process_train(Start(self._num_epochs, starting_epoch))
-            with graceful_stop(interrupter):
-                fit = strategy.fit(learner, self._train, self._valid, components, starting_epoch)
-            processor.flush()
-            if self._summary and processor.error is None and main:
-                summary = self._write_summary(learner, store, fit)
-        except Exception as caught:  # B3: reported in the result, never lost
-            error = caught
-        finally:
-            processor.flush()
-            error = error or processor.error
-            if error is not None:
-                log.error("Training failed", exc_info=error)
-            if checkpointer is not None:
-                try:
-                    checkpointer.close()
-                except Exception as caught:  # a failed write is the run's error
-                    error = error or caught
-            processor.process_train(End(summary))
-            renderer = processor.close()
-            if error is not None:
-                renderer.on_error(error)
+            checkpointer = (
+                TrainingCheckpointer(self._checkpointer, self._early_stopping)
+                if self._checkpointer is not None
+                else None
+            )
+            components = TrainingComponents(
+                num_epochs=self._num_epochs,
+                interrupter=interrupter,
+                processor=processor,
+                store=store,
+                grads_accumulation=self._grads_accumulation,
+                early_stopping=self._early_stopping,
+                checkpointer=checkpointer,
+                gradient_checkpointing=checkpointing,
+            )
+            error: BaseException | None = None
+            fit = FitResult(starting_epoch - 1)
+            summary: LearnerSummary | None = None
             try:
-                store.close()
-            except Exception as caught:  # keep the first error
-                error = error or caught
-            renderer_close = getattr(renderer, "close", None)
-            if renderer_close is not None:
-                renderer_close()
-            if handler is not None:
-                logging.getLogger("ember").removeHandler(handler)
-                handler.close()
+                log.info(
+                    "Starting training for %d epochs at epoch %d", self._num_epochs, starting_epoch
+                )
+                processor.process_train(Start(self._num_epochs, starting_epoch))
+                with graceful_stop(interrupter):
+                    fit = strategy.fit(
+                        learner, self._train, self._valid, components, starting_epoch
+                    )
+                processor.flush()
+                if self._summary and processor.error is None and main:
+                    summary = self._write_summary(learner, store, fit)
+            except Exception as caught:  # B3: reported in the result, never lost
+                error = caught
+            finally:
+                error = _finish(processor, store, checkpointer, summary, error)
+                renderer = processor.processor.renderer
         learner.model.eval()
         return LearningResult(
             learner.model, renderer, error, summary, fit.stop_reason, fit.last_epoch
@@ -411,19 +396,6 @@ class SupervisedTraining:
             )
         return self._resume + 1
 
-    def _install_application_log(self) -> logging.Handler | None:
-        if self._application_log is None:
-            return None
-        self._application_log.parent.mkdir(parents=True, exist_ok=True)
-        handler = logging.FileHandler(self._application_log, encoding="utf-8")
-        handler.setLevel(logging.INFO)
-        handler.setFormatter(logging.Formatter(_LOG_FORMAT))
-        logger = logging.getLogger("ember")
-        logger.addHandler(handler)
-        if logger.level == logging.NOTSET or logger.level > logging.INFO:
-            logger.setLevel(logging.INFO)
-        return handler
-
     def _write_summary(
         self, learner: Learner[M], store: EventStore, fit: FitResult
     ) -> LearnerSummary:
@@ -436,6 +408,38 @@ class SupervisedTraining:
         )
         atomic_write(self.directory / "summary.json", summary.dumps().encode("utf-8"))
         return summary
+
+
+def _finish(
+    processor: AsyncProcessorTraining,
+    store: EventStore,
+    checkpointer: TrainingCheckpointer | None,
+    summary: LearnerSummary | None,
+    error: BaseException | None,
+) -> BaseException | None:
+    """End a run whatever happened: drain the metrics thread, finish the checkpoint writes, send
+    ``End``, show the error, close the logs and the renderer. Returns the run's first error."""
+    processor.flush()
+    error = error or processor.error
+    if error is not None:
+        log.error("Training failed", exc_info=error)
+    if checkpointer is not None:
+        try:
+            checkpointer.close()
+        except Exception as caught:  # a failed write is the run's error
+            error = error or caught
+    processor.process_train(End(summary))
+    renderer = processor.close()
+    if error is not None:
+        renderer.on_error(error)
+    try:
+        store.close()
+    except Exception as caught:  # keep the first error
+        error = error or caught
+    renderer_close = getattr(renderer, "close", None)
+    if renderer_close is not None:
+        renderer_close()
+    return error
 
 
 def _numeric(metric: Any) -> Numeric:

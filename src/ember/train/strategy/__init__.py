@@ -12,11 +12,8 @@ from ember.train.strategy.base import (
     resume,
     run_epochs,
 )
-from ember.train.strategy.ddp import (
-    DistributedDataParallel,
-    merge_outputs,
-    register_output_merge,
-)
+from ember.train.strategy.ddp import DistributedDataParallel
+from ember.train.strategy.ddp_outputs import merge_outputs, register_output_merge
 from ember.train.strategy.multi import MultiDevice, split_loader
 from ember.train.strategy.single import SingleDevice
 

@@ -22,7 +22,6 @@ if TYPE_CHECKING:
 __all__ = ["AgreedEarlyStopping", "MainEvents", "WorkerEvents"]
 
 
-
 class MainEvents:
     """Rank 0's events go to the real processor; a flush tells every rank if it failed."""
 
@@ -76,5 +75,3 @@ class AgreedEarlyStopping:
             answer = broadcast_bytes(message, 0, group=self._ranks.cpu)
         self.reason = answer.decode("utf-8") or None
         return self.reason is not None
-
-

@@ -33,6 +33,8 @@ log = logging.getLogger("ember.train")
 RANKS_RNG_KEY = "ranks_rng"  # in rank 0's state record: every rank's RNG state, in rank order
 
 
+class _RankRecords:
+    """Stands in for the ``LearningCheckpointer`` inside a ``TrainingCheckpointer``: what rank 0
     saves also holds every rank's RNG state, and each rank restores its own."""
 
     def __init__(self, checkpointer: LearningCheckpointer, rank: int) -> None:
@@ -103,21 +105,3 @@ class DistributedCheckpointer(TrainingCheckpointer):
 
     def save_last(self) -> int | None:
         return super().save_last() if self._ranks.is_main else None
-
-
-# --- the strategy ----------------------------------------------------------------------------
-
-
-class DistributedDataParallel:
-    """Data-parallel training over the processes of a ``torch.distributed`` job (see module doc).
-
-    Uses the default process group if one exists (``torchrun`` + the user's
-    ``init_process_group``, or :func:`ember.distributed.spawn`), else initialises it from
-    torchrun's environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``,
-    ``MASTER_PORT``) or ``init_method``, with ``backend`` (default ``nccl`` when CUDA is
-    available, else ``gloo``) and ``timeout`` for every collective. The device is
-    ``cuda:LOCAL_RANK`` with nccl, the CPU with gloo, unless ``device`` is given.
-
-    ``loss_reduction`` says how the step's loss reduces over its batch's items: ``"mean"``
-    (gradients weighted by share / global batch) or ``"sum"`` (gradients summed). Gradients are
-    reduced in buckets of ``bucket_cap_mb``. With ``broadcast_buffers`` rank 0's buffers are

@@ -169,4 +169,6 @@ class GradientReducer:
         return GradientsParams(reduced)
 
     def close(self) -> None:
+        """Remove the gradient hooks from the model's parameters."""
         for hook in self._hooks:
+            hook.remove()
