@@ -137,8 +137,9 @@ def compare(
         learner_times.append(learner_run(model, train, valid, epochs))
     raw, learner = statistics.median(raw_times), statistics.median(learner_times)
     print(
-        f"{name}: raw {raw * 1e6 / steps:.0f} µs/step, learner {learner * 1e6 / steps:.0f} µs/step, "
-        f"ratio {learner / raw:.3f}x, overhead {(learner - raw) * 1e6 / steps:+.1f} µs/step "
+        f"{name}: raw {raw * 1e6 / steps:.0f} µs/step, "
+        f"learner {learner * 1e6 / steps:.0f} µs/step, ratio {learner / raw:.3f}x, "
+        f"overhead {(learner - raw) * 1e6 / steps:+.1f} µs/step "
         f"(medians of {repeats}, {steps} train steps each)"
     )
 
