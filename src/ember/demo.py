@@ -159,6 +159,7 @@ def run_demo(
         )
         .metric_train_numeric(LossMetric())
         .metric_valid_numeric(LossMetric())
+        .with_default_checkpointers()
         .num_epochs(epochs)
         .renderer(CliMetricsRenderer(buffer))
         .summary()
