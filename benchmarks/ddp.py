@@ -33,52 +33,16 @@ from torch import nn
 from ember.data import DataLoaderBuilder, InMemDataset
 from ember.distributed import spawn
 from ember.train import (
-    ClassificationOutput,
     CliMetricsRenderer,
     Learner,
-    LearnerModel,
     LossMetric,
     SupervisedTraining,
-    TrainOutput,
 )
 from ember.train.strategy.ddp import DistributedDataParallel
+from learner_overhead import MediumMlp, stack_batcher  # the same model as the overhead benchmark
 
 BATCH = 128
 ITEMS = BATCH * 40
-
-
-class MediumMlp(LearnerModel):
-    """784-256-256-10 classifier."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.net = nn.Sequential(
-            nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10)
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = self.net(x)
-        return out
-
-    def classify(self, batch: tuple[torch.Tensor, torch.Tensor]) -> ClassificationOutput:
-        x, y = batch
-        logits = self(x)
-        return ClassificationOutput(F.cross_entropy(logits, y), logits, y)
-
-    def train_step(
-        self, batch: tuple[torch.Tensor, torch.Tensor]
-    ) -> TrainOutput[ClassificationOutput]:
-        out = self.classify(batch)
-        return TrainOutput.from_loss(self, out.loss, out)
-
-    def inference_step(self, batch: tuple[torch.Tensor, torch.Tensor]) -> ClassificationOutput:
-        return self.classify(batch)
-
-
-def stack_batcher(
-    items: list[tuple[torch.Tensor, torch.Tensor]], device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.stack([x for x, _ in items]), torch.stack([y for _, y in items])
 
 
 def dataset() -> InMemDataset[tuple[torch.Tensor, torch.Tensor]]:

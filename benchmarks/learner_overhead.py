@@ -46,9 +46,13 @@ class MediumMlp(LearnerModel):
             nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10)
         )
 
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.net(x)
+        return out
+
     def classify(self, batch: tuple[torch.Tensor, torch.Tensor]) -> ClassificationOutput:
         x, y = batch
-        logits = self.net(x)
+        logits = self(x)
         return ClassificationOutput(F.cross_entropy(logits, y), logits, y)
 
     def train_step(
