@@ -43,17 +43,20 @@ class ItemLazy(Protocol):
 
 
 class DetachOnSync:
-    """``sync()`` for output dataclasses: a copy whose tensors hold no autograd graph.
+    """``sync()`` for output dataclasses: tensors that no metric computation can attach a graph to.
 
-    Tensors that do not require grad (validation outputs, targets) are kept as they are, and an
-    output with none that does is returned itself: each ``detach`` is a torch call, and torch
-    calls on the metrics thread trade the GIL with the training thread.
+    Tensors that require grad are detached — except where autograd is off, as on ember's
+    metrics thread: nothing computed there records a graph, so the output is returned as it is.
+    Each ``detach`` is a torch call, and a torch call on the metrics thread hands the GIL to
+    the training thread and back; a small model pays for that in its step time.
     """
 
     __slots__ = ()
 
     def sync(self) -> Self:
-        """The output with every tensor that requires grad detached."""
+        """The output with every tensor that requires grad detached (see the class doc)."""
+        if not torch.is_grad_enabled():
+            return self
         names: tuple[str, ...] = self.__slots__  # a slots dataclass: its fields, in order
         values = [getattr(self, name) for name in names]
         if not any(isinstance(v, torch.Tensor) and v.requires_grad for v in values):

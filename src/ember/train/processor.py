@@ -236,7 +236,11 @@ class FullEventProcessorTraining:
             if tensor.numel() == 1:
                 scalars.append(index)
         if scalars:
-            values = torch.stack([losses[i].tensor.reshape(()) for i in scalars]).tolist()
+            tensors = [losses[i].tensor for i in scalars]
+            # one stack and one read for the chunk; a per-loss reshape would be a torch call each
+            if any(t.dim() != tensors[0].dim() for t in tensors):
+                tensors = [t.reshape(()) for t in tensors]
+            values = torch.stack(tensors).flatten().tolist()
             for index, value in zip(scalars, values, strict=True):
                 losses[index] = LossInput(losses[index].tensor, value)
         return losses

@@ -39,7 +39,6 @@ class _Writer:
 
     def __init__(self) -> None:
         self._queue: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
-        self._directories: set[str] = set()
         self.error: BaseException | None = None
         self._thread: threading.Thread | None = None
 
@@ -80,15 +79,16 @@ class _Writer:
                     self.error = self.error or error
 
     def _append(self, path: str, text: str, truncate: bool) -> None:
-        # os-level calls: every system call here hands the GIL to the training thread and back,
-        # and Python's open() makes twice as many as these
-        directory = os.path.dirname(path)
-        if directory not in self._directories:
-            os.makedirs(directory, exist_ok=True)
-            self._directories.add(directory)
+        # os-level calls, the directory made only when the open says it is missing: every
+        # system call here hands the GIL to the training thread and back, and Python's open()
+        # and makedirs() make twice as many
         flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if truncate else os.O_APPEND)
         data = memoryview(text.encode("utf-8"))
-        fd = os.open(path, flags, 0o666)
+        try:
+            fd = os.open(path, flags, 0o666)
+        except FileNotFoundError:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd = os.open(path, flags, 0o666)
         try:
             while data:
                 data = data[os.write(fd, data) :]
