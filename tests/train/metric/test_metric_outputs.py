@@ -152,3 +152,16 @@ def test_every_new_metric_is_a_metric_and_numeric_where_it_has_numbers() -> None
     assert all(isinstance(m, Numeric) for m in numeric)
     assert all(isinstance(m, Metric) and not isinstance(m, Numeric) for m in text)
     assert len({m.name for m in numeric + text}) == len(numeric) + len(text) - 1  # 2 TorchMetrics
+
+
+def test_sync_returns_the_output_itself_where_autograd_is_off() -> None:
+    """On a thread with autograd off (the metrics thread), sync() costs no torch call."""
+    import torch as _torch
+
+    from ember.train import RegressionOutput
+
+    x = _torch.ones(2, 1, requires_grad=True)
+    out = RegressionOutput((x * 2).sum(), x * 2, _torch.ones(2, 1))
+    assert out.sync() is not out and not out.sync().loss.requires_grad
+    with _torch.no_grad():
+        assert out.sync() is out
