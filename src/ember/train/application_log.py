@@ -19,6 +19,22 @@ __all__ = ["ExperimentLogHandler", "experiment_log"]
 _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
+class _Formatter(logging.Formatter):
+    """The usual format, with the date and time text made once a second, not once a line."""
+
+    def __init__(self) -> None:
+        super().__init__(_FORMAT)
+        self._second = -1
+        self._text = ""
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802  # logging's name
+        second = int(record.created)
+        if second != self._second:
+            self._second = second
+            self._text = time.strftime(self.default_time_format, self.converter(record.created))
+        return f"{self._text},{int(record.msecs):03d}"
+
+
 class ExperimentLogHandler(logging.FileHandler):
     """A file handler that flushes at most every ``interval`` seconds, and on warnings."""
 
@@ -31,7 +47,7 @@ class ExperimentLogHandler(logging.FileHandler):
     ) -> None:
         super().__init__(path, encoding="utf-8")
         self.setLevel(logging.INFO)
-        self.setFormatter(logging.Formatter(_FORMAT))
+        self.setFormatter(_Formatter())
         self._interval = interval
         self._clock = clock
         self._last_flush = clock()

@@ -146,7 +146,8 @@ class FullEventProcessorTraining:
         self.renderer = renderer
         self.store = store
         self._epoch = 0
-        self._iterations: dict[Split, tuple[int, int, int]] = {}  # epoch, first, last
+        # per split: (epoch, iteration) of the first and of the last item since the last line
+        self._iterations: dict[Split, tuple[int, int, int, int]] = {}
         self._without_loss: set[type[Any]] = set()
 
     def process_train(self, event: LearnerEvent) -> None:
@@ -179,8 +180,9 @@ class FullEventProcessorTraining:
         self, split: Split, training_item: Any, item: Any, loss: LossInput | None
     ) -> None:
         iteration = training_item.iteration
-        first = self._iterations.get(split, (0, iteration, 0))[1]
-        self._iterations[split] = (self._epoch, first, iteration)
+        span = self._iterations.get(split)
+        first = (self._epoch, iteration) if span is None else span[:2]
+        self._iterations[split] = (*first, self._epoch, iteration)
         if split is Split.TRAIN and loss is not None and not math.isfinite(loss.host_value()):
             raise NonFiniteLossError(
                 f"the training loss is not finite at epoch {self._epoch}, iteration "
@@ -199,7 +201,6 @@ class FullEventProcessorTraining:
             self.store.start_split(split, event.epoch)
             renderer.start_split(split, event.total_items)
         elif isinstance(event, EndSplit):
-            self._log_iterations(split)
             self._publish(split, self.metrics.end_epoch(split))
             self.store.end_split(split)
             renderer.end_split()
@@ -248,17 +249,19 @@ class FullEventProcessorTraining:
     def log_iterations(self) -> None:
         """Write the iterations processed since the last call to the application log.
 
-        One line per chunk of events (at most ~20 a second), not one per iteration as Burn
-        does: a fast model would otherwise write megabytes of ``Iteration N`` lines a minute.
+        One line per split and chunk of events (at most ~20 a second), not one per iteration
+        as Burn does: a fast model would otherwise write megabytes of ``Iteration N`` lines a
+        minute (and a log record costs a small model's step a few percent).
         """
-        for split in list(self._iterations):
-            self._log_iterations(split)
-
-    def _log_iterations(self, split: Split) -> None:
-        span = self._iterations.pop(split, None)
-        if span is not None:
-            epoch, first, last = span
-            log.info("Iterations %d-%d of epoch %d (%s)", first, last, epoch, split.value)
+        for split, (first_epoch, first, epoch, last) in self._iterations.items():
+            if first_epoch == epoch:
+                log.info("Iterations %d-%d of epoch %d (%s)", first, last, epoch, split.value)
+            else:
+                log.info(
+                    "Iterations from epoch %d iteration %d to epoch %d iteration %d (%s)",
+                    *(first_epoch, first, epoch, last, split.value),
+                )
+        self._iterations.clear()
 
     def _publish(self, split: Split, states: Sequence[MetricState]) -> None:
         if not states:
