@@ -95,6 +95,7 @@ from ember.train.renderer import (
     TrainingProgressLogger,
     default_renderer,
 )
+from ember.train.result import LearningResult
 from ember.train.step import (
     GradientsAccumulator,
     GradientsParams,
@@ -116,7 +117,7 @@ from ember.train.strategy import (
     run_epochs,
 )
 from ember.train.summary import LearnerSummary, MetricSummary
-from ember.train.supervised import LearningResult, SupervisedTraining
+from ember.train.supervised import SupervisedTraining
 
 __all__ = [
     "AccuracyInput",

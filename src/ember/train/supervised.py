@@ -15,11 +15,9 @@ from __future__ import annotations
 import io
 import logging
 import os
-import traceback
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 from torch import nn
 
@@ -46,45 +44,16 @@ from ember.train.processor import (
     MetricsTraining,
 )
 from ember.train.renderer import CliMetricsRenderer, MetricsRenderer, default_renderer
+from ember.train.result import LearningResult
 from ember.train.signals import graceful_stop
 from ember.train.strategy.base import FitResult, SupervisedLearningStrategy, TrainingComponents
 from ember.train.strategy.single import SingleDevice
 from ember.train.summary import LearnerSummary, describe_model
 
-__all__ = ["LearningResult", "SupervisedTraining"]
+__all__ = ["SupervisedTraining"]
 
 M = TypeVar("M", bound=nn.Module)
 log = logging.getLogger("ember.train")
-
-
-@dataclass(frozen=True, slots=True)
-class LearningResult(Generic[M]):
-    """How a run ended.
-
-    ``model`` is the trained model in eval mode (call ``.train()`` to go on training);
-    ``error`` is the exception that ended training, with its ``__traceback__``, or None;
-    ``stop_reason`` says why training ended before ``num_epochs`` (early stopping, an
-    interrupt), or is None; ``summary`` is set when the builder asked for one.
-    """
-
-    model: M
-    renderer: MetricsRenderer
-    error: BaseException | None = None
-    summary: LearnerSummary | None = None
-    stop_reason: str | None = None
-    last_epoch: int = 0
-
-    @property
-    def succeeded(self) -> bool:
-        """True when training ended without an error."""
-        return self.error is None
-
-    @property
-    def traceback(self) -> str | None:
-        """The error's formatted traceback, or None."""
-        if self.error is None:
-            return None
-        return "".join(traceback.format_exception(self.error))
 
 
 def _positive_int(name: str, value: object) -> int:
