@@ -80,14 +80,12 @@ class TimedSingleDevice:
         def train_split(epoch: int) -> None:
             nonlocal train_seconds
             start = self.clock()
-            train_epoch(
-                learner, train, epoch, processor, interrupter, components.grads_accumulation
-            )
+            train_epoch(learner, train, processor, interrupter, components.grads_accumulation)
             train_seconds = self.clock() - start
 
         def valid_split(epoch: int) -> None:
             start = self.clock()
-            valid_epoch(learner.model, valid, epoch, processor, interrupter)
+            valid_epoch(learner.model, valid, processor, interrupter)
             times = EpochTimes(epoch, train_seconds, self.clock() - start)
             self.epochs.append(times)
             rate = train.num_items() / times.train_seconds if times.train_seconds > 0 else 0.0

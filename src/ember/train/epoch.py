@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import torch
@@ -17,13 +16,10 @@ from ember.train.step import GradientsAccumulator
 
 __all__ = ["train_epoch", "valid_epoch"]
 
-log = logging.getLogger("ember.train")
-
 
 def train_epoch(
     learner: Learner[Any],
     loader: DataLoader[Any],
-    epoch: int,
     processor: EventProcessor,
     interrupter: Interrupter,
     grads_accumulation: int | None = None,
@@ -38,7 +34,6 @@ def train_epoch(
 
     Nothing here reads a tensor back to the host: the metrics thread does.
     """
-    log.info("Executing training step for epoch %d", epoch)
     learner.model.train()
     accumulator = GradientsAccumulator() if grads_accumulation is not None else None
     window = 0
@@ -66,12 +61,10 @@ def train_epoch(
 def valid_epoch(
     model: nn.Module,
     loader: DataLoader[Any],
-    epoch: int,
     processor: EventProcessor,
     interrupter: Interrupter,
 ) -> None:
     """Run ``inference_step`` on every batch in eval mode, without an autograd graph."""
-    log.info("Executing validation step for epoch %d", epoch)
     model.eval()
     with torch.inference_mode():
         iterator = iter(loader)

@@ -79,16 +79,20 @@ class _Writer:
                     self.error = self.error or error
 
     def _append(self, path: str, text: str, truncate: bool) -> None:
-        # os-level calls, the directory made only when the open says it is missing: every
-        # system call here hands the GIL to the training thread and back, and Python's open()
-        # and makedirs() make twice as many
+        # os-level calls, the directory made before a new file (a new epoch's directory is new
+        # too): every system call here hands the GIL to the training thread and must win it
+        # back, and Python's open() and makedirs() make twice as many calls
+        if truncate:
+            directory = os.path.dirname(path)
+            try:
+                os.mkdir(directory)
+            except FileExistsError:
+                pass
+            except FileNotFoundError:  # the split's own directory is new too
+                os.makedirs(directory, exist_ok=True)
         flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if truncate else os.O_APPEND)
         data = memoryview(text.encode("utf-8"))
-        try:
-            fd = os.open(path, flags, 0o666)
-        except FileNotFoundError:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            fd = os.open(path, flags, 0o666)
+        fd = os.open(path, flags, 0o666)
         try:
             while data:
                 data = data[os.write(fd, data) :]

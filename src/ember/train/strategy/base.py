@@ -173,5 +173,6 @@ def run_epochs(
             break
     reason = stop_reason(components)
     if reason is not None:
+        processor.flush()  # the epoch lines, written by the metrics thread, come first
         log.info("Training interrupted: %s", reason)
     return FitResult(last_epoch, reason)

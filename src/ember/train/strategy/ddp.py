@@ -321,7 +321,6 @@ class _Epochs:
 
     def train(self, epoch: int) -> None:
         """``train_epoch`` over this rank's shares (same lr, optimizer and event rules)."""
-        log.info("Executing training step for epoch %d", epoch)
         learner, ranks = self._learner, self._ranks
         learner.model.train()
         accumulation = self._components.grads_accumulation
@@ -354,7 +353,6 @@ class _Epochs:
 
     def valid(self, epoch: int) -> None:
         """``valid_epoch`` over this rank's shares."""
-        log.info("Executing validation step for epoch %d", epoch)
         model = self._learner.model
         model.eval()
         self._sync_buffers()

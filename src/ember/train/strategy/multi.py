@@ -157,9 +157,7 @@ class MultiDevice:
                 rounds = _Rounds(learner, main, replicas, threads, slices, components)
 
                 def valid_split(epoch: int) -> None:
-                    valid_epoch(
-                        learner.model, valid, epoch, components.processor, components.interrupter
-                    )
+                    valid_epoch(learner.model, valid, components.processor, components.interrupter)
 
                 return run_epochs(
                     components, learner, loaders, starting_epoch, rounds.epoch, valid_split
@@ -216,7 +214,6 @@ class _Rounds:
 
     def epoch(self, epoch: int) -> None:
         """Train one epoch (the split's events are sent by ``run_epochs``)."""
-        log.info("Executing training step for epoch %d on %d devices", epoch, len(self.replicas))
         learner, components = self.learner, self.components
         processor, interrupter = components.processor, components.interrupter
         window_size = components.grads_accumulation or 1

@@ -48,12 +48,10 @@ class SingleDevice:
         processor, interrupter = components.processor, components.interrupter
 
         def train_split(epoch: int) -> None:
-            train_epoch(
-                learner, train, epoch, processor, interrupter, components.grads_accumulation
-            )
+            train_epoch(learner, train, processor, interrupter, components.grads_accumulation)
 
         def valid_split(epoch: int) -> None:
-            valid_epoch(learner.model, valid, epoch, processor, interrupter)
+            valid_epoch(learner.model, valid, processor, interrupter)
 
         with checkpointed(components.gradient_checkpointing, learner.model):
             return run_epochs(
