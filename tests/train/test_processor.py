@@ -101,8 +101,8 @@ def test_pending_events_wait_for_the_delay_or_a_flush() -> None:
     processor.close()
 
 
-def test_a_chunk_for_an_idle_worker_is_taken_before_the_training_thread_goes_on() -> None:
-    """Handing a chunk to an idle worker returns once the worker holds it, so the worker never
+def test_a_full_chunk_for_an_idle_worker_is_taken_before_the_training_thread_goes_on() -> None:
+    """Handing a full chunk to an idle worker returns once the worker holds it, so the worker never
     has to fight the training thread for the GIL to start (the queue is empty again)."""
     gate = threading.Event()
     recorder = RecordingProcessor(gate)
@@ -189,3 +189,16 @@ def test_application_log_has_one_line_per_chunk_for_epochs_and_iterations(
         "Executing training step for epoch 3",
         "Iterations 1-2 of epoch 3 (train)",
     ]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_losses_on_a_device_are_read_together_and_logged() -> None:
+    """Device losses of mixed shapes are stacked and read in one go, values unchanged."""
+    processor, logger = full_processor()
+    losses = [torch.tensor(0.5), torch.tensor([1.5]), torch.tensor(2.5)]
+    processor.process_chunk(
+        [(Split.TRAIN, StartSplit(1, 3))]
+        + [(Split.TRAIN, item(i, loss.cuda())) for i, loss in enumerate(losses, start=1)]
+    )
+    assert logger.values[("Loss", Split.TRAIN, 1)] == ["0.5,1", "1.5,1", "2.5,1"]

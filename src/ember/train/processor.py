@@ -16,7 +16,7 @@ import math
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -108,15 +108,15 @@ class MetricsTraining:
         split: Split,
         item: Any,
         metadata: MetricMetadata,
-        adapted: Mapping[type[Any], Any] | None = None,
+        loss: LossInput | None = None,
     ) -> list[MetricState]:
         """Update every metric of ``split`` with one batch's output.
 
-        ``adapted`` holds inputs already made from ``item`` (by type), to reuse them.
+        ``loss`` is the item's loss already read back, given to the metrics that read one.
         """
         states = []
         for metric, input_type, numeric in self._resolved[split]:
-            given = adapted.get(input_type) if adapted else None
+            given = loss if input_type is LossInput and loss is not None else None
             entry = metric.update(given or adapt(item, input_type), metadata)
             value = metric.value() if numeric else None  # type: ignore[attr-defined]
             states.append(MetricState(entry, value))
@@ -185,20 +185,15 @@ class FullEventProcessorTraining:
         self.process_chunk([(Split.VALID, event)])
 
     def process_chunk(self, chunk: Sequence[tuple[Split, LearnerEvent]]) -> None:
-        """Handle events in order (reference §4.3), reading their losses back in one go.
-
-        Every torch call on this thread gives up the GIL and must win it back from the
-        training thread; one ``stack().tolist()`` per chunk instead of an ``.item()`` per batch
-        keeps the two threads from trading the GIL thousands of times a second.
-        """
+        """Handle events in order (reference §4.3), the chunk's losses read back together first
+        (see ``_host_values``)."""
         items = [
             _synced(event.item.item) if type(event) is ProcessedItem else None for _, event in chunk
         ]
-        losses = self._read_losses(chunk, items)
-        for index, (split, event) in enumerate(chunk):
-            item = items[index]
+        losses = self._read_losses(items)
+        for (split, event), item, loss in zip(chunk, items, losses, strict=True):
             if type(event) is ProcessedItem:
-                self._process_item(split, event.item, item, losses.get(index))
+                self._process_item(split, event.item, item, loss)
             else:
                 self._process_event(split, event)
 
@@ -209,15 +204,16 @@ class FullEventProcessorTraining:
         span = self._iterations.get(split)
         first = (self._epoch, iteration) if span is None else span[:2]
         self._iterations[split] = (*first, self._epoch, iteration)
-        if split is Split.TRAIN and loss is not None and not math.isfinite(loss.host_value()):
-            raise NonFiniteLossError(
-                f"the training loss is not finite at epoch {self._epoch}, iteration "
-                f"{iteration} ({loss.host_value()}); training stopped and no checkpoint was "
-                "written from these weights"
-            )
+        if split is Split.TRAIN and loss is not None:
+            value = loss.host_value()
+            if not math.isfinite(value):
+                raise NonFiniteLossError(
+                    f"the training loss is not finite at epoch {self._epoch}, iteration "
+                    f"{iteration} ({value}); training stopped and no checkpoint was "
+                    "written from these weights"
+                )
         metadata = MetricMetadata(training_item.progress, iteration, training_item.lr)
-        adapted = {LossInput: loss} if loss is not None else {}
-        self._publish(split, self.metrics.update(split, item, metadata, adapted))
+        self._publish(split, self.metrics.update(split, item, metadata, loss))
         self.renderer.update_split(training_item.progress.items_processed)
 
     def _process_event(self, split: Split, event: LearnerEvent) -> None:
@@ -247,28 +243,24 @@ class FullEventProcessorTraining:
             renderer.end()
             renderer.on_train_end(event.summary)
 
-    def _read_losses(
-        self, chunk: Sequence[tuple[Split, LearnerEvent]], items: Sequence[Any]
-    ) -> dict[int, LossInput]:
-        """The loss of every item that has one, scalar ones read to the host together (B8)."""
-        losses: dict[int, LossInput] = {}
-        scalars: list[int] = []
-        for index, item in enumerate(items):
-            if item is None or type(item) in self._without_loss:
-                continue
-            try:
-                tensor = adapt(item, LossInput).tensor
-            except TypeError:
-                self._without_loss.add(type(item))  # an output without a loss
-                continue
-            losses[index] = LossInput(tensor)
-            if tensor.numel() == 1:
-                scalars.append(index)
-        if scalars:
-            values = _host_values([losses[i].tensor for i in scalars])
-            for index, value in zip(scalars, values, strict=True):
-                losses[index] = LossInput(losses[index].tensor, value)
-        return losses
+    def _read_losses(self, items: Sequence[Any]) -> list[LossInput | None]:
+        """The loss of every item that has one, one-element ones read to the host together
+        (B8 checks them)."""
+        tensors: list[torch.Tensor | None] = []
+        for item in items:
+            tensor = None
+            if item is not None and type(item) not in self._without_loss:
+                try:
+                    tensor = adapt(item, LossInput).tensor
+                except TypeError:
+                    self._without_loss.add(type(item))  # an output without a loss
+            tensors.append(tensor)
+        scalars = [t for t in tensors if t is not None and t.numel() == 1]
+        values = iter(_host_values(scalars) if scalars else [])
+        return [
+            None if t is None else LossInput(t, next(values) if t.numel() == 1 else None)
+            for t in tensors
+        ]
 
     def log_progress(self) -> None:
         """Write the epochs started and the iterations processed since the last call to the
@@ -321,11 +313,13 @@ class _Chunk:
 class AsyncProcessorTraining:
     """Runs a :class:`FullEventProcessorTraining` on the ``train-worker`` thread.
 
-    A chunk handed to an idle worker is handed over with the GIL: the training thread waits
-    until the worker has taken the chunk. Otherwise the worker, woken up, would wait for the GIL
-    while a small model's training thread drops and retakes it around every tiny torch op, each
-    time waking the worker for nothing; measured on the seed model, that convoy cost more than
-    processing the events. A busy worker gets its next chunk without any wait (capacity 1).
+    A full chunk (``max_chunk`` events in less than ``max_delay``: steps of a fraction of a
+    millisecond) is handed to an idle worker with the GIL: the training thread waits until the
+    worker has taken it. Otherwise the worker, woken up, would wait for the GIL while the
+    training thread drops and retakes it around each of its many tiny torch ops, waking the
+    worker every time for nothing; measured on the seed model, that convoy cost more than
+    processing the events. Slower steps leave the worker time to take the GIL while a long op
+    runs, so their chunks are handed over without waiting, as is any chunk for a busy worker.
 
     An exception on the worker is kept in :attr:`error` (the first one only), reported through
     ``on_error`` (the builder stops training there), and every later event is dropped, so the
@@ -391,7 +385,7 @@ class AsyncProcessorTraining:
         self._last_handoff = self._clock()
         if self._pending:
             chunk, self._pending = self._pending, []
-            if self._idle:  # let the worker take the GIL now, not fight for it (class doc)
+            if self._idle and len(chunk) >= self._max_chunk:  # see the class doc
                 taken = threading.Event()
                 self._put(_Chunk(chunk, taken))
                 self._wait(taken)
