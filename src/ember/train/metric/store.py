@@ -27,6 +27,10 @@ class Split(enum.Enum):
     TRAIN = "train"
     VALID = "valid"
 
+    # Members are singletons compared by identity, so identity hashing is exact; Enum's own
+    # __hash__ is a Python call, and splits key several dict lookups per batch.
+    __hash__ = object.__hash__
+
 
 class Aggregate(enum.Enum):
     """How the values of one epoch are reduced to one number."""
