@@ -2,8 +2,10 @@
 
 Both loops train the same model from the same weights on batches from identical ember loaders,
 with the same optimizer, and validate every epoch; the raw loop reads the loss once per epoch,
-the Learner logs every batch's loss through its metrics thread. One intra-op thread
-(``torch.set_num_threads(1)``), runs alternated, medians reported. Not a test: it prints.
+the Learner logs every batch's loss through its metrics thread, to the default metric files and,
+as a second variant, to memory: the seed workload writes ~600 epoch files a second, and this
+disk's speed at that is printed too. One intra-op thread (``torch.set_num_threads(1)``), runs
+alternated, medians reported. Not a test: it prints.
 
     python benchmarks/learner_overhead.py [--quick]
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
 import statistics
 import subprocess
 import sys
@@ -29,6 +32,7 @@ from ember.demo import Batch, Mlp, make_samples, sample_batcher
 from ember.train import (
     ClassificationOutput,
     CliMetricsRenderer,
+    InMemoryMetricLogger,
     Learner,
     LearnerModel,
     LossMetric,
@@ -102,9 +106,24 @@ def raw_loop(
 # is the benchmark's doing, not the Learner's.
 RUNS = tempfile.TemporaryDirectory(prefix="ember-bench-")
 
+Workload = Callable[
+    [],
+    tuple[
+        nn.Module,
+        Callable[[nn.Module, object], torch.Tensor],
+        DataLoader[object],
+        DataLoader[object],
+    ],
+]
+
 
 def learner_run(
-    model: nn.Module, train: DataLoader[object], valid: DataLoader[object], epochs: int
+    model: nn.Module,
+    train: DataLoader[object],
+    valid: DataLoader[object],
+    epochs: int,
+    *,
+    in_memory: bool,
 ) -> float:
     builder = (
         SupervisedTraining(Path(tempfile.mkdtemp(dir=RUNS.name)), train, valid)
@@ -113,6 +132,8 @@ def learner_run(
         .num_epochs(epochs)
         .renderer(CliMetricsRenderer(io.StringIO()))
     )
+    if in_memory:
+        builder = builder.with_metric_logger(InMemoryMetricLogger())
     learner = Learner(model, torch.optim.Adam(model.parameters(), lr=1e-3), 1e-3)
     start = time.perf_counter()
     result = builder.launch(learner)
@@ -122,37 +143,48 @@ def learner_run(
     return elapsed
 
 
-def compare(
-    name: str,
-    make: Callable[
-        [],
-        tuple[
-            nn.Module,
-            Callable[[nn.Module, object], torch.Tensor],
-            DataLoader[object],
-            DataLoader[object],
-        ],
-    ],
-    epochs: int,
-    repeats: int,
-) -> None:
-    raw_times, learner_times = [], []
+def compare(name: str, make: Workload, epochs: int, repeats: int) -> None:
+    """Raw loop, Learner with the default file logger, Learner logging to memory: alternated."""
+    times: dict[str, list[float]] = {"raw": [], "files": [], "memory": []}
     steps = 0
     for _ in range(repeats):
         model, loss_fn, train, valid = make()
         steps = len(train) * epochs
-        raw_times.append(raw_loop(model, loss_fn, train, valid, epochs))
-        model, loss_fn, train, valid = make()
-        learner_times.append(learner_run(model, train, valid, epochs))
-    raw, learner = statistics.median(raw_times), statistics.median(learner_times)
-    pairs = sorted(b / a for a, b in zip(raw_times, learner_times, strict=True))
-    print(
-        f"{name}: raw {raw * 1e6 / steps:.0f} µs/step, "
-        f"learner {learner * 1e6 / steps:.0f} µs/step, ratio {learner / raw:.3f}x, "
-        f"overhead {(learner - raw) * 1e6 / steps:+.1f} µs/step "
-        f"(medians of {repeats}, {steps} train steps each; "
-        f"ratios of the pairs {pairs[0]:.3f}-{pairs[-1]:.3f})"
-    )
+        times["raw"].append(raw_loop(model, loss_fn, train, valid, epochs))
+        for variant in ("files", "memory"):
+            model, _, train, valid = make()
+            times[variant].append(
+                learner_run(model, train, valid, epochs, in_memory=variant == "memory")
+            )
+    raw = statistics.median(times["raw"])
+    print(f"{name}: raw loop {raw * 1e6 / steps:.0f} µs/step (medians of {repeats}, {steps} steps)")
+    for variant, label in (("files", "metric files (default)"), ("memory", "metrics in memory")):
+        learner = statistics.median(times[variant])
+        pairs = sorted(b / a for a, b in zip(times["raw"], times[variant], strict=True))
+        print(
+            f"  learner, {label}: {learner * 1e6 / steps:.0f} µs/step, ratio {learner / raw:.3f}x, "
+            f"overhead {(learner - raw) * 1e6 / steps:+.1f} µs/step "
+            f"(ratios of the pairs {pairs[0]:.3f}-{pairs[-1]:.3f})"
+        )
+
+
+def disk_probe(files: int = 200) -> float:
+    """Median µs to make an epoch directory and write a small file in it, where runs go.
+
+    The seed workload makes ~600 of each a second; this disk's speed at that varies tenfold
+    over minutes here, and the file-logger figure with it.
+    """
+    base = tempfile.mkdtemp(dir=RUNS.name)
+    times = []
+    for index in range(files):
+        start = time.perf_counter()
+        directory = os.path.join(base, f"epoch-{index}")
+        os.mkdir(directory)
+        fd = os.open(os.path.join(directory, "Loss.log"), os.O_WRONLY | os.O_CREAT, 0o666)
+        os.write(fd, b"0.5,1\n" * 8)
+        os.close(fd)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e6
 
 
 def seed_workload() -> tuple[
@@ -209,8 +241,13 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     quick = args.quick
+    before = disk_probe()
     compare("seed workload (97-param MLP)", seed_workload, 30 if quick else 300, 3 if quick else 5)
     compare("MLP 784-256-256-10, batch 128", medium_workload, 1 if quick else 2, 3 if quick else 7)
+    print(
+        f"disk: {before:.0f} µs before, {disk_probe():.0f} µs after per epoch directory and "
+        "file (median of 200; ~40 µs when this disk is quiet)"
+    )
     import_cost()
 
 
