@@ -55,3 +55,36 @@ def test_resume_is_announced() -> None:
     stream = io.StringIO()
     CliMetricsRenderer(stream).start(5, 3)
     assert stream.getvalue() == "Starting training for 5 epochs. (resuming at epoch 3)\n"
+
+
+class FlushRecorder(io.StringIO):
+    """A stream that remembers how much of its text had been flushed, and how often."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flushes = 0
+        self.flushed = 0
+
+    def flush(self) -> None:
+        self.flushes += 1
+        self.flushed = len(self.getvalue())
+
+
+def test_split_end_lines_go_out_with_the_next_line_and_all_by_the_end() -> None:
+    """Split-end lines are flushed by the next split's first line or by the end, never later:
+    a run of tiny epochs makes two flushes an epoch instead of six."""
+    stream, clock = FlushRecorder(), FakeClock()
+    renderer = CliMetricsRenderer(stream, interval=1.0, clock=clock)
+    renderer.start(50, 1)
+    for epoch in range(1, 51):
+        for split in (Split.TRAIN, Split.VALID):
+            renderer.start_split(split, 4)
+            assert stream.flushed == len(stream.getvalue())  # nothing left behind
+            for done in range(1, 5):
+                renderer.update_split(done)
+            renderer.end_split()
+        renderer.update_epoch(epoch)
+    renderer.end()
+    assert stream.flushed == len(stream.getvalue())
+    assert stream.flushes == 1 + 50 * 2 + 1
+    assert stream.getvalue().count("Split ended.") == 100

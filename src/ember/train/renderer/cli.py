@@ -50,9 +50,16 @@ class CliMetricsRenderer:
         """Where lines go: the stream given, else the current ``sys.stdout``."""
         return self._stream if self._stream is not None else sys.stdout
 
-    def _print(self, line: str) -> None:
+    def _print(self, line: str, *, flush: bool = True) -> None:
+        """Write ``line``; a line written without ``flush`` goes out with the next flushed one.
+
+        A split's closing lines are not flushed on their own: the next split's opening line,
+        or the end of training, follows at once and flushes them. A flush on a pipe or a file is
+        a system call, and a small model can end hundreds of splits a second.
+        """
         self.stream.write(line + "\n")
-        self.stream.flush()
+        if flush:
+            self.stream.flush()
 
     def register_metric(self, definition: MetricDefinition) -> None:
         """Nothing to prepare."""
@@ -97,9 +104,9 @@ class CliMetricsRenderer:
 
     def end_split(self) -> None:
         """Print the last progress line and the split's epoch values."""
-        self._print_progress()
+        self._print_progress(flush=False)
         values = " · ".join(f"{name} {value}" for name, value in self._epoch_values.items())
-        self._print(f"Split ended.{'  ' + values if values else ''}")
+        self._print(f"Split ended.{'  ' + values if values else ''}", flush=False)
 
     def update_epoch(self, epoch: int) -> None:
         """Move on to the next epoch."""
@@ -120,12 +127,14 @@ class CliMetricsRenderer:
         self._print(f"Training failed: {type(error).__name__}: {error}\n{text}")
 
     def close(self) -> None:
-        """Nothing to release."""
+        """Flush what was written."""
+        self.stream.flush()
 
-    def _print_progress(self) -> None:
+    def _print_progress(self, *, flush: bool = True) -> None:
         split = self._split.value if self._split else "?"
         percent = 100 * self._split_done // self._split_total if self._split_total else 100
         self._print(
             f"[epoch {self._epoch}/{self._total_epochs}] {split} "
-            f"{self._split_done}/{self._split_total} items ({percent}%)"
+            f"{self._split_done}/{self._split_total} items ({percent}%)",
+            flush=flush,
         )
