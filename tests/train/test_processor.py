@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ember.data import Progress
+from ember.errors import NonFiniteLossError
 from ember.train import (
     CliMetricsRenderer,
     EndSplit,
@@ -202,3 +203,14 @@ def test_losses_on_a_device_are_read_together_and_logged() -> None:
         + [(Split.TRAIN, item(i, loss.cuda())) for i, loss in enumerate(losses, start=1)]
     )
     assert logger.values[("Loss", Split.TRAIN, 1)] == ["0.5,1", "1.5,1", "2.5,1"]
+
+
+def test_per_sample_training_losses_log_their_mean_weighted_by_samples() -> None:
+    """A per-sample loss logs its mean with its sample count as weight; a NaN in it stops."""
+    processor, logger = full_processor()
+    processor.process_chunk(
+        [(Split.TRAIN, StartSplit(1, 2)), (Split.TRAIN, item(1, torch.tensor([1.0, 2.0, 6.0])))]
+    )
+    assert logger.values[("Loss", Split.TRAIN, 1)] == ["3,3"]
+    with pytest.raises(NonFiniteLossError, match="iteration 2"):
+        processor.process_chunk([(Split.TRAIN, item(2, torch.tensor([1.0, float("nan")])))])

@@ -206,6 +206,8 @@ class FullEventProcessorTraining:
         self._iterations[split] = (*first, self._epoch, iteration)
         if split is Split.TRAIN and loss is not None:
             value = loss.host_value()
+            if loss.value is None:  # a per-sample loss: its mean, once for B8 and the metric
+                loss = LossInput(loss.tensor, value)
             if not math.isfinite(value):
                 raise NonFiniteLossError(
                     f"the training loss is not finite at epoch {self._epoch}, iteration "
@@ -412,17 +414,18 @@ class AsyncProcessorTraining:
             self._idle = True
             message = self._queue.get()
             self._idle = False
-            if isinstance(message, _Chunk) and message.taken is not None:
-                message.taken.set()
             if message is _STOP:
                 return
             if isinstance(message, threading.Event):
                 message.set()
                 continue
+            assert isinstance(message, _Chunk)
+            if message.taken is not None:
+                message.taken.set()
             if self.error is not None:
                 continue
             try:
-                process_chunk(message.events)  # type: ignore[attr-defined]  # a _Chunk
+                process_chunk(message.events)
                 self.processor.log_progress()
             except BaseException as error:  # reported to the training side
                 self.error = error
