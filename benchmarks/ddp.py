@@ -38,7 +38,7 @@ from ember.train import (
     LossMetric,
     SupervisedTraining,
 )
-from ember.train.strategy.ddp import DistributedDataParallel
+from ember.train._strategy.ddp.strategy import DistributedDataParallel
 from learner_overhead import MediumMlp, stack_batcher  # the same model as the overhead benchmark
 
 BATCH = 128

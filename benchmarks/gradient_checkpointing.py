@@ -53,7 +53,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ember.train import Learner, LearnerModel, RegressionOutput, TrainOutput
-from ember.train.gradient_checkpointing import (
+from ember.train._gradient_checkpointing import (
     GradientCheckpointing,
     apply_gradient_checkpointing,
 )

@@ -27,8 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ember.app.demo import Batch, Mlp, make_samples, sample_batcher
 from ember.data import DataLoader, DataLoaderBuilder, InMemDataset
-from ember.demo import Batch, Mlp, make_samples, sample_batcher
 from ember.train import (
     ClassificationOutput,
     CliMetricsRenderer,

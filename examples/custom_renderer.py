@@ -20,15 +20,14 @@ from typing import TextIO
 
 import torch
 
+from ember.app.demo import Batch, Mlp, make_samples, sample_batcher
 from ember.data import DataLoader, DataLoaderBuilder, InMemDataset
-from ember.demo import Batch, Mlp, make_samples, sample_batcher
+from ember.extend import MetricDefinition, MetricState
 from ember.train import (
     Learner,
     LearnerSummary,
     LearningResult,
     LossMetric,
-    MetricDefinition,
-    MetricState,
     Split,
     SupervisedTraining,
 )

@@ -23,8 +23,8 @@ from typing import Any, TextIO
 
 import torch
 
+from ember.app.demo import Batch, Mlp, make_samples, sample_batcher
 from ember.data import DataLoader, DataLoaderBuilder, InMemDataset
-from ember.demo import Batch, Mlp, make_samples, sample_batcher
 from ember.train import (
     CliMetricsRenderer,
     Learner,
@@ -32,9 +32,9 @@ from ember.train import (
     LossMetric,
     SupervisedTraining,
 )
-from ember.train.epoch import train_epoch, valid_epoch
-from ember.train.gradient_checkpointing import checkpointed
-from ember.train.strategy import FitResult, TrainingComponents, resume, run_epochs
+from ember.train._epoch import train_epoch, valid_epoch
+from ember.train._gradient_checkpointing import checkpointed
+from ember.train._strategy.base import FitResult, TrainingComponents, resume, run_epochs
 
 
 @dataclass(frozen=True, slots=True)

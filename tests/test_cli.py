@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from ember.cli import main
-from ember.train import FileMetricLogger, LearnerSummary, MetricEntry, NumericEntry, Split
-from ember.train.metric.store import EventStore
+from ember.app.cli import main
+from ember.extend import MetricEntry, NumericEntry
+from ember.train import FileMetricLogger, LearnerSummary, Split
+from ember.train._metric.store import EventStore
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 LOSS = {Split.TRAIN: [2.0, 1.0, 0.5], Split.VALID: [2.5, 1.5, 1.75]}
@@ -126,8 +127,8 @@ def test_missing_extras_say_what_to_install(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Without matplotlib, scikit-learn or tensorboard the error names the extra."""
-    from ember.digits import load_digits
-    from ember.train.logger import TensorBoardLogger
+    from ember.app.digits import load_digits
+    from ember.train import TensorBoardLogger
 
     write_run(tmp_path)
     monkeypatch.setitem(sys.modules, "matplotlib.backends.backend_agg", None)
@@ -147,7 +148,7 @@ def test_missing_extras_say_what_to_install(
 def test_optional_dependencies_load_lazily() -> None:
     """Importing ember, its CLI, plot, digits and loggers imports no optional dependency."""
     code = (
-        "import sys, ember, ember.cli, ember.plot, ember.digits, ember.train.logger\n"
+        "import sys, ember, ember.app.cli, ember.app.plot, ember.app.digits, ember.train._logger\n"
         "heavy = {'tensorboard', 'matplotlib', 'sklearn', 'torchmetrics'}\n"
         "loaded = sorted(m for m in sys.modules if m.split('.')[0] in heavy\n"
         "                or m.startswith('torch.utils.tensorboard'))\n"

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from ember.cli import main
-from ember.digits import DEFAULT_EPOCHS, VALID_SIZE, load_digits
-from ember.train import NumericEntry
+from ember.app.cli import main
+from ember.app.digits import DEFAULT_EPOCHS, VALID_SIZE, load_digits
+from ember.extend import NumericEntry
 
 pytest.importorskip("sklearn")  # the digits ship with scikit-learn (ember[examples])
 

@@ -4,33 +4,25 @@ The most used names are re-exported here; everything lives in :mod:`ember.data` 
 :mod:`ember.train`.
 """
 
-from ember.data import (
-    BatchDataLoader,
-    Batcher,
-    DataLoader,
-    DataLoaderBuilder,
-    Dataset,
-    InMemDataset,
-    MultiThreadDataLoader,
-)
-from ember.errors import (
+from ember._errors import (
     CheckpointError,
     DataLoaderError,
     DistributedError,
     EmberError,
     NonFiniteLossError,
 )
-from ember.train import (
-    AccuracyMetric,
-    ClassificationOutput,
-    Learner,
-    LearnerModel,
-    LearningResult,
-    LossMetric,
-    RegressionOutput,
-    SupervisedTraining,
-    TrainOutput,
-)
+from ember.data._batcher import Batcher
+from ember.data._builder import DataLoaderBuilder
+from ember.data._dataset import Dataset, InMemDataset
+from ember.data._loader import BatchDataLoader, DataLoader
+from ember.data._multithread import MultiThreadDataLoader
+from ember.train._builder import SupervisedTraining
+from ember.train._learner import Learner
+from ember.train._metric.accuracy import AccuracyMetric
+from ember.train._metric.loss import LossMetric
+from ember.train._outputs import ClassificationOutput, RegressionOutput
+from ember.train._result import LearningResult
+from ember.train._step import LearnerModel, TrainOutput
 
 __all__ = [
     "AccuracyMetric",

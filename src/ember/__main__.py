@@ -2,6 +2,6 @@
 
 import sys
 
-from ember.cli import main
+from ember.app.cli import main
 
 sys.exit(main())

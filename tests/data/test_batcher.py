@@ -1,4 +1,4 @@
-"""Tests for ember.data.batcher: batcher normalisation and BatchBuilder."""
+"""Tests for ember.data._batcher: batcher normalisation and BatchBuilder."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from ember.data import InMemDataset
-from ember.data.batcher import BatchBuilder, batch_function
+from ember.data._batcher import BatchBuilder, batch_function
 
 
 class Stack:

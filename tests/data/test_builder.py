@@ -1,4 +1,4 @@
-"""Tests for ember.data.builder: defaults, chaining, which loader is built, argument checks."""
+"""Tests for ember.data._builder: defaults, chaining, which loader is built, argument checks."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tests for ember.data.dataset: the Dataset protocol and Burn's wrappers."""
+"""Tests for ember.data._dataset: the Dataset protocol and Burn's wrappers."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from ember.data import (
     ShuffledDataset,
     WindowsDataset,
 )
-from ember.data.dataset import fetcher
+from ember.data._dataset import fetcher
 
 FAST = settings(max_examples=100, deadline=None)
 

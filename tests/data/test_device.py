@@ -1,4 +1,4 @@
-"""Tests for ember.data.device: device arguments and moving nested batches."""
+"""Tests for ember.data._device: device arguments and moving nested batches."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from ember.data import move_to_device
-from ember.data.device import as_device
+from ember.data._device import as_device
 
 META = torch.device("meta")
 

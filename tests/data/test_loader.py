@@ -1,4 +1,4 @@
-"""Tests for ember.data.loader: BatchDataLoader's epochs, progress, to_device, slice, errors."""
+"""Tests for ember.data._loader: BatchDataLoader's epochs, progress, to_device, slice, errors."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tests for ember.data.multithread: same batches as BatchDataLoader, bounded prefetch, errors
+"""Tests for ember.data._multithread: same batches as BatchDataLoader, bounded prefetch, errors
 and thread lifecycle."""
 
 from __future__ import annotations

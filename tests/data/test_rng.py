@@ -1,10 +1,10 @@
-"""Tests for ember.data.rng: streams are pure functions of (seed, stream, epoch)."""
+"""Tests for ember.data._rng: streams are pure functions of (seed, stream, epoch)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from ember.data import rng
+from ember.data import _rng as rng
 
 
 def test_epoch_permutations_are_pure_functions() -> None:

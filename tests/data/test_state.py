@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ember.data import BatchDataLoader, DataLoaderBuilder, InMemDataset
-from ember.data.loader import STATE_KIND
+from ember.data._loader import STATE_KIND
 
 from .helpers import Batch, batches_of, epochs_of, item_batcher
 
@@ -180,7 +180,7 @@ def test_loading_a_slice_state_into_its_parent_names_the_stream() -> None:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"kind": "ember.data.torch_loader"}, "kind is 'ember.data.torch_loader' in the state"),
+        ({"kind": "ember.data._torch_loader"}, "kind is 'ember.data._torch_loader' in the state"),
         ({"version": 2}, "version is 2 in the state but 1"),
         ({"batches_consumed": 5}, "batches_consumed must be <= 4"),
         ({"epoch": -1}, "epoch must be >= 0, got -1"),

@@ -1,4 +1,4 @@
-"""Tests for ember.data.torch_loader: a torch DataLoader behind ember's DataLoader protocol."""
+"""Tests for ember.data._torch_loader: a torch DataLoader behind ember's DataLoader protocol."""
 
 from __future__ import annotations
 

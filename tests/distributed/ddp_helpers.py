@@ -20,6 +20,7 @@ from torch import nn
 from ember.data import DataLoader, DataLoaderBuilder, InMemDataset
 from ember.train import (
     CliMetricsRenderer,
+    KeepLastNCheckpoints,
     Learner,
     LearnerModel,
     LearningResult,
@@ -28,9 +29,8 @@ from ember.train import (
     SupervisedTraining,
     TrainOutput,
 )
-from ember.train.checkpoint import KeepLastNCheckpoints
-from ember.train.metric.store import MetricQuery
-from ember.train.strategy.ddp import DistributedDataParallel
+from ember.train._metric.store import MetricQuery
+from ember.train._strategy.ddp.strategy import DistributedDataParallel
 
 TRAIN_ITEMS, VALID_ITEMS = 49, 13  # batches 8 and 4: tails of 1 item, so rank 1's share is empty
 

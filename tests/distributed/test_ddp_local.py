@@ -13,17 +13,18 @@ import torch
 import torch.distributed as dist
 from safetensors.torch import load_file
 
-from ember.distributed import (
+from ember.distributed import spawn
+from ember.distributed._messages import (
     broadcast_bytes,
     gather_bytes,
     pack_tensors,
     payload_size,
-    spawn,
     tensor_header,
     unpack_tensors,
 )
+from ember.extend import merge_outputs
 from ember.train import ClassificationOutput, RegressionOutput, SequenceOutput
-from ember.train.strategy.ddp import DistributedDataParallel, merge_outputs
+from ember.train._strategy.ddp.strategy import DistributedDataParallel
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ember.data import BatchDataLoader, DataLoaderBuilder, InMemDataset, TorchDataLoader
-from ember.data.shard import ShardedDataLoader, share_bounds, share_sizes
+from ember.data._shard import ShardedDataLoader, share_bounds, share_sizes
 
 
 def identity(items: list[int], device: torch.device) -> list[int]:

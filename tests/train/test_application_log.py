@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from ember.train.application_log import ExperimentLogHandler, experiment_log
+from ember.train._application_log import ExperimentLogHandler, experiment_log
 
 
 def test_lines_are_flushed_at_most_every_interval_and_warnings_at_once(tmp_path: Path) -> None:

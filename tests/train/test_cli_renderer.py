@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import io
 
-from ember.train import CliMetricsRenderer, MetricEntry, MetricState, NumericEntry, Split
+from ember.extend import MetricEntry, MetricState, NumericEntry
+from ember.train import CliMetricsRenderer, Split
 
 
 class FakeClock:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from ember.cli import main
-from ember.demo import format_report, run_demo
+from ember.app.cli import main
+from ember.app.demo import format_report, run_demo
 
 
 @pytest.mark.parametrize(("workers", "shuffle"), [(0, None), (2, None), (0, 7), (2, 7)])

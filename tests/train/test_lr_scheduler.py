@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.optim import lr_scheduler as tl
 
-from ember.train.lr_scheduler import (
+from ember.train import (
     ComposedLr,
     ConstantLr,
     CosineAnnealingLr,
@@ -28,8 +28,8 @@ from ember.train.lr_scheduler import (
     SequentialLr,
     StepLr,
     TorchLrScheduler,
-    as_scheduler,
 )
+from ember.train._lr_scheduler.base import as_scheduler
 
 # A scheduler plus what the Learner does with each lr it hands out (write it into the optimizer's
 # param groups, then step the optimizer); for ember's own schedulers there is no optimizer.

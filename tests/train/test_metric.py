@@ -12,27 +12,29 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ember.data import Progress
-from ember.train import (
+from ember.extend import (
     AccuracyInput,
+    LossInput,
+    MetricEntry,
+    MetricMetadata,
+    NumericEntry,
+    adapt,
+    register_adaptor,
+)
+from ember.train import (
     AccuracyMetric,
-    Aggregate,
     ClassificationOutput,
     Direction,
     FileMetricLogger,
     InMemoryMetricLogger,
     IterationSpeedMetric,
-    LossInput,
     LossMetric,
-    MetricEntry,
-    MetricMetadata,
-    NumericEntry,
     RegressionOutput,
     Split,
-    adapt,
-    register_adaptor,
 )
-from ember.train.metric.base import format_number
-from ember.train.metric.store import EventStore
+from ember.train._metric.base import format_number
+from ember.train._metric.store import EventStore
+from ember.train._vocabulary import Aggregate
 
 META = MetricMetadata(Progress(1, 1), 1, None)
 

@@ -13,21 +13,19 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ember._errors import NonFiniteLossError
 from ember.data import Progress
-from ember.errors import NonFiniteLossError
+from ember.extend import EndSplit, ProcessedItem, StartSplit
 from ember.train import (
     CliMetricsRenderer,
-    EndSplit,
     InMemoryMetricLogger,
     LossMetric,
-    ProcessedItem,
     RegressionOutput,
     Split,
-    StartSplit,
     TrainingItem,
 )
-from ember.train.metric.store import EventStore
-from ember.train.processor import (
+from ember.train._metric.store import EventStore
+from ember.train._processor import (
     AsyncProcessorTraining,
     FullEventProcessorTraining,
     MetricsTraining,

@@ -18,16 +18,16 @@ import torch
 from torch import nn
 from training_fixtures import Batch, TinyRegressor, loader, read_lines
 
-from ember.errors import CheckpointError, NonFiniteLossError
+from ember._errors import CheckpointError, NonFiniteLossError
 from ember.train import (
     CliMetricsRenderer,
+    KeepLastNCheckpoints,
     Learner,
     LossMetric,
     MetricEarlyStoppingStrategy,
     StoppingCondition,
     SupervisedTraining,
 )
-from ember.train.checkpoint import KeepLastNCheckpoints
 
 HERE = Path(__file__).parent
 

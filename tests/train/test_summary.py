@@ -7,7 +7,7 @@ import math
 from torch import nn
 
 from ember.train import LearnerSummary, MetricSummary, Split
-from ember.train.summary import describe_model
+from ember.train._summary import describe_model
 
 
 class FakeQuery:

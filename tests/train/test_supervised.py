@@ -13,11 +13,18 @@ import pytest
 import torch
 from training_fixtures import Batch, TinyRegressor, loader, read_lines
 
-from ember.train import (
-    CliMetricsRenderer,
+from ember.extend import (
     End,
     EndEpoch,
     EndSplit,
+    MetricEntry,
+    MetricMetadata,
+    ProcessedItem,
+    Start,
+    StartSplit,
+)
+from ember.train import (
+    CliMetricsRenderer,
     GradientsParams,
     InMemoryMetricLogger,
     Interrupter,
@@ -25,17 +32,12 @@ from ember.train import (
     LearningRateMetric,
     LinearLr,
     LossMetric,
-    MetricEntry,
-    MetricMetadata,
-    ProcessedItem,
     SingleDevice,
     Split,
-    Start,
-    StartSplit,
     SupervisedTraining,
-    TrainingComponents,
 )
-from ember.train.metric.store import EventStore
+from ember.train._metric.store import EventStore
+from ember.train._strategy.base import TrainingComponents
 
 
 def quiet(directory: Path, train: Any, valid: Any) -> SupervisedTraining:

@@ -6,9 +6,10 @@ keep their shuffle stream when moved to a device (B2), and save and restore thei
 exactly (B4); see ``docs/data.md``. This package never imports ``ember.train``.
 """
 
-from ember.data.batcher import Batcher, BatchFn
-from ember.data.builder import DataLoaderBuilder
-from ember.data.dataset import (
+from ember._errors import DataLoaderError
+from ember.data._batcher import Batcher, BatchFn
+from ember.data._builder import DataLoaderBuilder
+from ember.data._dataset import (
     ComposedDataset,
     Dataset,
     InMemDataset,
@@ -18,12 +19,11 @@ from ember.data.dataset import (
     ShuffledDataset,
     WindowsDataset,
 )
-from ember.data.device import DeviceLike, move_to_device
-from ember.data.loader import BatchDataLoader, DataLoader, DataLoaderIterator, Progress
-from ember.data.multithread import MultiThreadDataLoader
-from ember.data.shard import ShardedDataLoader
-from ember.data.torch_loader import TorchDataLoader
-from ember.errors import DataLoaderError
+from ember.data._device import DeviceLike, move_to_device
+from ember.data._loader import BatchDataLoader, DataLoader, DataLoaderIterator, Progress
+from ember.data._multithread import MultiThreadDataLoader
+from ember.data._shard import ShardedDataLoader
+from ember.data._torch_loader import TorchDataLoader
 
 __all__ = [
     "BatchDataLoader",

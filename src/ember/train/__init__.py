@@ -1,102 +1,71 @@
-"""ember.train: the Learner, the supervised training loop, metrics, logs and renderers."""
+"""ember.train: the Learner, the supervised training loop, metrics, logs, renderers, checkpoints.
 
-from ember.train.early_stopping import (
-    EarlyStoppingStrategy,
-    MetricEarlyStoppingStrategy,
-    StoppingCondition,
+What a user writes: the model's steps (``LearnerModel``, ``TrainOutput``), the ``Learner``, the
+``SupervisedTraining`` builder and what it is given (metrics, loggers, renderers, schedulers,
+checkpointing, early stopping, strategies). Protocols and events for writing one's own
+strategy, renderer, logger or metric are in :mod:`ember.extend`. See ``docs/training.md``.
+"""
+
+from ember.train._builder import SupervisedTraining
+from ember.train._checkpoint.asynchronous import AsyncCheckpointer
+from ember.train._checkpoint.file import FileCheckpointer
+from ember.train._checkpoint.learning import LearningCheckpointer
+from ember.train._checkpoint.strategy import (
+    ComposedCheckpointingStrategy,
+    KeepLastNCheckpoints,
+    MetricCheckpointingStrategy,
 )
-from ember.train.epoch import train_epoch, valid_epoch
-from ember.train.events import (
-    End,
-    EndEpoch,
-    EndSplit,
-    LearnerEvent,
-    ProcessedItem,
-    Start,
-    StartSplit,
-    TrainingItem,
-)
-from ember.train.gradient_checkpointing import GradientCheckpointing, apply_gradient_checkpointing
-from ember.train.interrupter import Interrupter
-from ember.train.learner import Learner
-from ember.train.logger import (
-    CsvMetricLogger,
-    FileMetricLogger,
-    InMemoryMetricLogger,
-    MetricLogger,
-    TensorBoardLogger,
-)
-from ember.train.lr_scheduler import (
-    ComposedLr,
+from ember.train._early_stopping import MetricEarlyStoppingStrategy, StoppingCondition
+from ember.train._events import TrainingItem
+from ember.train._gradient_checkpointing import GradientCheckpointing, apply_gradient_checkpointing
+from ember.train._interrupter import Interrupter
+from ember.train._learner import Learner
+from ember.train._logger.csv import CsvMetricLogger
+from ember.train._logger.file import FileMetricLogger
+from ember.train._logger.memory import InMemoryMetricLogger
+from ember.train._logger.tensorboard import TensorBoardLogger
+from ember.train._lr_scheduler.base import LrScheduler
+from ember.train._lr_scheduler.composed import ComposedLr, SequentialLr
+from ember.train._lr_scheduler.schedules import (
     ConstantLr,
     CosineAnnealingLr,
     ExponentialLr,
     LinearLr,
-    LrScheduler,
     NoamLr,
-    SequentialLr,
     StepLr,
-    TorchLrScheduler,
 )
-from ember.train.metric import (
-    AccuracyInput,
-    AccuracyMetric,
-    Aggregate,
-    AurocMetric,
-    CerInput,
-    CharErrorRate,
+from ember.train._lr_scheduler.torch_adapter import TorchLrScheduler
+from ember.train._metric.accuracy import AccuracyMetric
+from ember.train._metric.auroc import AurocMetric
+from ember.train._metric.base import Metric, Numeric
+from ember.train._metric.confusion import (
     ClassReduction,
-    ConfusionStatsInput,
-    CpuMemory,
-    CpuUse,
-    CudaMetric,
-    Direction,
     FBetaScoreMetric,
-    HammingScore,
-    HammingScoreInput,
-    IterationSpeedMetric,
-    LearningRateMetric,
-    LossInput,
-    LossMetric,
-    MeanMetric,
-    Metric,
-    MetricAttributes,
-    MetricDefinition,
-    MetricEntry,
-    MetricMetadata,
-    Numeric,
-    NumericEntry,
-    PerplexityInput,
-    PerplexityMetric,
     PrecisionMetric,
     RecallMetric,
-    Split,
-    TopKAccuracyInput,
-    TopKAccuracyMetric,
-    TorchMetric,
-    WerInput,
-    WordErrorRate,
-    adapt,
-    register_adaptor,
 )
-from ember.train.outputs import (
+from ember.train._metric.cpu import CpuMemory, CpuUse
+from ember.train._metric.cuda import CudaMetric
+from ember.train._metric.error_rate import CharErrorRate, WordErrorRate
+from ember.train._metric.hamming import HammingScore
+from ember.train._metric.iteration_speed import IterationSpeedMetric
+from ember.train._metric.learning_rate import LearningRateMetric
+from ember.train._metric.loss import LossMetric
+from ember.train._metric.perplexity import PerplexityMetric
+from ember.train._metric.top_k import TopKAccuracyMetric
+from ember.train._metric.torchmetric import TorchMetric
+from ember.train._outputs import (
     ClassificationOutput,
-    ItemLazy,
     MultiLabelClassificationOutput,
     RegressionOutput,
     SequenceOutput,
 )
-from ember.train.processor import AsyncProcessorTraining, FullEventProcessorTraining
-from ember.train.renderer import (
-    CliMetricsRenderer,
-    MetricsRenderer,
-    MetricsRendererTraining,
-    MetricState,
-    TrainingProgressLogger,
-    default_renderer,
-)
-from ember.train.result import LearningResult
-from ember.train.step import (
+from ember.train._processor import AsyncProcessorTraining, FullEventProcessorTraining
+from ember.train._renderer.cli import CliMetricsRenderer
+from ember.train._renderer.default import default_renderer
+from ember.train._renderer.tui.renderer import TuiMetricsRenderer
+from ember.train._result import LearningResult
+from ember.train._step import (
     GradientsAccumulator,
     GradientsParams,
     InferenceStep,
@@ -104,34 +73,24 @@ from ember.train.step import (
     TrainOutput,
     TrainStep,
 )
-from ember.train.strategy import (
-    DistributedDataParallel,
-    FitResult,
-    MultiDevice,
-    SingleDevice,
-    SupervisedLearningStrategy,
-    TrainingComponents,
-    merge_outputs,
-    register_output_merge,
-    resume,
-    run_epochs,
-)
-from ember.train.summary import LearnerSummary, MetricSummary
-from ember.train.supervised import SupervisedTraining
+from ember.train._strategy.base import SupervisedLearningStrategy
+from ember.train._strategy.ddp.strategy import DistributedDataParallel
+from ember.train._strategy.multi import MultiDevice
+from ember.train._strategy.single import SingleDevice
+from ember.train._summary import LearnerSummary, MetricSummary
+from ember.train._vocabulary import Direction, Split
 
 __all__ = [
-    "AccuracyInput",
     "AccuracyMetric",
-    "Aggregate",
+    "AsyncCheckpointer",
     "AsyncProcessorTraining",
     "AurocMetric",
-    "CerInput",
     "CharErrorRate",
     "ClassReduction",
     "ClassificationOutput",
     "CliMetricsRenderer",
+    "ComposedCheckpointingStrategy",
     "ComposedLr",
-    "ConfusionStatsInput",
     "ConstantLr",
     "CosineAnnealingLr",
     "CpuMemory",
@@ -140,88 +99,58 @@ __all__ = [
     "CudaMetric",
     "Direction",
     "DistributedDataParallel",
-    "EarlyStoppingStrategy",
-    "End",
-    "EndEpoch",
-    "EndSplit",
     "ExponentialLr",
     "FBetaScoreMetric",
+    "FileCheckpointer",
     "FileMetricLogger",
-    "FitResult",
     "FullEventProcessorTraining",
     "GradientCheckpointing",
     "GradientsAccumulator",
     "GradientsParams",
     "HammingScore",
-    "HammingScoreInput",
     "InMemoryMetricLogger",
     "InferenceStep",
     "Interrupter",
-    "ItemLazy",
     "IterationSpeedMetric",
+    "KeepLastNCheckpoints",
     "Learner",
-    "LearnerEvent",
     "LearnerModel",
     "LearnerSummary",
+    "LearningCheckpointer",
     "LearningRateMetric",
     "LearningResult",
     "LinearLr",
-    "LossInput",
     "LossMetric",
     "LrScheduler",
-    "MeanMetric",
     "Metric",
-    "MetricAttributes",
-    "MetricDefinition",
+    "MetricCheckpointingStrategy",
     "MetricEarlyStoppingStrategy",
-    "MetricEntry",
-    "MetricLogger",
-    "MetricMetadata",
-    "MetricState",
     "MetricSummary",
-    "MetricsRenderer",
-    "MetricsRendererTraining",
     "MultiDevice",
     "MultiLabelClassificationOutput",
     "NoamLr",
     "Numeric",
-    "NumericEntry",
-    "PerplexityInput",
     "PerplexityMetric",
     "PrecisionMetric",
-    "ProcessedItem",
     "RecallMetric",
     "RegressionOutput",
     "SequenceOutput",
     "SequentialLr",
     "SingleDevice",
     "Split",
-    "Start",
-    "StartSplit",
     "StepLr",
     "StoppingCondition",
     "SupervisedLearningStrategy",
     "SupervisedTraining",
     "TensorBoardLogger",
-    "TopKAccuracyInput",
     "TopKAccuracyMetric",
     "TorchLrScheduler",
     "TorchMetric",
     "TrainOutput",
     "TrainStep",
-    "TrainingComponents",
     "TrainingItem",
-    "TrainingProgressLogger",
-    "WerInput",
+    "TuiMetricsRenderer",
     "WordErrorRate",
-    "adapt",
     "apply_gradient_checkpointing",
     "default_renderer",
-    "merge_outputs",
-    "register_adaptor",
-    "register_output_merge",
-    "resume",
-    "run_epochs",
-    "train_epoch",
-    "valid_epoch",
 ]

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from ember.train.checkpoint import AsyncCheckpointer, FileCheckpointer, Record
+from ember.extend import Record
+from ember.train import AsyncCheckpointer, FileCheckpointer
 
 
 def test_save_restore_delete(tmp_path: Path) -> None:

@@ -12,9 +12,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ember.errors import CheckpointError
-from ember.train.checkpoint import CheckpointFile, FileCheckpointer, Record
-from ember.train.checkpoint.file import atomic_write
+from ember._errors import CheckpointError
+from ember.extend import CheckpointFile, Record
+from ember.train import FileCheckpointer
+from ember.train._checkpoint.file import atomic_write
 
 
 def sample_record() -> Record:

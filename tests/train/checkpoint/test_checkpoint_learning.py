@@ -16,20 +16,19 @@ import pytest
 import torch
 from torch import nn
 
-from ember.errors import CheckpointError
-from ember.train.checkpoint import (
+from ember._errors import CheckpointError
+from ember.extend import Record, Save
+from ember.train import (
+    Direction,
     FileCheckpointer,
     KeepLastNCheckpoints,
     LearningCheckpointer,
-    Record,
-    Save,
-    TrainingRecords,
-    default_checkpointing_strategy,
-    model_record,
-    optimizer_record,
-    state_record,
+    Split,
 )
-from ember.train.metric.store import Aggregate, Direction, Split
+from ember.train._checkpoint.learning import TrainingRecords
+from ember.train._checkpoint.record import model_record, optimizer_record, state_record
+from ember.train._checkpoint.strategy import default_checkpointing_strategy
+from ember.train._vocabulary import Aggregate
 
 NAMES = ("model", "optim", "scheduler", "state")
 TIMEOUT = 30.0  # seconds; only reached when something hangs

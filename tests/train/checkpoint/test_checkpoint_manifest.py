@@ -8,18 +8,20 @@ from pathlib import Path
 
 import pytest
 
-from ember.errors import CheckpointError
-from ember.train.checkpoint import (
-    FileCheckpointer,
+from ember._errors import CheckpointError
+from ember.extend import Record
+from ember.train import FileCheckpointer
+from ember.train._checkpoint.manifest import (
     Manifest,
-    Record,
     complete_epochs,
+    delete_manifest,
     latest_complete_epoch,
+    manifest_epochs,
+    manifest_path,
     read_manifest,
     verify_manifest,
     write_manifest,
 )
-from ember.train.checkpoint.manifest import delete_manifest, manifest_epochs, manifest_path
 
 
 def write_epoch(directory: Path, epoch: int) -> Manifest:

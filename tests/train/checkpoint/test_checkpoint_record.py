@@ -16,21 +16,21 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from ember.errors import CheckpointError
-from ember.train.checkpoint import (
-    FileCheckpointer,
-    Record,
+from ember._errors import CheckpointError
+from ember.extend import Record
+from ember.train import FileCheckpointer
+from ember.train._checkpoint.record import (
+    decode,
+    encode,
     load_model_record,
     load_nested_record,
     load_optimizer_record,
     model_record,
     nested_record,
     optimizer_record,
-    rng_state,
-    set_rng_state,
     state_record,
 )
-from ember.train.checkpoint.record import decode, encode
+from ember.train._checkpoint.rng import rng_state, set_rng_state
 
 
 def mlp(seed: int = 0) -> nn.Sequential:

@@ -9,16 +9,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ember.train.checkpoint import (
-    CheckpointingStrategy,
+from ember.extend import CheckpointingStrategy, Delete, Save
+from ember.train import (
     ComposedCheckpointingStrategy,
-    Delete,
+    Direction,
     KeepLastNCheckpoints,
     MetricCheckpointingStrategy,
-    Save,
-    default_checkpointing_strategy,
+    Split,
 )
-from ember.train.metric.store import Aggregate, Direction, Split
+from ember.train._checkpoint.strategy import default_checkpointing_strategy
+from ember.train._vocabulary import Aggregate
 
 
 class FakeQuery:

@@ -6,17 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from ember.train import (
-    Aggregate,
-    Direction,
-    MetricDefinition,
-    MetricEntry,
-    MetricLogger,
-    NumericEntry,
-    Split,
-)
-from ember.train.logger import CsvMetricLogger
-from ember.train.metric.store import EventStore
+from ember.extend import MetricDefinition, MetricEntry, MetricLogger, NumericEntry
+from ember.train import CsvMetricLogger, Direction, Split
+from ember.train._metric.store import EventStore
+from ember.train._vocabulary import Aggregate
 
 
 def entry(name: str, value: NumericEntry) -> MetricEntry:

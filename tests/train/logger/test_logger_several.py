@@ -11,6 +11,7 @@ from training_fixtures import TinyRegressor, loader
 
 from ember.train import (
     CliMetricsRenderer,
+    CsvMetricLogger,
     InMemoryMetricLogger,
     Learner,
     LearningRateMetric,
@@ -19,9 +20,9 @@ from ember.train import (
     Split,
     StoppingCondition,
     SupervisedTraining,
+    TensorBoardLogger,
 )
-from ember.train.logger import CsvMetricLogger, TensorBoardLogger
-from ember.train.metric.store import epoch_value
+from ember.train._metric.store import epoch_value
 
 event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from ember.train import MetricDefinition, MetricEntry, MetricLogger, NumericEntry, Split
-from ember.train.logger import TensorBoardLogger
-from ember.train.metric.store import EventStore
+from ember.extend import MetricDefinition, MetricEntry, MetricLogger, NumericEntry
+from ember.train import Split, TensorBoardLogger
+from ember.train._metric.store import EventStore
 
 event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
 

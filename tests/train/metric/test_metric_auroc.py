@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 from torchmetrics.functional.classification import binary_auroc
 
 from ember.data import Progress
-from ember.train.metric import AurocMetric, ClassReduction, ConfusionStatsInput, MetricMetadata
-from ember.train.metric.auroc import auroc_per_class
+from ember.extend import ConfusionStatsInput, MetricMetadata
+from ember.train import AurocMetric, ClassReduction
+from ember.train._metric.auroc import auroc_per_class
 
 META = MetricMetadata(Progress(1, 1), 1, None)
 

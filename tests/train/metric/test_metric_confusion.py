@@ -12,14 +12,8 @@ from hypothesis import strategies as st
 from torchmetrics.functional import classification as tmc
 
 from ember.data import Progress
-from ember.train.metric import (
-    ClassReduction,
-    ConfusionStatsInput,
-    FBetaScoreMetric,
-    MetricMetadata,
-    PrecisionMetric,
-    RecallMetric,
-)
+from ember.extend import ConfusionStatsInput, MetricMetadata
+from ember.train import ClassReduction, FBetaScoreMetric, PrecisionMetric, RecallMetric
 
 META = MetricMetadata(Progress(1, 1), 1, None)
 Metric = PrecisionMetric | RecallMetric | FBetaScoreMetric

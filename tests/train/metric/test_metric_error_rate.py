@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 from torchmetrics.functional.text import char_error_rate, word_error_rate
 
 from ember.data import Progress
-from ember.train.metric import CerInput, CharErrorRate, MetricMetadata, WerInput, WordErrorRate
-from ember.train.metric.error_rate import edit_distances
+from ember.extend import CerInput, MetricMetadata, WerInput
+from ember.train import CharErrorRate, WordErrorRate
+from ember.train._metric.error_rate import edit_distances
 
 META = MetricMetadata(Progress(1, 1), 1, None)
 

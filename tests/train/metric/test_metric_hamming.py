@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from torchmetrics.functional.classification import multilabel_accuracy
 
 from ember.data import Progress
-from ember.train.metric import HammingScore, HammingScoreInput, MetricMetadata
+from ember.extend import HammingScoreInput, MetricMetadata
+from ember.train import HammingScore
 
 META = MetricMetadata(Progress(1, 1), 1, None)
 

@@ -8,38 +8,40 @@ import torch.nn.functional as F
 from torchmetrics.classification import MulticlassAccuracy
 
 from ember.data import Progress
-from ember.train import ClassificationOutput
-from ember.train.metric import (
+from ember.extend import (
     AccuracyInput,
+    CerInput,
+    ConfusionStatsInput,
+    HammingScoreInput,
+    LossInput,
+    MetricMetadata,
+    PerplexityInput,
+    TopKAccuracyInput,
+    WerInput,
+    adapt,
+)
+from ember.train import (
     AccuracyMetric,
     AurocMetric,
-    CerInput,
     CharErrorRate,
-    ConfusionStatsInput,
+    ClassificationOutput,
     CpuMemory,
     CpuUse,
     CudaMetric,
     FBetaScoreMetric,
     HammingScore,
-    HammingScoreInput,
-    LossInput,
     Metric,
-    MetricMetadata,
     Numeric,
-    PerplexityInput,
     PerplexityMetric,
     PrecisionMetric,
     RecallMetric,
     Split,
-    TopKAccuracyInput,
     TopKAccuracyMetric,
     TorchMetric,
-    WerInput,
     WordErrorRate,
-    adapt,
 )
-from ember.train.outputs import MultiLabelClassificationOutput, SequenceOutput
-from ember.train.processor import MetricsTraining
+from ember.train._outputs import MultiLabelClassificationOutput, SequenceOutput
+from ember.train._processor import MetricsTraining
 
 
 def _graph(*shape: int) -> torch.Tensor:

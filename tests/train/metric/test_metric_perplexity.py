@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from torchmetrics.functional.text import perplexity
 
 from ember.data import Progress
-from ember.train.metric import MetricMetadata, PerplexityInput, PerplexityMetric
+from ember.extend import MetricMetadata, PerplexityInput
+from ember.train import PerplexityMetric
 
 META = MetricMetadata(Progress(1, 1), 1, None)
 

@@ -10,13 +10,15 @@ import pytest
 import torch
 
 from ember.data import Progress
-from ember.train.metric import CpuMemory, CpuUse, CudaMetric, GpuReading, MetricMetadata, Numeric
-from ember.train.metric.cpu import (
+from ember.extend import MetricMetadata
+from ember.train import CpuMemory, CpuUse, CudaMetric, Numeric
+from ember.train._metric.cpu import (
     default_cpu_times_reader,
     default_memory_reader,
     read_proc_meminfo,
     read_proc_stat,
 )
+from ember.train._metric.cuda import GpuReading
 
 META = MetricMetadata(Progress(1, 1), 1, None)
 

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from torchmetrics.functional.classification import multiclass_accuracy
 
 from ember.data import Progress
-from ember.train.metric import MetricMetadata, TopKAccuracyInput, TopKAccuracyMetric
+from ember.extend import MetricMetadata, TopKAccuracyInput
+from ember.train import TopKAccuracyMetric
 
 META = MetricMetadata(Progress(1, 1), 1, None)
 SCORES = torch.tensor([[0.0, 0.2, 0.8], [1.0, 2.0, 0.5], [0.4, 0.1, 0.2], [0.6, 0.7, 0.2]])

@@ -14,15 +14,9 @@ from torchmetrics.classification import MulticlassAccuracy
 from torchmetrics.regression import MeanSquaredError
 
 from ember.data import Progress
-from ember.train import RegressionOutput
-from ember.train.metric import (
-    AccuracyInput,
-    AccuracyMetric,
-    MetricMetadata,
-    Numeric,
-    NumericTorchMetric,
-    TorchMetric,
-)
+from ember.extend import AccuracyInput, MetricMetadata
+from ember.train import AccuracyMetric, Numeric, RegressionOutput, TorchMetric
+from ember.train._metric.torchmetric import NumericTorchMetric
 
 META = MetricMetadata(Progress(1, 1), 1, None)
 
@@ -123,7 +117,7 @@ def test_missing_torchmetrics_says_what_to_install(monkeypatch: pytest.MonkeyPat
 def test_importing_ember_does_not_import_torchmetrics() -> None:
     """torchmetrics (and psutil) load only when used."""
     code = (
-        "import sys, ember, ember.train, ember.train.metric, ember.train.outputs; "
+        "import sys, ember, ember.train, ember.train._metric, ember.train._outputs; "
         "assert 'torchmetrics' not in sys.modules and 'psutil' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

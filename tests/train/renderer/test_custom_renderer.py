@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ember.train import MetricsRenderer
+from ember.extend import MetricsRenderer
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 

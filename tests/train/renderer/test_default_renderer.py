@@ -12,7 +12,7 @@ from typing import TextIO
 import pytest
 
 from ember.train import CliMetricsRenderer, Interrupter, default_renderer
-from ember.train.renderer.tui import TuiMetricsRenderer
+from ember.train._renderer.tui.renderer import TuiMetricsRenderer
 
 
 @pytest.fixture

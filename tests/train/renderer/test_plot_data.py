@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ember.train import Split
-from ember.train.renderer.plot_data import (
+from ember.train._renderer.plot_data import (
     FULL_HISTORY_POINTS,
     RECENT_POINTS,
     BrailleCanvas,
@@ -17,7 +17,7 @@ from ember.train.renderer.plot_data import (
     Series,
     data_range,
 )
-from ember.train.renderer.tui import decode_keys, format_eta
+from ember.train._renderer.tui.renderer import decode_keys, format_eta
 
 
 @given(st.integers(min_value=0, max_value=5000))

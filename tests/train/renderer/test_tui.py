@@ -12,17 +12,9 @@ from collections.abc import Callable
 import pytest
 from tui_screen import Screen, strip_ansi
 
-from ember.train import (
-    LearnerSummary,
-    MetricAttributes,
-    MetricDefinition,
-    MetricEntry,
-    MetricState,
-    MetricSummary,
-    NumericEntry,
-    Split,
-)
-from ember.train.renderer.tui import STOP_REASON
+from ember.extend import MetricAttributes, MetricDefinition, MetricEntry, MetricState, NumericEntry
+from ember.train import LearnerSummary, MetricSummary, Split
+from ember.train._renderer.tui.renderer import STOP_REASON
 
 LOSS = MetricDefinition("Loss", attributes=MetricAttributes())
 ACCURACY = MetricDefinition("Accuracy", attributes=MetricAttributes(unit="%"))

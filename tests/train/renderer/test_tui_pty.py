@@ -22,7 +22,7 @@ import sys
 import torch
 
 from ember.data import DataLoaderBuilder, InMemDataset
-from ember.demo import Mlp, make_samples, sample_batcher
+from ember.app.demo import Mlp, make_samples, sample_batcher
 from ember.train import Learner, LossMetric, SupervisedTraining
 
 
@@ -153,7 +153,7 @@ def test_atexit_restores_the_terminal_when_close_is_never_called(tmp_path: Path)
     script.write_text(
         "import sys\n"
         "from ember.train import Interrupter\n"
-        "from ember.train.renderer.tui import TuiMetricsRenderer\n"
+        "from ember.train._renderer.tui.renderer import TuiMetricsRenderer\n"
         "TuiMetricsRenderer(Interrupter()).start(1, 1)\n"
         "sys.exit(3)\n"
     )

@@ -10,7 +10,7 @@ import time
 from rich.console import Console
 
 from ember.train import Interrupter
-from ember.train.renderer.tui import TuiMetricsRenderer
+from ember.train._renderer.tui.renderer import TuiMetricsRenderer
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 HOME = "\x1b[H"  # rich's Live writes it before every frame on the alternate screen

@@ -13,8 +13,13 @@ import pytest
 import torch
 from training_fixtures import TinyRegressor, loader, read_lines
 
-from ember.train import CliMetricsRenderer, Learner, LossMetric, SupervisedTraining
-from ember.train.strategy import SupervisedLearningStrategy
+from ember.train import (
+    CliMetricsRenderer,
+    Learner,
+    LossMetric,
+    SupervisedLearningStrategy,
+    SupervisedTraining,
+)
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 

@@ -18,17 +18,19 @@ from ember.train import (
     Learner,
     LearnerModel,
     LossMetric,
+    MultiDevice,
     RegressionOutput,
+    SingleDevice,
+    SupervisedLearningStrategy,
     SupervisedTraining,
     TrainOutput,
 )
-from ember.train.gradient_checkpointing import (
+from ember.train._gradient_checkpointing import (
     GradientCheckpointing,
     apply_gradient_checkpointing,
     checkpointed,
     checkpointed_modules,
 )
-from ember.train.strategy import MultiDevice, SingleDevice, SupervisedLearningStrategy
 
 
 class Deep(LearnerModel):

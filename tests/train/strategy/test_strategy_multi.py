@@ -22,14 +22,16 @@ from ember.train import (
     LearnerModel,
     LinearLr,
     LossMetric,
+    MultiDevice,
     RegressionOutput,
     SingleDevice,
+    SupervisedLearningStrategy,
     SupervisedTraining,
-    TrainingComponents,
     TrainOutput,
 )
-from ember.train.metric.store import EventStore
-from ember.train.strategy import MultiDevice, SupervisedLearningStrategy, split_loader
+from ember.train._metric.store import EventStore
+from ember.train._strategy.base import TrainingComponents
+from ember.train._strategy.multi import split_loader
 
 ITEMS = 23  # slices of 11 and 12 items: batches 4,4,3 and 4,4,4 with batch size 4
 BATCH = 4

@@ -1,0 +1,141 @@
+"""The ``ember`` command.
+
+``ember demo`` runs the seed's experiment; ``ember summary DIR`` prints a run's summary table;
+``ember plot DIR`` draws its metric curves; ``ember digits`` trains on real data. Exit codes:
+0 success, 1 training failed, 2 nothing to do (no run, a directory it will not overwrite, a
+missing optional extra), 3 the demo's losses differ.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["main"]
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    from ember.app.digits import DEFAULT_EPOCHS  # scikit-learn itself loads only when digits runs
+
+    parser = argparse.ArgumentParser(prog="ember", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    demo = commands.add_parser(
+        "demo", help="the seed's experiment: a hand loop and the Learner, bit for bit"
+    )
+    demo.add_argument("--workers", type=_non_negative, default=0, help="loader worker threads")
+    demo.add_argument("--shuffle", type=int, default=None, metavar="SEED", help="shuffle seed")
+    demo.add_argument("--epochs", type=_positive, default=3)
+    demo.add_argument("--dir", type=Path, default=Path("artifacts/demo"), help="run directory")
+
+    summary = commands.add_parser(
+        "summary", help="print a finished run's summary table (summary.json, else the logs)"
+    )
+    summary.add_argument("directory", type=Path, metavar="DIR", help="run directory")
+
+    plot = commands.add_parser(
+        "plot", help="draw the per-epoch train and valid curves of every numeric metric"
+    )
+    plot.add_argument("directory", type=Path, metavar="DIR", help="run directory")
+    plot.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="image to write (default DIR/metrics.png; the format follows the suffix)",
+    )
+
+    digits = commands.add_parser(
+        "digits", help="train an MLP on scikit-learn's bundled 8x8 digits (real data)"
+    )
+    digits.add_argument(
+        "--epochs", type=_positive, default=DEFAULT_EPOCHS, help=f"default {DEFAULT_EPOCHS}"
+    )
+    digits.add_argument("--dir", type=Path, default=Path("artifacts/digits"), help="run directory")
+    return parser
+
+
+def _error(command: str, error: Exception) -> int:
+    print(f"ember {command}: {error}", file=sys.stderr)
+    return 2
+
+
+def _summary(directory: Path) -> int:
+    from ember.app.plot import load_summary
+
+    try:
+        summary = load_summary(directory)
+    except (OSError, ValueError) as error:
+        return _error("summary", error)
+    print(summary)
+    return 0
+
+
+def _plot(directory: Path, output: Path | None) -> int:
+    from ember.app.plot import plot_run
+
+    try:
+        path = plot_run(directory, output)
+    except (OSError, ValueError, ImportError) as error:
+        return _error("plot", error)
+    print(f"wrote {path}")
+    return 0
+
+
+def _digits(directory: Path, epochs: int) -> int:
+    from ember.app.digits import run_digits
+
+    try:
+        report = run_digits(directory, epochs=epochs)
+    except (ValueError, ImportError) as error:
+        return _error("digits", error)
+    if not report.result.succeeded:
+        return 1
+    if report.accuracy is not None:
+        print(
+            f"Validation accuracy after epoch {report.result.last_epoch}: {report.accuracy:.2f} %"
+        )
+    print(f"Plot the curves: ember plot {directory}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command; the exit code is non-zero when training failed."""
+    args = _parser().parse_args(argv)
+    if args.command == "demo":
+        from ember.app.demo import format_report, run_demo
+
+        try:
+            report = run_demo(
+                args.dir, epochs=args.epochs, workers=args.workers, shuffle=args.shuffle
+            )
+        except ValueError as error:
+            print(f"ember demo: {error}", file=sys.stderr)
+            return 2
+        print(format_report(report, args.dir))
+        if not report.result.succeeded:
+            return 1
+        return 0 if report.identical else 3
+    if args.command == "summary":
+        return _summary(args.directory)
+    if args.command == "plot":
+        return _plot(args.directory, args.output)
+    if args.command == "digits":
+        return _digits(args.dir, args.epochs)
+    raise AssertionError(f"unknown command {args.command}")

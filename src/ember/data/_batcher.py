@@ -1,0 +1,86 @@
+"""Batchers: what turns a list of items into a batch on a device.
+
+A batcher is anything with ``batch(items, device)`` (the ``Batcher`` protocol) or a plain
+function ``(items, device) -> batch``; loaders accept both and normalise them with
+:func:`batch_function`. :class:`BatchBuilder` is the single place where a batch is made from
+dataset indexes, shared by the single-thread loader and the worker threads, so both build
+exactly the same batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Generic, Protocol, TypeVar
+
+import torch
+
+from ember.data._dataset import Dataset, fetcher
+
+__all__ = ["BatchBuilder", "BatchFn", "Batcher", "batch_function"]
+
+ItemT = TypeVar("ItemT")
+BatchT = TypeVar("BatchT")
+BatchT_co = TypeVar("BatchT_co", covariant=True)
+
+BatchFn = Callable[[list[ItemT], torch.device], BatchT]
+"""A plain function used as a batcher."""
+
+
+class Batcher(Protocol[ItemT, BatchT_co]):
+    """Builds one batch from a list of items, with its tensors on ``device``.
+
+    Loaders may call it from worker threads, so it should not mutate shared state.
+    """
+
+    def batch(self, items: list[ItemT], device: torch.device, /) -> BatchT_co:
+        """The batch of ``items`` on ``device``."""
+        ...
+
+
+def batch_function(
+    batcher: Batcher[ItemT, BatchT] | BatchFn[ItemT, BatchT],
+) -> BatchFn[ItemT, BatchT]:
+    """The function to call for ``batcher``: its ``batch`` method, or itself if it is a function.
+
+    Raises TypeError when ``batcher`` is neither.
+    """
+    method = getattr(batcher, "batch", None)
+    if callable(method):
+        return method  # type: ignore[no-any-return]  # getattr is untyped; the protocol types it
+    if callable(batcher):
+        return batcher
+    raise TypeError(
+        "batcher must have a batch(items, device) method or be a function (items, device) -> "
+        f"batch, got {batcher!r}"
+    )
+
+
+class BatchBuilder(Generic[ItemT, BatchT]):
+    """Makes the batch for a list of dataset indexes: fetch the items, call the batcher, check.
+
+    It holds no reference to a loader, so worker threads can run it without keeping the loader
+    alive.
+    """
+
+    __slots__ = ("_batch", "_batcher", "_device", "_fetch")
+
+    def __init__(
+        self,
+        dataset: Dataset[ItemT],
+        batcher: Batcher[ItemT, BatchT] | BatchFn[ItemT, BatchT],
+        device: torch.device,
+    ) -> None:
+        self._fetch = fetcher(dataset)
+        self._batch = batch_function(batcher)
+        self._batcher: Any = batcher
+        self._device = device
+
+    def __call__(self, indexes: list[int]) -> BatchT:
+        batch = self._batch(self._fetch(indexes), self._device)
+        if batch is None:
+            raise TypeError(
+                f"the batcher {self._batcher!r} returned None for a batch of {len(indexes)} "
+                "items; it must return the batch (a loader can only check this once it builds "
+                "a batch, not when it is constructed)"
+            )
+        return batch

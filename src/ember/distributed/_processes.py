@@ -1,0 +1,365 @@
+"""Processes for data-parallel training: ``spawn``, the process group, tensor-only messages.
+
+``torchrun`` is the launcher for real jobs (one node or many; see ``docs/strategies.md``).
+:func:`spawn` is the quick local one, for scripts and tests: it starts ``world_size`` processes
+with torchrun's environment, initialises the process group in each, calls ``fn(*args)`` and
+watches them::
+
+    parent                                        rank r = 0 .. world_size - 1
+    rendezvous store on 127.0.0.1:<free port>     RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, ...
+    (the port is held, never re-picked)           init_process_group(backend, timeout)
+    wait for the processes                        fn(*args); destroy_process_group()
+    first non-zero exit: stop the others          an exception: its traceback goes to the parent,
+    raise DistributedError naming the rank(s)     exit code 1
+
+Safety: the store and the gloo transport bind to the loopback interface; a rank that dies ends
+the job at once (the others are terminated, then killed 5 s later) with an error naming it.
+
+Ranks exchange only tensors: :mod:`ember.distributed._messages` moves bytes and tensors with
+tensor collectives and never pickles anything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import socket
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from ember._errors import DistributedError
+from ember.distributed._messages import (
+    broadcast_bytes,
+    broadcast_coalesced,
+    gather_bytes,
+    pack_tensors,
+    payload_size,
+    tensor_header,
+    unpack_tensors,
+)
+
+__all__ = [
+    "DistributedError",
+    "broadcast_bytes",
+    "broadcast_coalesced",
+    "collective",
+    "gather_bytes",
+    "init_from_environment",
+    "pack_tensors",
+    "payload_size",
+    "spawn",
+    "tensor_header",
+    "unpack_tensors",
+]
+
+DEFAULT_TIMEOUT = timedelta(minutes=5)
+_KILL_AFTER_S = 5.0  # a terminated rank still running this long after SIGTERM is killed
+_ERROR_FILE = "rank-{rank}.error"
+
+
+@contextlib.contextmanager
+def collective(what: str) -> Iterator[None]:
+    """Turn a failed collective into a :class:`DistributedError` saying what was being done.
+
+    A peer that died or failed shows up in the survivors as an error of the transport
+    ("Connection closed by peer", a timeout); this names the operation and this rank.
+    """
+    try:
+        yield
+    except RuntimeError as error:  # torch's DistBackendError is one
+        rank = dist.get_rank() if dist.is_initialized() else "?"
+        raise DistributedError(
+            f"rank {rank}: {what} failed: another rank has probably died or failed (see its "
+            f"error), or the collective timed out: {error}"
+        ) from error
+
+
+# --- the process group ---------------------------------------------------------------------
+
+
+def init_from_environment(
+    backend: str,
+    timeout: timedelta,
+    init_method: str | None = None,
+    device: torch.device | None = None,
+) -> None:
+    """Initialise the default process group from torchrun's variables, unless one exists.
+
+    ``init_method`` defaults to ``env://`` (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``,
+    ``MASTER_PORT``); a missing variable raises DistributedError naming it.
+    """
+    if dist.is_initialized():
+        return
+    if init_method is None:
+        missing = [
+            name
+            for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+            if not os.environ.get(name)
+        ]
+        if missing:
+            raise DistributedError(
+                f"no process group and no torchrun environment ({', '.join(missing)} unset): "
+                "launch with `torchrun --nproc-per-node N script.py`, or with "
+                "ember.distributed.spawn(fn, N)"
+            )
+    _bind_gloo_to_loopback(os.environ.get("MASTER_ADDR", ""))
+    device_id = device if device is not None and device.type == "cuda" else None
+    dist.init_process_group(
+        backend, init_method=init_method or "env://", timeout=timeout, device_id=device_id
+    )
+
+
+def _bind_gloo_to_loopback(master_addr: str) -> None:
+    """Keep gloo's sockets on the loopback interface when the rendezvous is local."""
+    if master_addr not in ("127.0.0.1", "localhost", "::1") or "GLOO_SOCKET_IFNAME" in os.environ:
+        return
+    names = [name for _, name in socket.if_nameindex()]
+    for name in ("lo", "lo0"):
+        if name in names:
+            os.environ["GLOO_SOCKET_IFNAME"] = name
+            return
+
+
+# --- spawn ---------------------------------------------------------------------------------
+
+
+def spawn(
+    fn: Callable[..., Any],
+    world_size: int,
+    *args: Any,
+    backend: str = "gloo",
+    timeout: timedelta = DEFAULT_TIMEOUT,
+    join_timeout: float | None = None,
+) -> None:
+    """Run ``fn(*args)`` in ``world_size`` local processes, each a rank of one process group.
+
+    Each process gets torchrun's variables (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
+    ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR=127.0.0.1``, ``MASTER_PORT``) and an initialised
+    process group (``backend``, collectives time out after ``timeout``), so
+    ``DistributedDataParallel()`` in ``fn`` uses it. ``fn`` must be importable by the new
+    processes (a module-level function; ``args`` are handed over by ``multiprocessing``, so
+    they must be picklable); its return value is dropped (write results to files).
+
+    Returns when every rank has exited 0. Raises :class:`DistributedError` naming the rank that
+    failed first, its exit code and its traceback (then any others), once the others are
+    stopped; or naming the ranks still running after ``join_timeout`` seconds (they are
+    stopped too).
+    """
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    qualname = getattr(fn, "__qualname__", "")
+    if "<locals>" in qualname or "<lambda>" in qualname:
+        raise ValueError(
+            f"fn must be importable by the new processes (a module-level function), got {qualname}"
+        )
+    if join_timeout is not None and join_timeout <= 0:
+        raise ValueError(f"join_timeout must be > 0 seconds or None, got {join_timeout}")
+    if backend == "nccl" and world_size > torch.cuda.device_count():
+        raise ValueError(
+            f"backend 'nccl' needs a CUDA device per rank: world_size {world_size}, "
+            f"{torch.cuda.device_count()} devices"
+        )
+    context = multiprocessing.get_context("spawn")
+    with (
+        tempfile.TemporaryDirectory(prefix="ember-spawn-") as errors,
+        _local_store(world_size, timeout) as port,
+    ):
+        processes = [
+            context.Process(
+                target=_run_rank,
+                args=(fn, args, rank, world_size, port, backend, timeout, errors),
+                name=f"ember-rank-{rank}",
+            )
+            for rank in range(world_size)
+        ]
+        for process in processes:
+            process.start()
+        try:
+            failed, stopped, late = _watch(processes, join_timeout)
+        except BaseException:
+            _stop(processes, kill_now=True)
+            raise
+        if failed:
+            codes = {rank: code for wake in failed for rank, code in wake.items()}
+            raise DistributedError(_failure_report(failed, stopped, Path(errors)), codes)
+        if late:
+            raise DistributedError(
+                f"ranks {late} were still running after join_timeout={join_timeout} s and "
+                "were stopped"
+            )
+
+
+@contextlib.contextmanager
+def _local_store(world_size: int, timeout: timedelta) -> Iterator[int]:
+    """A rendezvous store on 127.0.0.1 whose port is bound here and held until the job ends.
+
+    Binding the socket ourselves (port 0) and handing it to the store leaves no window in
+    which another process could take the port between picking and using it.
+    """
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port: int = listener.getsockname()[1]
+        store = dist.TCPStore(  # type: ignore[attr-defined]  # exported, but not in the stubs
+            "127.0.0.1",
+            port,
+            world_size,
+            is_master=True,
+            timeout=timeout,
+            wait_for_workers=False,
+            master_listen_fd=listener.fileno(),
+        )
+    except BaseException:
+        listener.close()
+        raise
+    listener.detach()  # the store owns the socket now, and closes it
+    try:
+        yield port
+    finally:
+        del store
+
+
+def _run_rank(
+    fn: Callable[..., Any],
+    args: Sequence[Any],
+    rank: int,
+    world_size: int,
+    port: int,
+    backend: str,
+    timeout: timedelta,
+    errors: str,
+) -> None:
+    """A spawned process: torchrun's environment, the process group, ``fn(*args)``."""
+    os.environ.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        LOCAL_WORLD_SIZE=str(world_size),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        TORCHELASTIC_USE_AGENT_STORE="True",  # the parent holds the store: every rank connects
+    )
+    try:
+        device = None
+        if backend == "nccl":
+            torch.cuda.set_device(rank)
+            device = torch.device("cuda", rank)
+        init_from_environment(backend, timeout, device=device)
+        fn(*args)
+        if dist.is_initialized():  # fn may have torn it down (DDP does after an error)
+            dist.destroy_process_group()
+    except BaseException:
+        text = f"{time.time()!r}\n{traceback.format_exc()}"  # when: orders the failures
+        with contextlib.suppress(OSError):
+            Path(errors, _ERROR_FILE.format(rank=rank)).write_text(text, encoding="utf-8")
+        # skip interpreter teardown: a process group with a dead peer can abort or hang there
+        os._exit(1)
+
+
+def _watch(
+    processes: Sequence[multiprocessing.process.BaseProcess], join_timeout: float | None
+) -> tuple[list[dict[int, int]], list[int], list[int]]:
+    """Wait for the ranks; on the first failure (or the deadline) stop the others.
+
+    Returns the failed ranks with their exit codes, one dict per wake-up that saw failures
+    (in that order), the ranks stopped because of a failure, and the ranks stopped at the
+    deadline.
+    """
+    deadline = None if join_timeout is None else time.monotonic() + join_timeout
+    failed: list[dict[int, int]] = []
+    seen: set[int] = set()
+    stopped: list[int] = []
+    late: list[int] = []
+    kill_at: float | None = None
+    while True:
+        now_failed = {
+            rank: process.exitcode
+            for rank, process in enumerate(processes)
+            if process.exitcode not in (None, 0) and rank not in seen and rank not in stopped
+        }
+        if now_failed:
+            failed.append(now_failed)
+            seen.update(now_failed)
+        running = [p for p in processes if p.exitcode is None]
+        if not running:
+            return failed, stopped, late
+        now = time.monotonic()
+        if (failed or (deadline is not None and now >= deadline)) and kill_at is None:
+            ranks = [processes.index(p) for p in running]
+            (stopped if failed else late).extend(ranks)
+            _stop(running, kill_now=False)
+            kill_at = now + _KILL_AFTER_S
+        elif kill_at is not None and now >= kill_at:
+            _stop(running, kill_now=True)
+        wait = 0.5 if deadline is None else max(0.0, min(0.5, deadline - now))
+        multiprocessing.connection.wait([p.sentinel for p in running], timeout=wait)
+
+
+def _stop(processes: Sequence[multiprocessing.process.BaseProcess], *, kill_now: bool) -> None:
+    for process in processes:
+        if process.exitcode is None:
+            if kill_now:
+                process.kill()
+            else:
+                process.terminate()
+    if kill_now:
+        for process in processes:
+            process.join(_KILL_AFTER_S)
+
+
+def _failure_report(failed: list[dict[int, int]], stopped: list[int], errors: Path) -> str:
+    """Name the rank that failed first, then the others, with their tracebacks.
+
+    Failures seen at the same wake-up are ordered by when they happened: a rank that died
+    without reporting an error (killed, ``os._exit``) is taken to be first, since the others'
+    errors are usually its consequence; ranks that raised are ordered by when they raised.
+    """
+    reports = {rank: _read_report(errors, rank) for wake in failed for rank in wake}
+
+    def when(rank: int) -> float:
+        report = reports[rank]
+        return -1.0 if report is None else report[0]
+
+    order = [rank for wake in failed for rank in sorted(wake, key=lambda r: (when(r), r))]
+    codes = {rank: code for wake in failed for rank, code in wake.items()}
+    first, *others = order
+    lines = [f"rank {first} failed first ({_describe_exit(codes[first])})"]
+    lines += [f"rank {rank} failed too ({_describe_exit(codes[rank])})" for rank in others]
+    if stopped:
+        lines.append(f"ranks {stopped} were stopped")
+    for rank in order:
+        report = reports[rank]
+        if report is not None:
+            lines.append(f"--- rank {rank} ---\n{report[1].rstrip()}")
+    return "\n".join(lines)
+
+
+def _read_report(errors: Path, rank: int) -> tuple[float, str] | None:
+    path = errors / _ERROR_FILE.format(rank=rank)
+    try:
+        stamp, _, text = path.read_text(encoding="utf-8").partition("\n")
+        return float(stamp), text
+    except (OSError, ValueError):
+        return None
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-code).name}"
+        return f"killed by signal {-code}"
+    return f"exit code {code}"

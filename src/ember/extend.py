@@ -1,0 +1,111 @@
+"""ember.extend: what authors of strategies, renderers, loggers, metrics and checkpointing or
+early-stopping strategies build on.
+
+The protocols each extension point implements, the events the loop emits, and the values that
+travel with them. A plain class with the protocol's members is an extension; see
+``docs/design.md`` for the contracts and the event order.
+"""
+
+from ember.data._loader import Progress
+from ember.train._checkpoint.file import Checkpointer, CheckpointFile
+from ember.train._checkpoint.record import Record
+from ember.train._checkpoint.strategy import (
+    CheckpointingAction,
+    CheckpointingStrategy,
+    Delete,
+    Save,
+)
+from ember.train._early_stopping import EarlyStoppingStrategy
+from ember.train._events import (
+    End,
+    EndEpoch,
+    EndSplit,
+    LearnerEvent,
+    ProcessedItem,
+    Start,
+    StartSplit,
+    TrainingItem,
+)
+from ember.train._logger.base import MetricLogger
+from ember.train._metric.accuracy import AccuracyInput
+from ember.train._metric.base import (
+    Metric,
+    MetricAttributes,
+    MetricDefinition,
+    MetricEntry,
+    MetricMetadata,
+    Numeric,
+    NumericEntry,
+    adapt,
+    register_adaptor,
+)
+from ember.train._metric.confusion import ConfusionStatsInput
+from ember.train._metric.error_rate import CerInput, WerInput
+from ember.train._metric.hamming import HammingScoreInput
+from ember.train._metric.loss import LossInput
+from ember.train._metric.perplexity import PerplexityInput
+from ember.train._metric.state import MeanMetric
+from ember.train._metric.store import MetricQuery
+from ember.train._metric.top_k import TopKAccuracyInput
+from ember.train._outputs import ItemLazy
+from ember.train._processor import EventProcessor
+from ember.train._renderer.base import (
+    MetricsRenderer,
+    MetricsRendererTraining,
+    MetricState,
+    TrainingProgressLogger,
+)
+from ember.train._strategy.base import SupervisedLearningStrategy
+from ember.train._strategy.ddp.outputs import merge_outputs, register_output_merge
+from ember.train._vocabulary import Direction, Split
+
+__all__ = [
+    "AccuracyInput",
+    "CerInput",
+    "CheckpointFile",
+    "Checkpointer",
+    "CheckpointingAction",
+    "CheckpointingStrategy",
+    "ConfusionStatsInput",
+    "Delete",
+    "Direction",
+    "EarlyStoppingStrategy",
+    "End",
+    "EndEpoch",
+    "EndSplit",
+    "EventProcessor",
+    "HammingScoreInput",
+    "ItemLazy",
+    "LearnerEvent",
+    "LossInput",
+    "MeanMetric",
+    "Metric",
+    "MetricAttributes",
+    "MetricDefinition",
+    "MetricEntry",
+    "MetricLogger",
+    "MetricMetadata",
+    "MetricQuery",
+    "MetricState",
+    "MetricsRenderer",
+    "MetricsRendererTraining",
+    "Numeric",
+    "NumericEntry",
+    "PerplexityInput",
+    "ProcessedItem",
+    "Progress",
+    "Record",
+    "Save",
+    "Split",
+    "Start",
+    "StartSplit",
+    "SupervisedLearningStrategy",
+    "TopKAccuracyInput",
+    "TrainingItem",
+    "TrainingProgressLogger",
+    "WerInput",
+    "adapt",
+    "merge_outputs",
+    "register_adaptor",
+    "register_output_merge",
+]

@@ -1,0 +1,327 @@
+"""Checkpoint files: one :class:`Record` per file, written atomically as safetensors.
+
+A checkpoint file is a safetensors file (Burn writes ``.bpk``; ember never writes pickle). Its
+tensors are the record's tensors; its string header ``__metadata__`` holds one JSON document under
+the key ``"ember"``::
+
+    {"format": "ember.checkpoint", "version": 1, "name": "model", "epoch": 3, "metadata": {...}}
+
+``metadata`` is :attr:`Record.metadata`; ``name`` and ``epoch`` are checked on restore, so a file
+copied under another epoch's name is refused. Loading parses the header with :mod:`json` and the
+tensors with safetensors' ``load``: no code from the file is ever run.
+
+Every write goes through :func:`atomic_write` (temp file in the same directory, fsync, rename,
+fsync of the directory), so a final path only ever holds a complete file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from safetensors.torch import load as load_safetensors
+from safetensors.torch import save_file as save_safetensors_file
+
+from ember._errors import CheckpointError
+from ember.train._checkpoint.record import Record
+
+__all__ = [
+    "CheckpointFile",
+    "Checkpointer",
+    "FileCheckpointer",
+    "atomic_write",
+    "check_epoch",
+    "checkpoint_file_name",
+    "remove_stale_temps",
+]
+
+FORMAT = "ember.checkpoint"
+VERSION = 1
+SUFFIX = ".safetensors"
+_HEADER_KEY = "ember"
+_TEMP_RE = r"\.[0-9a-f]{16}\.tmp"
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointFile:
+    """A file as written: its name in the checkpoint directory, size in bytes and SHA-256 (hex)."""
+
+    name: str
+    size: int
+    sha256: str
+
+
+class Checkpointer(Protocol):
+    """Saves, restores and deletes the record of an epoch (Burn's ``Checkpointer``)."""
+
+    def save(self, epoch: int, record: Record) -> CheckpointFile | None:
+        """Store ``record`` as the checkpoint of ``epoch``; file-backed ones say what they wrote."""
+        ...
+
+    def restore(self, epoch: int) -> Record:
+        """The record stored for ``epoch``; :class:`CheckpointError` if missing or damaged."""
+        ...
+
+    def delete(self, epoch: int) -> None:
+        """Remove the checkpoint of ``epoch``; a missing one is not an error."""
+        ...
+
+
+def check_epoch(epoch: object) -> int:
+    """``epoch`` if it is an int >= 1, else ValueError naming it."""
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 1:
+        raise ValueError(f"epoch must be an int >= 1, got {epoch!r}")
+    return epoch
+
+
+def check_name(name: object) -> str:
+    """``name`` if it can be a file-name stem, else ValueError naming it."""
+    if not isinstance(name, str) or not name or name in {".", ".."}:
+        raise ValueError(f"checkpoint name must be a non-empty file-name stem, got {name!r}")
+    separators = {"/", "\\", "\0", os.sep} | ({os.altsep} if os.altsep else set())
+    if any(sep in name for sep in separators):
+        raise ValueError(f"checkpoint name must not contain a path separator, got {name!r}")
+    return name
+
+
+def checkpoint_file_name(name: str, epoch: int) -> str:
+    """``{name}-{epoch}.safetensors``, the file name of a checkpoint (Burn's scheme)."""
+    return f"{check_name(name)}-{check_epoch(epoch)}{SUFFIX}"
+
+
+def ensure_directory(directory: str | os.PathLike[str]) -> Path:
+    """Create ``directory`` (and parents); ValueError if it exists and is not a directory."""
+    path = Path(directory)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"checkpoint directory {str(path)!r} exists and is not a directory")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make a rename or removal in ``directory`` durable (a no-op on Windows)."""
+    if os.name == "nt":  # pragma: no cover - Windows cannot open a directory for fsync
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that ``path`` holds either its old content or all of ``data``.
+
+    See :func:`atomic_fill`, which does the work.
+    """
+
+    def fill(temp: Path) -> None:
+        with temp.open("wb") as handle:
+            handle.write(data)
+
+    atomic_fill(path, fill)
+
+
+def atomic_fill(path: Path, fill: Callable[[Path], None]) -> CheckpointFile:
+    """Have ``fill`` write a temp file, then make it ``path``, all or nothing; describe it.
+
+    The temp file is ``.{name}.{random}.tmp`` in the same directory; once filled it is read
+    back for its size and SHA-256 (as written to disk, not as meant), fsynced, renamed over
+    ``path``, and the directory is fsynced. On an error the temp file is removed; after a crash
+    it stays behind and :func:`remove_stale_temps` clears it on a later save. Hashing and
+    writing happen outside the GIL, so a background writer barely slows training.
+    """
+    temp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    try:
+        fill(temp)
+        digest = hashlib.sha256()
+        with temp.open("rb") as handle:
+            while block := handle.read(1 << 24):
+                digest.update(block)
+            size = handle.tell()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    fsync_directory(path.parent)
+    return CheckpointFile(path.name, size, digest.hexdigest())
+
+
+def remove_stale_temps(directory: Path, final_name_pattern: str) -> None:
+    """Remove temp files that :func:`atomic_write` left for final names matching the regex."""
+    temp = re.compile(rf"\.{final_name_pattern}{_TEMP_RE}")
+    for entry in os.scandir(directory):
+        if temp.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
+            Path(entry.path).unlink(missing_ok=True)
+
+
+class FileCheckpointer:
+    """Stores each epoch's record in ``{directory}/{name}-{epoch}.safetensors``.
+
+    ``save`` writes atomically and returns the :class:`CheckpointFile` it wrote (for a manifest);
+    ``restore`` reads the file once, checks it against ``expected`` when given, and parses it
+    without running code; ``delete`` removes the file (a missing one is fine). The directory is
+    created at construction.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], name: str) -> None:
+        self._name = check_name(name)
+        self._directory = ensure_directory(directory)
+
+    @property
+    def directory(self) -> Path:
+        """Where the files are."""
+        return self._directory
+
+    @property
+    def name(self) -> str:
+        """The file-name stem, e.g. ``"model"``."""
+        return self._name
+
+    def __repr__(self) -> str:
+        return f"FileCheckpointer({str(self._directory)!r}, {self._name!r})"
+
+    def path(self, epoch: int) -> Path:
+        """``{directory}/{name}-{epoch}.safetensors``."""
+        return self._directory / checkpoint_file_name(self._name, epoch)
+
+    def save(self, epoch: int, record: Record) -> CheckpointFile:
+        """Write ``record`` as epoch ``epoch`` atomically; return name, size and SHA-256 written."""
+        path = self.path(epoch)
+        tensors, metadata = serializable(record, self._name, epoch)
+        remove_stale_temps(self._directory, re.escape(self._name) + r"-[0-9]+" + re.escape(SUFFIX))
+
+        def fill(temp: Path) -> None:
+            try:
+                save_safetensors_file(tensors, temp, metadata=metadata)
+            except Exception as error:
+                raise CheckpointError(
+                    f"cannot serialize the tensors of checkpoint {self._name!r}: {error}"
+                ) from error
+
+        return atomic_fill(path, fill)
+
+    def restore(self, epoch: int, expected: CheckpointFile | None = None) -> Record:
+        """Read epoch ``epoch``'s record, verified by ``expected`` (size, SHA-256) if given."""
+        path = self.path(epoch)
+        if expected is not None and expected.name != path.name:
+            raise ValueError(f"expected file {expected.name!r} is not {path.name!r}")
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise CheckpointError(f"checkpoint file {path} is missing") from None
+        except OSError as error:
+            raise CheckpointError(f"checkpoint file {path} cannot be read: {error}") from error
+        if expected is not None:
+            verify_bytes(path, data, expected)
+        return deserialize(data, path, self._name, epoch)
+
+    def delete(self, epoch: int) -> None:
+        """Remove epoch ``epoch``'s file if it exists."""
+        self.path(epoch).unlink(missing_ok=True)
+
+
+def verify_bytes(path: Path, data: bytes, expected: CheckpointFile) -> None:
+    """CheckpointError naming ``path`` when ``data`` differs from ``expected`` in size or hash."""
+    if len(data) != expected.size:
+        raise CheckpointError(
+            f"checkpoint file {path} is damaged: its size is {len(data)} bytes, "
+            f"expected {expected.size} bytes"
+        )
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != expected.sha256:
+        raise CheckpointError(
+            f"checkpoint file {path} is damaged: its SHA-256 is {actual}, "
+            f"expected {expected.sha256}"
+        )
+
+
+def serializable(
+    record: Record, name: str, epoch: int
+) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """The tensors and the safetensors metadata (ember's JSON header document) of ``record``."""
+    document = {
+        "format": FORMAT,
+        "version": VERSION,
+        "name": name,
+        "epoch": epoch,
+        "metadata": record.metadata,
+    }
+    try:
+        header = json.dumps(document, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"the metadata of checkpoint {name!r} is not JSON: {error}") from error
+    return _storable(record.tensors), {_HEADER_KEY: header}
+
+
+def _storable(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """CPU, dense, contiguous tensors that share no memory, as safetensors requires."""
+    result: dict[str, torch.Tensor] = {}
+    storages: set[int] = set()
+    for key, tensor in tensors.items():
+        value = tensor.detach()
+        if value.device.type != "cpu" or not value.is_contiguous():
+            value = value.to(device="cpu", memory_format=torch.contiguous_format, copy=True)
+        if value.numel() > 0:
+            pointer = value.untyped_storage().data_ptr()
+            if pointer in storages:  # tied weights or views: safetensors refuses shared memory
+                value = value.clone()
+                pointer = value.untyped_storage().data_ptr()
+            storages.add(pointer)
+        result[key] = value
+    return result
+
+
+def deserialize(data: bytes, path: Path, name: str, epoch: int) -> Record:
+    """Parse checkpoint bytes; CheckpointError naming ``path`` unless an ember checkpoint."""
+    document = _read_document(data, path)
+    if document.get("format") != FORMAT or document.get("version") != VERSION:
+        raise CheckpointError(
+            f"checkpoint file {path} has format {document.get('format')!r} version "
+            f"{document.get('version')!r}, expected {FORMAT!r} version {VERSION}"
+        )
+    if document.get("name") != name or document.get("epoch") != epoch:
+        raise CheckpointError(
+            f"checkpoint file {path} holds {document.get('name')!r} of epoch "
+            f"{document.get('epoch')!r}, expected {name!r} of epoch {epoch}"
+        )
+    metadata = document.get("metadata")
+    if not isinstance(metadata, dict):
+        raise CheckpointError(f"checkpoint file {path} has no metadata object")
+    try:
+        tensors = load_safetensors(data)
+    except Exception as error:
+        raise CheckpointError(f"checkpoint file {path} has unreadable tensors: {error}") from error
+    return Record(tensors=dict(tensors), metadata=metadata)
+
+
+def _read_document(data: bytes, path: Path) -> dict[str, Any]:
+    """The JSON document stored under ``"ember"`` in the safetensors header of ``data``."""
+    if len(data) < 8:
+        raise CheckpointError(f"checkpoint file {path} is truncated: {len(data)} bytes")
+    length = int.from_bytes(data[:8], "little")
+    if length > len(data) - 8:
+        raise CheckpointError(
+            f"checkpoint file {path} is not a safetensors file or is truncated: its header "
+            f"claims {length} bytes, the file has {len(data) - 8} after the length"
+        )
+    try:
+        header = json.loads(data[8 : 8 + length])
+        metadata = header["__metadata__"]
+        document = json.loads(metadata[_HEADER_KEY])
+    except (ValueError, TypeError, KeyError) as error:
+        raise CheckpointError(
+            f"checkpoint file {path} has no valid ember header: {type(error).__name__}: {error}"
+        ) from None
+    if not isinstance(document, dict):
+        raise CheckpointError(f"checkpoint file {path} has no valid ember header")
+    return document

@@ -1,0 +1,310 @@
+"""The training loop's checkpointer: strategy, four files per epoch, manifest, async writes.
+
+Layout of ``directory`` (the builder passes ``{run_dir}/checkpoint``)::
+
+    model-{e}.safetensors       model_record(model)
+    optim-{e}.safetensors       optimizer_record(optim)
+    scheduler-{e}.safetensors   the LR scheduler's state (state_record)
+    state-{e}.safetensors       ember's training state (B4): counters, RNG, loaders, early stopping,
+                                and "checkpointing_strategy" (added here, see below)
+    manifest-{e}.json           written last: the epoch is complete once it exists and verifies
+
+How the strategy's state is kept (B4). :meth:`LearningCheckpointer.checkpoint` first asks the
+strategy for this epoch's actions, then adds ``"checkpointing_strategy":
+strategy.state_dict()`` to the state record's metadata. The saved state therefore already
+includes this epoch's decision: a run resumed from epoch ``e`` continues exactly as one that was
+never interrupted. :meth:`LearningCheckpointer.restore` loads it back into the strategy and
+removes the key from the returned state record. Callers build ``records.state`` without that key
+(it is reserved: passing it raises ValueError).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from ember._errors import CheckpointError
+from ember.train._checkpoint.asynchronous import BackgroundWriter
+from ember.train._checkpoint.file import FileCheckpointer, check_epoch, ensure_directory
+from ember.train._checkpoint.manifest import (
+    complete_epochs,
+    delete_manifest,
+    latest_complete_epoch,
+    manifest_path,
+    read_manifest,
+    write_manifest,
+)
+from ember.train._checkpoint.record import Record
+from ember.train._checkpoint.strategy import (
+    CheckpointingAction,
+    CheckpointingStrategy,
+    Delete,
+    Save,
+)
+from ember.train._metric.store import MetricQuery
+
+__all__ = ["STRATEGY_STATE_KEY", "LearningCheckpointer", "TrainingRecords"]
+
+STRATEGY_STATE_KEY = "checkpointing_strategy"
+NAMES = ("model", "optim", "scheduler", "state")
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class TrainingRecords:
+    """Everything one checkpoint holds; build each with the functions of ``record.py``."""
+
+    model: Record
+    optim: Record
+    scheduler: Record
+    state: Record
+
+
+class LearningCheckpointer:
+    """Checkpoints a training run in ``directory`` as its ``strategy`` decides.
+
+    ``checkpoint(epoch, records, query)`` does, in order::
+
+        raise the error of an earlier failed write, if any (once)
+        actions = strategy.checkpointing(epoch, query)          # on the caller's thread, now
+        state = records.state + {"checkpointing_strategy": strategy.state_dict()}
+        then, on the "checkpoint-writer" thread (or inline when asynchronous=False):
+            if Save in actions:
+                remove manifest-{epoch}.json if an older run left one (the epoch is re-written)
+                write model, optim, scheduler, state files        # atomic each
+                write manifest-{epoch}.json                       # commits the epoch
+            for Delete(e) in actions, only after the commit:
+                remove manifest-{e}.json, then e's four files
+
+    A failed write stops that job (so nothing is deleted after a failed save) and is re-raised
+    with a note naming the epoch and the file, once, by the next ``checkpoint``, ``flush`` or
+    ``close``. The records are snapshots: the caller may change the weights as soon as
+    ``checkpoint`` returns.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        strategy: CheckpointingStrategy,
+        *,
+        asynchronous: bool = True,
+    ) -> None:
+        self._directory = ensure_directory(directory)
+        self._strategy = strategy
+        self._files = {name: FileCheckpointer(self._directory, name) for name in NAMES}
+        self._writer = BackgroundWriter() if asynchronous else None
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"LearningCheckpointer({str(self._directory)!r}, {self._strategy!r})"
+
+    def __enter__(self) -> LearningCheckpointer:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @property
+    def directory(self) -> Path:
+        """The checkpoint directory."""
+        return self._directory
+
+    @property
+    def strategy(self) -> CheckpointingStrategy:
+        """The checkpointing strategy (its state is saved with every checkpoint)."""
+        return self._strategy
+
+    def checkpoint(
+        self, epoch: int, records: TrainingRecords, query: MetricQuery
+    ) -> TrainingRecords:
+        """Apply the strategy's decision for ``epoch`` (see the class doc for the exact order).
+
+        Returns the records as they are (or would be) written, strategy state included, for
+        :meth:`save`.
+        """
+        if self._closed:
+            raise CheckpointError(f"{self!r} is closed")
+        check_epoch(epoch)
+        if STRATEGY_STATE_KEY in records.state.metadata:
+            raise ValueError(
+                f"the state record must not contain {STRATEGY_STATE_KEY!r}: "
+                "the checkpointer adds it"
+            )
+        if self._writer is not None:
+            self._writer.raise_pending()
+        actions = tuple(self._strategy.checkpointing(epoch, query))
+        for action in actions:
+            if not isinstance(action, Save | Delete):
+                raise TypeError(f"{self._strategy!r} returned {action!r}, not Save or Delete")
+            if isinstance(action, Delete):
+                check_epoch(action.epoch)
+        metadata = dict(records.state.metadata)
+        metadata[STRATEGY_STATE_KEY] = self._strategy.state_dict()
+        state = Record(tensors=dict(records.state.tensors), metadata=metadata)
+        records = TrainingRecords(records.model, records.optim, records.scheduler, state)
+
+        def job() -> None:
+            self._apply(epoch, records, actions)
+
+        if self._writer is None:
+            job()
+        else:
+            self._writer.submit(job)
+        return records
+
+    def save(self, epoch: int, records: TrainingRecords) -> None:
+        """Make sure ``epoch`` is on disk, whatever the strategy decided for it.
+
+        ``records`` are what :meth:`checkpoint` returned for ``epoch``. Used for a graceful stop:
+        the last epoch-boundary state is kept even if the strategy had not kept it.
+        """
+        if self._closed:
+            raise CheckpointError(f"{self!r} is closed")
+        check_epoch(epoch)
+        if STRATEGY_STATE_KEY not in records.state.metadata:
+            raise ValueError("save() takes the records returned by checkpoint()")
+
+        def job() -> None:
+            if not manifest_path(self._directory, epoch).exists():
+                self._save(epoch, records)
+
+        if self._writer is None:
+            job()
+        else:
+            self._writer.submit(job)
+
+    def restore(self, epoch: int) -> TrainingRecords:
+        """Wait for pending writes, verify epoch ``epoch`` against its manifest and read it.
+
+        The strategy's saved state is loaded into :attr:`strategy` (if it does not fit a strategy
+        that was changed since, a warning is logged and the strategy keeps its own state). A
+        missing epoch raises CheckpointError listing the complete ones; a damaged file raises
+        CheckpointError naming it and what differs.
+        """
+        check_epoch(epoch)
+        self._wait()
+        if not manifest_path(self._directory, epoch).exists():
+            raise CheckpointError(
+                f"no complete checkpoint of epoch {epoch} in {self._directory}; "
+                f"complete epochs: {self.complete_epochs()}"
+            )
+        try:
+            loaded = self._read(epoch)
+        except CheckpointError as error:
+            error.add_note(f"complete epochs in {self._directory}: {self.complete_epochs()}")
+            raise
+        metadata = dict(loaded["state"].metadata)
+        if STRATEGY_STATE_KEY not in metadata:
+            raise CheckpointError(
+                f"checkpoint file {self._files['state'].path(epoch)} has no {STRATEGY_STATE_KEY!r}"
+            )
+        self._load_strategy_state(epoch, metadata.pop(STRATEGY_STATE_KEY))
+        state = Record(tensors=loaded["state"].tensors, metadata=metadata)
+        return TrainingRecords(loaded["model"], loaded["optim"], loaded["scheduler"], state)
+
+    def complete_epochs(self) -> list[int]:
+        """Epochs whose manifest lists all four files and every file verifies (reads them all)."""
+        self._wait()
+        return complete_epochs(self._directory, NAMES)
+
+    def latest_complete_epoch(self) -> int | None:
+        """The newest complete epoch (damaged ones are skipped), or None."""
+        self._wait()
+        return latest_complete_epoch(self._directory, NAMES)
+
+    def flush(self) -> None:
+        """Wait for pending writes; raise the error of a failed one (once)."""
+        if self._writer is not None:
+            self._writer.flush()
+
+    def close(self) -> None:
+        """Finish pending writes and stop the writer thread; raise a pending error once.
+
+        Idempotent: a second call does nothing.
+        """
+        self._closed = True
+        if self._writer is not None:
+            self._writer.close()
+
+    def _read(self, epoch: int) -> dict[str, Record]:
+        manifest = read_manifest(self._directory, epoch)
+        loaded: dict[str, Record] = {}
+        for name, checkpointer in self._files.items():
+            expected = manifest.file(checkpointer.path(epoch).name)
+            if expected is None:
+                raise CheckpointError(
+                    f"checkpoint manifest {manifest_path(self._directory, epoch)} does not list "
+                    f"{checkpointer.path(epoch).name}"
+                )
+            loaded[name] = checkpointer.restore(epoch, expected)
+        return loaded
+
+    # --- writer side ---------------------------------------------------------------------------
+
+    def _wait(self) -> None:
+        if self._writer is not None:
+            self._writer.wait()
+
+    def _apply(
+        self, epoch: int, records: TrainingRecords, actions: tuple[CheckpointingAction, ...]
+    ) -> None:
+        if any(isinstance(action, Save) for action in actions):
+            self._save(epoch, records)
+        for action in actions:
+            if isinstance(action, Delete):
+                self._delete(action.epoch, epoch)
+
+    def _save(self, epoch: int, records: TrainingRecords) -> None:
+        manifest = manifest_path(self._directory, epoch)
+        # an older checkpoint of this epoch (from a run resumed before it) must stop being
+        # complete before its files are replaced
+        with _noting(f"saving epoch {epoch}", manifest):
+            delete_manifest(self._directory, epoch)
+        files = []
+        for name in NAMES:
+            checkpointer = self._files[name]
+            with _noting(f"saving epoch {epoch}", checkpointer.path(epoch)):
+                files.append(checkpointer.save(epoch, getattr(records, name)))
+        with _noting(f"saving epoch {epoch}", manifest):
+            write_manifest(self._directory, epoch, files)
+
+    def _delete(self, epoch: int, current: int) -> None:
+        what = f"deleting epoch {epoch} after epoch {current}"
+        with _noting(what, manifest_path(self._directory, epoch)):
+            delete_manifest(self._directory, epoch)
+        for checkpointer in self._files.values():
+            with _noting(what, checkpointer.path(epoch)):
+                checkpointer.delete(epoch)
+
+    def _load_strategy_state(self, epoch: int, state: Any) -> None:
+        try:
+            self._strategy.load_state_dict(state)
+        except (ValueError, TypeError, KeyError) as error:
+            _log.warning(
+                "the checkpointing-strategy state saved at epoch %d does not fit %r (%s); "
+                "it starts from its current state",
+                epoch,
+                self._strategy,
+                error,
+            )
+
+
+@contextmanager
+def _noting(what: str, path: Path) -> Iterator[None]:
+    """Add a note naming the epoch and the file to an exception passing through."""
+    try:
+        yield
+    except BaseException as error:
+        error.add_note(f"ember: checkpoint failed while {what}, at {path}")
+        raise

@@ -1,0 +1,268 @@
+"""Checkpointing strategies: which epochs to save and which to delete (reference §7.1).
+
+After each epoch the training loop asks ``strategy.checkpointing(epoch, query)`` and gets a list
+of actions: :class:`Save` (checkpoint this epoch) and :class:`Delete` (remove an older one). The
+rules are Burn's:
+
+* :class:`KeepLastNCheckpoints` saves every epoch and deletes epoch ``epoch - n`` once positive.
+* :class:`MetricCheckpointingStrategy` keeps only the best epoch for a metric.
+* :class:`ComposedCheckpointingStrategy` saves when *any* strategy wants to and deletes an epoch
+  only once *every* strategy has flagged it (a Delete, or no action at all for that epoch).
+
+Beyond Burn (B4), strategies are stateful in a way that survives a resume: ``state_dict()``
+returns JSON and ``load_state_dict()`` restores it, so a resumed run makes the decisions an
+uninterrupted one would have made (Burn forgets the best epoch and the flags, and leaks files).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeAlias
+
+from ember.train._checkpoint.file import check_epoch
+from ember.train._metric.store import MetricQuery
+from ember.train._vocabulary import Aggregate, Direction, Split
+
+__all__ = [
+    "CheckpointingAction",
+    "CheckpointingStrategy",
+    "ComposedCheckpointingStrategy",
+    "Delete",
+    "KeepLastNCheckpoints",
+    "MetricCheckpointingStrategy",
+    "NamedMetric",
+    "Save",
+    "default_checkpointing_strategy",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Save:
+    """Checkpoint the current epoch."""
+
+
+@dataclass(frozen=True, slots=True)
+class Delete:
+    """Delete the checkpoint of ``epoch``."""
+
+    epoch: int
+
+
+CheckpointingAction: TypeAlias = Save | Delete
+
+
+class CheckpointingStrategy(Protocol):
+    """Decides, after each epoch, what to save and delete; its state is JSON (B4)."""
+
+    def checkpointing(self, epoch: int, query: MetricQuery) -> list[CheckpointingAction]:
+        """The actions for the end of ``epoch``; ``query`` reads the logged metric values."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """The strategy's state as JSON (a fresh copy)."""
+        ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a ``state_dict()``; ValueError if it does not fit this strategy."""
+        ...
+
+
+class NamedMetric(Protocol):
+    """Anything with a metric ``name``, such as ember's metrics."""
+
+    @property
+    def name(self) -> str: ...
+
+
+def _expect_kind(strategy: object, state: object) -> dict[str, Any]:
+    kind = type(strategy).__name__
+    if not isinstance(state, dict) or state.get("strategy") != kind:
+        found = state.get("strategy") if isinstance(state, dict) else type(state).__name__
+        raise ValueError(f"checkpointing state for {found!r} does not fit {kind}")
+    return state
+
+
+class KeepLastNCheckpoints:
+    """Save every epoch; keep the last ``n`` (Burn's ``KeepLastNCheckpoints``)."""
+
+    def __init__(self, n: int) -> None:
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            # Burn accepts 0, which saves an epoch and deletes it at once: never useful.
+            raise ValueError(f"n must be an int >= 1 (checkpoints to keep), got {n!r}")
+        self.n = n
+
+    def __repr__(self) -> str:
+        return f"KeepLastNCheckpoints({self.n})"
+
+    def checkpointing(self, epoch: int, query: MetricQuery) -> list[CheckpointingAction]:
+        """``[Save()]``, plus ``Delete(epoch - n)`` when that epoch exists."""
+        check_epoch(epoch)
+        actions: list[CheckpointingAction] = [Save()]
+        if epoch - self.n > 0:
+            actions.append(Delete(epoch - self.n))
+        return actions
+
+    def state_dict(self) -> dict[str, Any]:
+        """Stateless: only the kind, so a state from another strategy is noticed."""
+        return {"strategy": type(self).__name__}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Check that ``state`` came from this kind of strategy."""
+        _expect_kind(self, state)
+
+
+class MetricCheckpointingStrategy:
+    """Keep only the best epoch for a metric (Burn's ``MetricCheckpointingStrategy``).
+
+    ``best`` is ``query.find_epoch(...)``, or the current epoch when nothing was logged (then the
+    strategy behaves like "keep the last one"). It deletes the previously kept epoch when the best
+    changes and saves the current epoch when it is the best.
+    """
+
+    def __init__(
+        self,
+        metric: str | NamedMetric,
+        aggregate: Aggregate = Aggregate.MEAN,
+        direction: Direction = Direction.LOWEST,
+        split: Split = Split.VALID,
+    ) -> None:
+        name = metric if isinstance(metric, str) else getattr(metric, "name", None)
+        if not isinstance(name, str) or not name:
+            raise ValueError(
+                f"metric must be a metric name or have a non-empty .name, got {metric!r}"
+            )
+        for value, kind in ((aggregate, Aggregate), (direction, Direction), (split, Split)):
+            if not isinstance(value, kind):
+                raise TypeError(f"{kind.__name__.lower()} must be a {kind.__name__}, got {value!r}")
+        self.name = name
+        self.aggregate = aggregate
+        self.direction = direction
+        self.split = split
+        self.current: int | None = None  # the epoch this strategy keeps
+
+    def __repr__(self) -> str:
+        return (
+            f"MetricCheckpointingStrategy({self.name!r}, {self.aggregate}, {self.direction}, "
+            f"{self.split})"
+        )
+
+    def checkpointing(self, epoch: int, query: MetricQuery) -> list[CheckpointingAction]:
+        """``Delete(kept)`` if the best epoch moved from it; ``Save()`` if ``epoch`` is best."""
+        check_epoch(epoch)
+        best = query.find_epoch(self.name, self.aggregate, self.direction, self.split)
+        if best is None:
+            best = epoch
+        actions: list[CheckpointingAction] = []
+        if self.current is not None and self.current != best:
+            actions.append(Delete(self.current))
+        if best == epoch:
+            actions.append(Save())
+        self.current = best
+        return actions
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"strategy": "MetricCheckpointingStrategy", "metric": name, "current": kept}``."""
+        return {"strategy": type(self).__name__, "metric": self.name, "current": self.current}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the kept epoch; ValueError if ``state`` is for another strategy or metric."""
+        state = _expect_kind(self, state)
+        current = state.get("current")
+        if state.get("metric") != self.name:
+            raise ValueError(
+                f"checkpointing state for metric {state.get('metric')!r} does not fit {self.name!r}"
+            )
+        if current is not None:
+            check_epoch(current)
+        self.current = current
+
+
+class ComposedCheckpointingStrategy:
+    """Combine strategies: save when any saves; delete an epoch once every one has flagged it.
+
+    A strategy flags an epoch by returning ``Delete(epoch)`` for it, or by returning no action at
+    all at that epoch. Deletions are checked only for epochs some strategy asks to delete, in the
+    order asked; ``Save`` always comes first in the result (Burn's ``composed.rs``).
+    """
+
+    def __init__(self, strategies: Sequence[CheckpointingStrategy]) -> None:
+        self.strategies = list(strategies)
+        if not self.strategies:
+            raise ValueError("ComposedCheckpointingStrategy needs at least one strategy, got none")
+        self.deleted: list[set[int]] = [set() for _ in self.strategies]
+
+    def __repr__(self) -> str:
+        return f"ComposedCheckpointingStrategy({self.strategies!r})"
+
+    def checkpointing(self, epoch: int, query: MetricQuery) -> list[CheckpointingAction]:
+        """The composed actions for ``epoch`` (see the class doc)."""
+        check_epoch(epoch)
+        saved = False
+        to_check: list[int] = []
+        for flagged, strategy in zip(self.deleted, self.strategies, strict=True):
+            actions = strategy.checkpointing(epoch, query)
+            if not actions:  # this strategy does not want the current epoch
+                flagged.add(epoch)
+            for action in actions:
+                if isinstance(action, Delete):
+                    flagged.add(action.epoch)
+                    to_check.append(action.epoch)
+                elif isinstance(action, Save):
+                    saved = True
+                else:
+                    raise TypeError(f"{strategy!r} returned {action!r}, not Save or Delete")
+        result: list[CheckpointingAction] = [Save()] if saved else []
+        for candidate in to_check:
+            if all(candidate in flagged for flagged in self.deleted):
+                result.append(Delete(candidate))
+                for flagged in self.deleted:
+                    flagged.discard(candidate)
+        return result
+
+    def state_dict(self) -> dict[str, Any]:
+        """The flags of each sub-strategy and the sub-strategies' own states."""
+        return {
+            "strategy": type(self).__name__,
+            "deleted": [sorted(flagged) for flagged in self.deleted],
+            "strategies": [strategy.state_dict() for strategy in self.strategies],
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the flags and every sub-strategy; ValueError if the composition differs.
+
+        On an error nothing changes: sub-strategies already loaded are put back.
+        """
+        state = _expect_kind(self, state)
+        deleted, states = state.get("deleted"), state.get("strategies")
+        count = len(self.strategies)
+        if not isinstance(deleted, list) or not isinstance(states, list):
+            raise ValueError("checkpointing state of ComposedCheckpointingStrategy is malformed")
+        if len(deleted) != count or len(states) != count:
+            raise ValueError(
+                f"checkpointing state holds {len(states)} strategies, this composition has {count}"
+            )
+        flags = []
+        for epochs in deleted:
+            if not isinstance(epochs, list):
+                raise ValueError(f"checkpointing flags must be lists of epochs, got {epochs!r}")
+            flags.append({check_epoch(e) for e in epochs})
+        previous = [strategy.state_dict() for strategy in self.strategies]
+        try:
+            for strategy, sub_state in zip(self.strategies, states, strict=True):
+                strategy.load_state_dict(sub_state)
+        except BaseException:
+            for strategy, sub_state in zip(self.strategies, previous, strict=True):
+                strategy.load_state_dict(sub_state)
+            raise
+        self.deleted = flags
+
+
+def default_checkpointing_strategy() -> ComposedCheckpointingStrategy:
+    """Burn's default: keep the last 2 epochs and the one with the lowest mean valid Loss."""
+    return ComposedCheckpointingStrategy(
+        [
+            KeepLastNCheckpoints(2),
+            MetricCheckpointingStrategy("Loss", Aggregate.MEAN, Direction.LOWEST, Split.VALID),
+        ]
+    )

@@ -1,0 +1,103 @@
+"""Early stopping: end training when a metric stops improving (reference §8)."""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from ember.train._metric.store import MetricQuery
+from ember.train._vocabulary import Aggregate, Direction, Split
+
+__all__ = ["EarlyStoppingStrategy", "MetricEarlyStoppingStrategy", "StoppingCondition"]
+
+log = logging.getLogger("ember.train")
+
+
+@runtime_checkable
+class EarlyStoppingStrategy(Protocol):
+    """Asked after each completed epoch (after its checkpoint) whether to stop."""
+
+    def should_stop(self, epoch: int, query: MetricQuery) -> bool:
+        """True to end training after ``epoch``."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class StoppingCondition:
+    """When to stop: after ``n_epochs`` epochs without a new best value."""
+
+    n_epochs: int
+
+    def __post_init__(self) -> None:
+        if isinstance(self.n_epochs, bool) or not isinstance(self.n_epochs, int):
+            raise TypeError(f"n_epochs must be an int, got {self.n_epochs!r}")
+        if self.n_epochs < 1:
+            raise ValueError(f"n_epochs must be >= 1, got {self.n_epochs}")
+
+    @classmethod
+    def no_improvement_since(cls, n_epochs: int) -> StoppingCondition:
+        """Stop once the best epoch is ``n_epochs`` epochs old."""
+        return cls(n_epochs)
+
+
+class MetricEarlyStoppingStrategy:
+    """Stops when ``metric`` has not improved on ``split`` for the condition's epochs.
+
+    Improvement is strict. ``metric`` is a metric object or its name. The state (best epoch and
+    value) is part of checkpoints, so a resumed run stops exactly where an uninterrupted one
+    would (Burn resets it).
+    """
+
+    def __init__(
+        self,
+        metric: Any,
+        aggregate: Aggregate = Aggregate.MEAN,
+        direction: Direction = Direction.LOWEST,
+        split: Split = Split.VALID,
+        condition: StoppingCondition | None = None,
+    ) -> None:
+        name = metric if isinstance(metric, str) else getattr(metric, "name", None)
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"metric must be a metric or a metric name, got {metric!r}")
+        for value, kind in ((aggregate, Aggregate), (direction, Direction), (split, Split)):
+            if not isinstance(value, kind):
+                raise TypeError(f"expected a {kind.__name__}, got {value!r}")
+        self.name = name
+        self.aggregate = aggregate
+        self.direction = direction
+        self.split = split
+        self.condition = condition or StoppingCondition.no_improvement_since(2)
+        self.best_epoch = 1
+        self.best_value = math.inf if direction is Direction.LOWEST else -math.inf
+        self.reason: str | None = None
+
+    def should_stop(self, epoch: int, query: MetricQuery) -> bool:
+        """Record ``epoch``'s value; True when the best epoch is old enough."""
+        value = query.find_metric(self.name, epoch, self.aggregate, self.split)
+        if value is None:
+            log.warning("Can't find metric %r for early stopping.", self.name)
+            return False
+        lowest = self.direction is Direction.LOWEST
+        if value < self.best_value if lowest else value > self.best_value:
+            self.best_value, self.best_epoch = value, epoch
+            log.info("New best epoch found %d %s: %s", epoch, self.name, value)
+            return False
+        if epoch - self.best_epoch < self.condition.n_epochs:
+            return False
+        self.reason = (
+            f"early stopping: {self.split.value} {self.name} has not improved since epoch "
+            f"{self.best_epoch} ({self.best_value:.4g})"
+        )
+        log.info("Stopping training loop, %s", self.reason)
+        return True
+
+    def state_dict(self) -> dict[str, Any]:
+        """The best epoch and value, as JSON."""
+        return {"best_epoch": self.best_epoch, "best_value": self.best_value}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+        self.best_epoch = int(state["best_epoch"])
+        self.best_value = float(state["best_value"])

@@ -1,0 +1,1 @@
+"""Metric loggers: files on disk (the default), memory, one CSV file, TensorBoard."""

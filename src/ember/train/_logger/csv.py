@@ -1,0 +1,194 @@
+"""Metric values in one CSV file, for spreadsheets and pandas, that also answers queries.
+
+::
+
+    epoch,split,metric,value,weight,kind
+    1,train,Loss,4.471280097961426,1,batch
+    ...
+    1,train,Loss,4.484403473990304,,epoch
+
+One row per numeric entry: ``kind`` is ``batch`` for a batch value (``weight`` empty when the
+metric gives none) and ``epoch`` for the epoch value written at the split end. Numbers are
+written as the metric log files write them, so they read back exactly. Non-numeric metrics are
+not written.
+
+Rows are buffered and written out at every split end and at :meth:`CsvMetricLogger.close`.
+:meth:`CsvMetricLogger.read_numeric` reads the file back (only the part it has not read yet),
+so this logger alone can serve checkpointing, early stopping and the summary.
+
+An existing file is continued, as a resumed run needs: when an epoch that the file already holds
+is logged again (the epoch after the checkpoint a run resumed from), that split's rows from the
+epoch on are dropped first, as the file logger starts a re-run epoch's files anew.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import threading
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import IO
+
+from ember.train._metric.base import MetricDefinition, MetricEntry, NumericEntry, format_number
+from ember.train._vocabulary import Split
+
+__all__ = ["CsvMetricLogger"]
+
+HEADER = ("epoch", "split", "metric", "value", "weight", "kind")
+
+_Key = tuple[str, Split, int]
+
+
+class CsvMetricLogger:
+    """Appends the numeric entries of every metric to the CSV file ``path``.
+
+    See the module docstring for the columns. ``path``'s directory is created with the first
+    row; a file that exists must start with the header above.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        if self.path.is_dir():
+            raise ValueError(f"path is a directory, not a CSV file: {str(self.path)!r}")
+        self._lock = threading.Lock()
+        self._file: IO[str] | None = None
+        self._rows: list[tuple[object, ...]] = []
+        self._not_numeric: set[str] = set()
+        self._started: set[tuple[Split, int]] = set()
+        # what has been read back: entries by (metric, split, epoch), and up to which byte
+        self._index: dict[_Key, list[NumericEntry]] = {}
+        self._read_up_to = 0
+        # the (split, epoch) pairs an earlier run left in the file
+        self._earlier = self._scan_existing()
+
+    def log_definition(self, definition: MetricDefinition) -> None:
+        """Remember metrics that are not numeric: their entries are skipped."""
+        if not definition.is_numeric:
+            self._not_numeric.add(definition.name)
+
+    def log(self, entries: Sequence[MetricEntry], epoch: int, split: Split) -> None:
+        """Buffer one row per numeric entry."""
+        with self._lock:
+            if (split, epoch) not in self._started:
+                self._start(split, epoch)
+            for entry in entries:
+                if entry.name in self._not_numeric or not entry.is_available:
+                    continue
+                try:
+                    value = NumericEntry.parse(entry.serialized)
+                except ValueError:  # a metric without a definition that logs text
+                    continue
+                self._rows.append(_row(epoch, split, entry.name, value))
+
+    def end_split(self, epoch: int, split: Split) -> None:
+        """Write the buffered rows to the file."""
+        with self._lock:
+            self._write_rows()
+
+    def read_numeric(self, name: str, epoch: int, split: Split) -> list[NumericEntry]:
+        """The entries of ``name`` as the file holds them; a malformed row raises ``ValueError``."""
+        with self._lock:
+            self._write_rows()
+            self._read_new_rows()
+            return list(self._index.get((name, split, epoch), []))
+
+    def close(self) -> None:
+        """Write the buffered rows and close the file; calling it again does nothing."""
+        with self._lock:
+            self._write_rows()
+            self._close_file()
+
+    # internals ---------------------------------------------------------------------------
+
+    def _scan_existing(self) -> set[tuple[Split, int]]:
+        try:
+            with self.path.open(newline="", encoding="utf-8") as file:
+                rows = csv.reader(file)
+                header = next(rows, None)
+                if header is not None and tuple(header) != HEADER:
+                    raise ValueError(
+                        f"{str(self.path)!r} is not a CSV metric log: its header is "
+                        f"{','.join(header)!r}, expected {','.join(HEADER)!r}"
+                    )
+                return {_parse(row, self.path)[0][1:] for row in rows if row}
+        except FileNotFoundError:
+            return set()
+
+    def _write_rows(self) -> None:
+        if self._rows:
+            if self._file is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._file = self.path.open("a", newline="", encoding="utf-8")
+                if self._file.tell() == 0:
+                    self._rows.insert(0, HEADER)
+            csv.writer(self._file, lineterminator="\n").writerows(self._rows)
+            self._rows.clear()
+        if self._file is not None:
+            self._file.flush()
+
+    def _close_file(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def _start(self, split: Split, epoch: int) -> None:
+        """First entries of ``epoch`` on ``split`` in this run: drop rows an earlier run left."""
+        self._started.add((split, epoch))
+        stale = {(s, e) for s, e in self._earlier if s is split and e >= epoch}
+        if not stale:
+            return
+        self._write_rows()
+        self._close_file()
+        with self.path.open(newline="", encoding="utf-8") as file:
+            rows = list(csv.reader(file))
+        kept = [row for row in rows[1:] if row and (Split(row[1]), int(row[0])) not in stale]
+        temporary = self.path.with_name(self.path.name + ".tmp")
+        with temporary.open("w", newline="", encoding="utf-8") as file:
+            csv.writer(file, lineterminator="\n").writerows([HEADER, *kept])
+        os.replace(temporary, self.path)
+        self._earlier -= stale
+        self._index.clear()
+        self._read_up_to = 0
+
+    def _read_new_rows(self) -> None:
+        try:
+            with self.path.open("rb") as file:
+                file.seek(self._read_up_to)
+                data = file.read()
+        except FileNotFoundError:
+            return
+        if not data:
+            return
+        first_line = 1 if self._read_up_to == 0 else None
+        for number, row in enumerate(_csv_rows(data), start=1):
+            if number == first_line or not row:
+                continue  # the header, or a blank line
+            key, value = _parse(row, self.path)
+            self._index.setdefault(key, []).append(value)
+        self._read_up_to += len(data)
+
+
+def _row(epoch: int, split: Split, name: str, value: NumericEntry) -> tuple[object, ...]:
+    weight = "" if value.weight is None or value.final else format_number(value.weight)
+    kind = "epoch" if value.final else "batch"
+    return (epoch, split.value, name, format_number(value.value), weight, kind)
+
+
+def _csv_rows(data: bytes) -> Iterable[list[str]]:
+    return csv.reader(io.StringIO(data.decode("utf-8"), newline=""))
+
+
+def _parse(row: list[str], path: Path) -> tuple[_Key, NumericEntry]:
+    try:
+        epoch, split, name, value, weight, kind = row
+        if kind == "epoch":
+            entry = NumericEntry(float(value), final=True)
+        elif kind == "batch":
+            entry = NumericEntry(float(value), float(weight) if weight else None)
+        else:
+            raise ValueError(f"unknown kind {kind!r}")
+        return (name, Split(split), int(epoch)), entry
+    except ValueError as error:
+        raise ValueError(f"{path}: malformed row {','.join(row)!r}: {error}") from None

@@ -1,0 +1,190 @@
+"""Metric logs as text files, one per metric, split and epoch (Burn's layout, DESIGN §6).
+
+``{directory}/{train|valid}/epoch-{N}/{Name}.log`` where ``Name`` is the metric name with
+spaces replaced by ``_``. A numeric metric writes one ``value,weight`` line per batch and a last
+``value,final`` line with the epoch value. A re-run epoch (after a resume) starts its files anew.
+
+Creating a directory and a file per metric and epoch takes from tens of microseconds to over a
+millisecond on a busy disk, more than a small model's whole epoch; so the files are written on a
+thread of their own (``metric-writer``, as Burn's ``AsyncLogger``) and the metrics thread never
+waits for the disk. Lines are handed to it in blocks, at least every ``interval`` seconds, so a
+file is at most that far behind training, and the writer opens, appends and closes each file
+per block (no file stays open). Reading a value back and closing first write everything logged
+before them; a write error is raised by the next of those calls.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, cast
+
+from ember.train._metric.base import MetricDefinition, MetricEntry, NumericEntry
+from ember.train._vocabulary import Split
+
+__all__ = ["FileMetricLogger", "metric_file_name"]
+
+
+def metric_file_name(name: str) -> str:
+    """The file name a metric's values are logged under."""
+    return name.replace(" ", "_") + ".log"
+
+
+class _Writer:
+    """Writes blocks of lines on its own thread; :meth:`sync` waits for what was queued."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self.error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+
+    def write(self, blocks: list[tuple[str, str, bool]]) -> None:
+        """Queue ``(path, text, truncate)`` blocks: ``truncate`` starts the file anew."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="metric-writer", daemon=True)
+            self._thread.start()
+        self._queue.put(("write", blocks))
+
+    def sync(self) -> None:
+        if self._thread is not None:
+            done = threading.Event()
+            self._queue.put(("sync", done))
+            done.wait()
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._queue.put(("stop", None))
+            self._thread.join()
+            self._thread = None
+
+    def _run(self) -> None:
+        while True:
+            command, argument = self._queue.get()
+            if command == "stop":
+                return
+            if command == "sync":
+                cast(threading.Event, argument).set()
+                continue
+            for path, text, truncate in cast(list[tuple[str, str, bool]], argument):
+                try:
+                    self._append(path, text, truncate)
+                except Exception as error:  # raised on the logger's next call
+                    self.error = self.error or error
+
+    def _append(self, path: str, text: str, truncate: bool) -> None:
+        # os-level calls, the directory made before a new file (a new epoch's directory is new
+        # too): every system call here hands the GIL to the training thread and must win it
+        # back, and Python's open() and makedirs() make twice as many calls
+        if truncate:
+            directory = os.path.dirname(path)
+            try:
+                os.mkdir(directory)
+            except FileExistsError:
+                pass
+            except FileNotFoundError:  # the split's own directory is new too
+                os.makedirs(directory, exist_ok=True)
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if truncate else os.O_APPEND)
+        data = memoryview(text.encode("utf-8"))
+        fd = os.open(path, flags, 0o666)
+        try:
+            while data:
+                data = data[os.write(fd, data) :]
+        finally:
+            os.close(fd)
+
+
+class FileMetricLogger:
+    """Writes metric entries under ``directory``; see the module docstring for the layout."""
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        interval: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.directory = Path(directory)
+        if self.directory.exists() and not self.directory.is_dir():
+            raise ValueError(f"metric log directory is a file: {str(self.directory)!r}")
+        self._root = str(self.directory)
+        self._writer = _Writer()
+        self._paths: dict[tuple[str, int, Split], str] = {}
+        self._pending: dict[str, list[str]] = {}
+        self._started: set[str] = set()
+        self._interval = interval
+        self._clock = clock
+        self._last_hand_off = clock()
+
+    def path(self, name: str, epoch: int, split: Split) -> Path:
+        """Where ``name``'s values for ``epoch`` and ``split`` are written."""
+        return Path(self._file(name, epoch, split))
+
+    def _file(self, name: str, epoch: int, split: Split) -> str:
+        # joined as text: making a Path costs more than a small model's epoch spends on its files
+        return os.path.join(self._root, split.value, f"epoch-{epoch}", metric_file_name(name))
+
+    def log_definition(self, definition: MetricDefinition) -> None:
+        """Nothing to record: files are created with their first entry."""
+
+    def log(self, entries: Sequence[MetricEntry], epoch: int, split: Split) -> None:
+        """Queue one line per available entry."""
+        for entry in entries:
+            if not entry.is_available:
+                continue
+            key = (entry.name, epoch, split)
+            path = self._paths.get(key)
+            if path is None:  # the split starts (again, after a resume): a new file
+                path = self._paths[key] = self._file(entry.name, epoch, split)
+                self._pending[path] = []
+                self._started.discard(path)
+            self._pending[path].append(entry.serialized)
+        if self._clock() - self._last_hand_off >= self._interval:
+            self._hand_off()
+
+    def end_split(self, epoch: int, split: Split) -> None:
+        """Forget the split's paths; its lines reach the disk with the next block."""
+        for key in [key for key in self._paths if key[1] == epoch and key[2] is split]:
+            del self._paths[key]
+
+    def read_numeric(self, name: str, epoch: int, split: Split) -> list[NumericEntry]:
+        """Parse the file of ``name``; a malformed line raises ``ValueError`` naming the file."""
+        self._hand_off()
+        self._writer.sync()
+        path = self.path(name, epoch, split)
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            return []
+        entries = []
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                entries.append(NumericEntry.parse(line))
+            except ValueError as error:
+                raise ValueError(f"{path}:{number}: {error}") from None
+        return entries
+
+    def close(self) -> None:
+        """Write everything, stop the writer thread; raise a pending write error."""
+        self._hand_off()
+        self._writer.sync()
+        self._writer.stop()
+
+    def _hand_off(self) -> None:
+        self._last_hand_off = self._clock()
+        blocks = []
+        for path, lines in self._pending.items():
+            if lines:
+                blocks.append((path, "\n".join(lines) + "\n", path not in self._started))
+                self._started.add(path)
+        self._pending = {path: [] for path in self._paths.values()}
+        if blocks:
+            self._writer.write(blocks)

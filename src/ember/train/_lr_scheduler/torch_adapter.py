@@ -1,0 +1,240 @@
+"""Any ``torch.optim.lr_scheduler.LRScheduler`` as an ember scheduler, with a JSON state.
+
+:class:`TorchLrScheduler` reconciles torch's "lr after the optimizer step" with ember's "lr
+before it" (see the class doc). Its state goes into checkpoints as JSON, never pickled (B5), so
+torch's state dict is encoded here: tensors, ``Counter`` objects and dicts with non-string keys
+get tagged forms that :func:`_from_json` turns back.
+"""
+
+from __future__ import annotations
+
+import collections
+import numbers
+import warnings
+from typing import Any
+
+import torch
+from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
+
+from ember.train._lr_scheduler.validation import check_state, state_count
+
+__all__ = ["TorchLrScheduler"]
+
+
+class TorchLrScheduler:
+    """Adapter: a ``torch.optim.lr_scheduler.LRScheduler`` as an ember :class:`LrScheduler`.
+
+    PyTorch's loop is ``optimizer.step(); scheduler.step()``: the lr used by the k-th optimizer
+    step is ``scheduler.get_last_lr()`` *before* the k-th ``scheduler.step()`` (the first one is the
+    value set when the scheduler was built). ember's Learner instead asks for the lr *before* each
+    optimizer step. The adapter reconciles the two lazily:
+
+    * the first ``step()`` returns ``get_last_lr()[0]`` without advancing the torch scheduler;
+    * every later ``step()`` first advances it with ``scheduler.step()`` and returns the new
+      ``get_last_lr()[0]``. That advance comes after the previous optimizer step, as PyTorch
+      requires, so its "lr_scheduler.step() before optimizer.step()" warning does not fire.
+
+    So the k-th lr handed out is exactly the lr of the k-th optimizer step of the canonical torch
+    loop. Wrap a scheduler built on the optimizer the Learner steps (its wrapped ``step`` is how
+    torch checks the order). Right before advancing, the adapter puts the torch scheduler's own
+    last lrs back into that optimizer's param groups: chainable schedulers (``ExponentialLR``,
+    ``CosineAnnealingLR``, …) compute the next lr from ``group["lr"]``, so whatever was written
+    there since (the Learner writes the lr it uses, which for a :class:`ComposedLr` child is the
+    combined one) cannot bend the schedule, and a scheduler restored by :meth:`load_state_dict`
+    continues exactly even when the optimizer's state was not restored.
+
+    Param groups: ``step()`` returns group 0's lr, and the Learner writes that one lr into every
+    group, so per-group lrs of a torch scheduler are not used by it; :meth:`step_all` advances
+    the same way and returns every group's lr, for callers that apply them per group. Other
+    hyper-parameters a torch scheduler drives (momentum in ``OneCycleLR``, ``CyclicLR``) live in
+    the optimizer and are restored with the optimizer's state.
+
+    State: ``{"kind": "torch", "class": "<torch class name>", "step": calls so far,
+    "scheduler": <the torch scheduler's state_dict as JSON>}``. Tensors (tensor lrs) are stored as
+    ``{"__tensor__": {"dtype", "data"}}`` and come back on the CPU; ``Counter`` objects and dicts
+    with non-string keys (``MultiStepLR``'s milestones) as ``{"__counter__"|"__dict__": [[key,
+    value], …]}``. Plain functions and lambdas (``LambdaLR``, ``CyclicLR``'s ``scale_fn``) are
+    not part of torch's state: the new scheduler must be built with them again. A callable
+    *object* is saved through its ``__dict__``; a value that cannot be made JSON makes
+    :meth:`state_dict` raise ``TypeError`` naming where it is.
+
+    ``ReduceLROnPlateau`` is not accepted: it needs a metric value at each step.
+    """
+
+    __slots__ = ("_resumed", "_scheduler", "_step")
+
+    def __init__(self, scheduler: LRScheduler) -> None:
+        if isinstance(scheduler, ReduceLROnPlateau):
+            raise TypeError(
+                "ReduceLROnPlateau cannot be adapted: its step() needs a metric value, and ember "
+                "steps schedulers before each optimizer update without one"
+            )
+        if not isinstance(scheduler, LRScheduler):
+            raise TypeError(
+                "scheduler must be a torch.optim.lr_scheduler.LRScheduler, "
+                f"got {type(scheduler).__qualname__}"
+            )
+        self._scheduler = scheduler
+        self._step = 0
+        # True between load_state_dict() and the first advance after it (see _advance).
+        self._resumed = False
+
+    @property
+    def scheduler(self) -> LRScheduler:
+        """The wrapped torch scheduler."""
+        return self._scheduler
+
+    def step(self) -> float:
+        """Return the lr of param group 0 for the coming optimizer step (see the class doc)."""
+        if self._step > 0:
+            self._advance()
+        self._step += 1
+        return float(self._scheduler.get_last_lr()[0])
+
+    def step_all(self) -> list[float]:
+        """Like :meth:`step`, but return the lr of every param group, in group order."""
+        self.step()
+        return [float(lr) for lr in self._scheduler.get_last_lr()]
+
+    def _advance(self) -> None:
+        # Chainable torch schedulers compute the next lr from group["lr"]: give them back their
+        # own last value, whatever the Learner (or a ComposedLr) has written there since.
+        groups = self._scheduler.optimizer.param_groups
+        for group, lr in zip(groups, self._scheduler.get_last_lr(), strict=True):
+            _set_group_lr(group, lr)
+        if not self._resumed:
+            self._scheduler.step()
+            return
+        self._resumed = False
+        # The optimizer step this advance follows happened before the checkpoint, so on a fresh
+        # optimizer torch's "called before optimizer.step()" check (made only on the scheduler's
+        # first real step) would be a false alarm; it is silenced for this one call only.
+        with warnings.catch_warnings():
+            warnings.filterwarnings(
+                "ignore",
+                message=r"Detected call of `lr_scheduler\.step\(\)` before `optimizer\.step\(\)`",
+                category=UserWarning,
+            )
+            self._scheduler.step()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The adapter's call counter and the torch scheduler's state, as JSON values."""
+        return {
+            "kind": "torch",
+            "class": type(self._scheduler).__qualname__,
+            "step": self._step,
+            "scheduler": _to_json(self._scheduler.state_dict(), "scheduler"),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the call counter and the torch scheduler's state."""
+        check_state(state, self, "torch", ("class", "step", "scheduler"))
+        expected = type(self._scheduler).__qualname__
+        if state["class"] != expected:
+            raise ValueError(
+                f"cannot load the state of a torch {state['class']!r} into a TorchLrScheduler "
+                f"wrapping {expected!r}"
+            )
+        step = state_count(state, "step", self)
+        torch_state = state["scheduler"]
+        if not isinstance(torch_state, dict):
+            raise ValueError(
+                f"TorchLrScheduler state['scheduler'] must be a dict, "
+                f"got {type(torch_state).__qualname__}"
+            )
+        decoded = _from_json(torch_state)
+        before = self._scheduler.state_dict()
+        self._scheduler.load_state_dict(decoded)
+        groups = len(self._scheduler.optimizer.param_groups)
+        lrs = len(self._scheduler.get_last_lr())
+        if lrs != groups:
+            self._scheduler.load_state_dict(before)
+            raise ValueError(
+                f"the loaded torch scheduler state has {lrs} lrs but the optimizer has {groups} "
+                "param groups"
+            )
+        self._step = step
+        self._resumed = step > 0
+
+    def __repr__(self) -> str:
+        last = [float(lr) for lr in self._scheduler.get_last_lr()]
+        return (
+            f"TorchLrScheduler({type(self._scheduler).__qualname__}, last_lr={last}, "
+            f"step={self._step})"
+        )
+
+
+# --- torch state <-> JSON --------------------------------------------------------------------
+
+_TENSOR = "__tensor__"
+_COUNTER = "__counter__"
+_DICT = "__dict__"
+
+
+def _to_json(value: object, where: str) -> Any:
+    """A JSON-compatible copy of a torch scheduler state; ``where`` names the position in errors."""
+    if value is None or isinstance(value, bool | str):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if isinstance(value, torch.Tensor):
+        dtype = str(value.dtype).removeprefix("torch.")
+        return {_TENSOR: {"dtype": dtype, "data": value.detach().cpu().tolist()}}
+    if isinstance(value, list | tuple):
+        return [_to_json(item, f"{where}[{i}]") for i, item in enumerate(value)]
+    if isinstance(value, dict):
+        if type(value) is dict and all(isinstance(key, str) for key in value):
+            return {key: _to_json(item, f"{where}.{key}") for key, item in value.items()}
+        tag = _COUNTER if isinstance(value, collections.Counter) else _DICT
+        return {
+            tag: [
+                [_to_json(key, f"{where} key"), _to_json(item, f"{where}[{key!r}]")]
+                for key, item in value.items()
+            ]
+        }
+    raise TypeError(
+        f"torch scheduler state {where} is a {type(value).__qualname__}, which cannot be stored "
+        "as JSON"
+    )
+
+
+def _from_json(value: Any) -> Any:
+    """Undo :func:`_to_json`."""
+    if isinstance(value, list):
+        return [_from_json(item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    if len(value) == 1 and _TENSOR in value:
+        spec = value[_TENSOR]
+        dtype = getattr(torch, str(spec["dtype"]), None)
+        if not isinstance(dtype, torch.dtype):
+            raise ValueError(f"unknown tensor dtype {spec['dtype']!r} in torch scheduler state")
+        return torch.tensor(spec["data"], dtype=dtype)
+    if len(value) == 1 and (_COUNTER in value or _DICT in value):
+        pairs = [(_hashable(_from_json(key)), _from_json(item)) for key, item in _single(value)]
+        return collections.Counter(dict(pairs)) if _COUNTER in value else dict(pairs)
+    return {key: _from_json(item) for key, item in value.items()}
+
+
+def _single(value: dict[str, Any]) -> list[list[Any]]:
+    (pairs,) = value.values()
+    if not isinstance(pairs, list):
+        raise ValueError(f"malformed torch scheduler state entry {value!r}")
+    return pairs
+
+
+def _hashable(key: Any) -> Any:
+    # A tuple key was stored as a list.
+    return tuple(_hashable(item) for item in key) if isinstance(key, list) else key
+
+
+def _set_group_lr(group: dict[str, Any], lr: float | torch.Tensor) -> None:
+    # A tensor lr is updated in place: a capturable or compiled optimizer holds on to that tensor.
+    current = group["lr"]
+    if isinstance(current, torch.Tensor):
+        current.fill_(lr)
+    else:
+        # get_last_lr() tensors must not alias a group's lr (torch fills group lrs in place).
+        group["lr"] = lr.clone() if isinstance(lr, torch.Tensor) else lr

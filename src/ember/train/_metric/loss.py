@@ -1,0 +1,51 @@
+"""The loss metric: the mean of each batch's loss tensor, weighted by its number of elements."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ember.train._metric.base import MetricEntry, MetricMetadata
+from ember.train._metric.state import MeanMetric
+
+__all__ = ["LossInput", "LossMetric"]
+
+
+@dataclass(frozen=True, slots=True)
+class LossInput:
+    """A loss tensor: a reduced scalar, or one value per sample for sample weighting.
+
+    ``value`` is the mean already read to the host, when the caller has it (the metrics
+    thread reads a whole chunk of scalar losses at once).
+    """
+
+    tensor: torch.Tensor
+    value: float | None = None
+
+    def host_value(self) -> float:
+        """The mean loss as a Python float (read from the tensor unless already known)."""
+        if self.value is not None:
+            return self.value
+        tensor = self.tensor.detach()
+        return tensor.item() if tensor.numel() == 1 else tensor.double().mean().item()
+
+
+class LossMetric(MeanMetric):
+    """``Loss``: the batch value is ``loss.mean()``, its weight the number of loss elements.
+
+    A mean-reduced loss weighs 1, so the epoch value is the plain mean of the batch losses
+    (Burn's rule); pass per-sample losses (``reduction="none"``) to weight by samples.
+    """
+
+    metric_name = "Loss"
+
+    @property
+    def input_type(self) -> type[Any]:
+        """Reads :class:`LossInput`."""
+        return LossInput
+
+    def update(self, item: LossInput, metadata: MetricMetadata) -> MetricEntry:
+        """Record one batch's loss."""
+        return self._state.update(item.host_value(), item.tensor.numel())

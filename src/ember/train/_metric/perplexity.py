@@ -1,0 +1,79 @@
+"""Perplexity of a language model: exp of the mean negative log-likelihood per token."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from ember.train._metric.base import MetricEntry, MetricMetadata
+from ember.train._metric.ratio import RatioMetric
+
+__all__ = ["PerplexityInput", "PerplexityMetric"]
+
+
+@dataclass(frozen=True, slots=True)
+class PerplexityInput:
+    """Logits ``[T, V]`` and integer targets ``[T]`` (sequences flattened to tokens)."""
+
+    outputs: torch.Tensor
+    targets: torch.Tensor
+
+
+class PerplexityMetric(RatioMetric):
+    """``Perplexity``: ``exp(sum(nll) / tokens)``, at corpus level over the epoch.
+
+    A batch logs its own perplexity weighted by its token count; the epoch value is
+    ``exp(sum of all nll / all tokens)``, not a mean of batch perplexities. Tokens whose target
+    is ``pad_token`` are left out. No tokens give ``inf``.
+    """
+
+    metric_name = "Perplexity"
+
+    def __init__(self, pad_token: int | None = None) -> None:
+        if pad_token is not None and (
+            isinstance(pad_token, bool) or not isinstance(pad_token, int)
+        ):
+            raise TypeError(f"pad_token must be an int or None, got {pad_token!r}")
+        super().__init__()
+        self.pad_token = pad_token
+
+    @property
+    def input_type(self) -> type[Any]:
+        """Reads :class:`PerplexityInput`."""
+        return PerplexityInput
+
+    def ratio(self, numerator: float, denominator: float) -> float:
+        """``exp(nll / tokens)``; ``inf`` without tokens."""
+        if not denominator:
+            return math.inf
+        try:
+            return math.exp(numerator / denominator)
+        except OverflowError:
+            return math.inf
+
+    def update(self, item: PerplexityInput, metadata: MetricMetadata) -> MetricEntry:
+        """Record one batch's summed negative log-likelihood and token count."""
+        logits, targets = item.outputs.detach(), item.targets.detach()
+        if logits.dim() != 2 or targets.dim() != 1 or logits.shape[0] != targets.shape[0]:
+            raise ValueError(
+                "PerplexityMetric needs outputs [T, V] and targets [T], got "
+                f"{tuple(logits.shape)} and {tuple(targets.shape)}"
+            )
+        if logits.dtype in (torch.float16, torch.bfloat16):
+            logits = logits.float()  # log-softmax sums lose too much in half precision
+        targets = targets.long()
+        if self.pad_token is None:
+            nll = F.cross_entropy(logits, targets, reduction="sum")
+            return self._record(nll.item(), targets.numel())
+        nll = F.cross_entropy(logits, targets, reduction="sum", ignore_index=self.pad_token)
+        tokens = (targets != self.pad_token).sum()
+        # one read-back for both numbers
+        total, count = torch.stack([nll.double(), tokens.double()]).tolist()
+        return self._record(total, count)
+
+    def __repr__(self) -> str:
+        return f"PerplexityMetric(pad_token={self.pad_token})"

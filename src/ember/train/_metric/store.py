@@ -1,0 +1,133 @@
+"""The event store: where metric values are logged and read back, by split and epoch.
+
+Checkpointing strategies, early stopping and the summary ask it questions such as "which epoch
+had the lowest mean valid Loss?" through the :class:`MetricQuery` protocol. The epoch value of a
+metric is the ``final`` line its logger wrote at the end of the split, or, without one, the
+weighted mean of its batch values (reference §4.4).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
+
+from ember.train._vocabulary import Aggregate, Direction, Split
+
+if TYPE_CHECKING:
+    from ember.train._logger.base import MetricLogger
+    from ember.train._metric.base import MetricDefinition, MetricEntry, NumericEntry
+
+__all__ = ["EventStore", "MetricQuery", "epoch_value"]
+
+
+class MetricQuery(Protocol):
+    """Read access to logged metric values, as checkpointing and early stopping need it."""
+
+    def find_metric(
+        self, name: str, epoch: int, aggregate: Aggregate, split: Split
+    ) -> float | None:
+        """The value of ``name`` for ``epoch`` on ``split``; None when nothing was logged."""
+        ...
+
+    def find_epoch(
+        self, name: str, aggregate: Aggregate, direction: Direction, split: Split
+    ) -> int | None:
+        """The best epoch for ``name`` (ties keep the earliest); None when epoch 1 has no data."""
+        ...
+
+
+def epoch_value(entries: Sequence[NumericEntry]) -> float | None:
+    """One epoch's value: its ``final`` entry, else the weighted mean of its batch entries."""
+    if not entries:
+        return None
+    if entries[-1].final:
+        return entries[-1].value
+    total = weights = 0.0
+    for entry in entries:
+        weight = 1.0 if entry.weight is None else entry.weight
+        total += entry.value * weight
+        weights += weight
+    return total / weights if weights else math.nan
+
+
+class EventStore:
+    """Routes metric entries to the loggers and answers :class:`MetricQuery` questions.
+
+    Written to on the metrics thread; queried on the training thread after a flush. Values of
+    finished epochs are cached; an epoch still being logged is always read afresh.
+    """
+
+    def __init__(self, loggers: Sequence[MetricLogger]) -> None:
+        self.loggers = list(loggers)
+        self._epoch: dict[Split, int] = {}
+        self._cache: dict[tuple[str, int, Split], float] = {}
+        self._lock = threading.Lock()
+
+    def add_definitions(self, definitions: Sequence[MetricDefinition]) -> None:
+        """Tell every logger which metrics exist."""
+        for definition in definitions:
+            for logger in self.loggers:
+                logger.log_definition(definition)
+
+    def start_split(self, split: Split, epoch: int) -> None:
+        """Entries of ``split`` now belong to ``epoch``."""
+        with self._lock:
+            self._epoch[split] = epoch
+
+    def log(self, split: Split, entries: Sequence[MetricEntry]) -> None:
+        """Hand one batch's entries (or the epoch entries) to every logger."""
+        epoch = self._epoch.get(split, 1)
+        for logger in self.loggers:
+            logger.log(entries, epoch, split)
+
+    def end_split(self, split: Split) -> None:
+        """The split ended: loggers make its files complete."""
+        with self._lock:
+            epoch = self._epoch.pop(split, 1)
+        for logger in self.loggers:
+            logger.end_split(epoch, split)
+
+    def close(self) -> None:
+        """Flush every logger; errors of one do not keep the others from closing."""
+        errors: list[Exception] = []
+        for logger in self.loggers:
+            try:
+                logger.close()
+            except Exception as error:  # each logger must get its close()
+                errors.append(error)
+        if errors:
+            raise errors[0]
+
+    def find_metric(
+        self, name: str, epoch: int, aggregate: Aggregate, split: Split
+    ) -> float | None:
+        """The epoch value of ``name`` from the first logger that has it."""
+        key = (name, epoch, split)
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        for logger in self.loggers:
+            entries = logger.read_numeric(name, epoch, split)
+            if entries:
+                value = epoch_value(entries)
+                with self._lock:
+                    if entries[-1].final and self._epoch.get(split) != epoch:
+                        self._cache[key] = value  # type: ignore[assignment]  # never None here
+                return value
+        return None
+
+    def find_epoch(
+        self, name: str, aggregate: Aggregate, direction: Direction, split: Split
+    ) -> int | None:
+        """The best epoch so far; ties keep the earliest and NaN never wins."""
+        best_epoch: int | None = None
+        best = math.inf if direction is Direction.LOWEST else -math.inf
+        epoch = 1
+        while (value := self.find_metric(name, epoch, aggregate, split)) is not None:
+            better = value < best if direction is Direction.LOWEST else value > best
+            if better or (best_epoch is None and not math.isnan(value)):
+                best, best_epoch = value, epoch
+            epoch += 1
+        return best_epoch

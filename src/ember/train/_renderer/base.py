@@ -1,0 +1,96 @@
+"""The renderer protocols: what the metrics thread tells whoever shows training to a person.
+
+A renderer is two roles, as in Burn: it shows metric values (:class:`MetricsRendererTraining`)
+and training progress (:class:`TrainingProgressLogger`). :class:`MetricsRenderer` is both plus
+the hooks for registration and errors. Every method is called on the ``train-worker`` thread, in
+event order; a plain class with these methods is a renderer (``examples/custom_renderer.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from ember.train._metric.base import MetricDefinition, MetricEntry, NumericEntry
+from ember.train._vocabulary import Split
+
+if TYPE_CHECKING:
+    from ember.train._summary import LearnerSummary
+
+__all__ = [
+    "MetricState",
+    "MetricsRenderer",
+    "MetricsRendererTraining",
+    "TrainingProgressLogger",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class MetricState:
+    """A metric's entry for the renderer; ``numeric`` is set for numeric metrics."""
+
+    entry: MetricEntry
+    numeric: NumericEntry | None = None
+
+
+@runtime_checkable
+class MetricsRendererTraining(Protocol):
+    """Shows metric values."""
+
+    def update_train(self, state: MetricState) -> None:
+        """A training metric has a new value."""
+        ...
+
+    def update_valid(self, state: MetricState) -> None:
+        """A validation metric has a new value."""
+        ...
+
+    def on_train_end(self, summary: LearnerSummary | None) -> None:
+        """Training ended; show the summary if there is one."""
+        ...
+
+
+@runtime_checkable
+class TrainingProgressLogger(Protocol):
+    """Shows where training is."""
+
+    def start(self, total_epochs: int, starting_epoch: int) -> None:
+        """Training starts at ``starting_epoch`` of ``total_epochs``."""
+        ...
+
+    def start_split(self, split: Split, total_items: int) -> None:
+        """A pass over ``total_items`` items begins."""
+        ...
+
+    def update_split(self, items_processed: int) -> None:
+        """Items processed so far in the current split."""
+        ...
+
+    def end_split(self) -> None:
+        """The current split ended."""
+        ...
+
+    def update_epoch(self, epoch: int) -> None:
+        """``epoch`` is complete."""
+        ...
+
+    def end(self) -> None:
+        """Training ended."""
+        ...
+
+
+@runtime_checkable
+class MetricsRenderer(MetricsRendererTraining, TrainingProgressLogger, Protocol):
+    """A complete renderer."""
+
+    def register_metric(self, definition: MetricDefinition) -> None:
+        """A metric was registered (called before :meth:`start`)."""
+        ...
+
+    def on_error(self, error: BaseException) -> None:
+        """Training failed with ``error``; show it to the person watching."""
+        ...
+
+    def close(self) -> None:
+        """Release the terminal or stream; called once, also after an error."""
+        ...

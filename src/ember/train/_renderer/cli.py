@@ -1,0 +1,140 @@
+"""A renderer for logs and pipes: a few readable lines per split, never one per batch (B6)."""
+
+from __future__ import annotations
+
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TextIO
+
+from ember.train._metric.base import MetricDefinition
+from ember.train._renderer.base import MetricState
+from ember.train._vocabulary import Split
+
+if TYPE_CHECKING:
+    from ember.train._summary import LearnerSummary
+
+__all__ = ["CliMetricsRenderer"]
+
+
+class CliMetricsRenderer:
+    """Prints start and split lines, progress at most every ``interval`` seconds, and the
+    epoch value of every metric at each split end; then the summary.
+
+    ``stream`` and ``clock`` are injectable for tests.
+    """
+
+    def __init__(
+        self,
+        stream: TextIO | None = None,
+        *,
+        interval: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if interval < 0:
+            raise ValueError(f"interval must be >= 0, got {interval}")
+        self._stream = stream
+        self._interval = interval
+        self._clock = clock
+        self._total_epochs = 0
+        self._epoch = 0
+        self._split: Split | None = None
+        self._split_total = 0
+        self._split_done = 0
+        self._last_print: float | None = None
+        self._epoch_values: dict[str, str] = {}
+
+    @property
+    def stream(self) -> TextIO:
+        """Where lines go: the stream given, else the current ``sys.stdout``."""
+        return self._stream if self._stream is not None else sys.stdout
+
+    def _print(self, line: str, *, flush: bool = True) -> None:
+        """Write ``line``; a line written without ``flush`` goes out with the next flushed one.
+
+        A split's closing lines are not flushed on their own: the next split's opening line,
+        or the end of training, follows at once and flushes them. A flush on a pipe or a file is
+        a system call, and a small model can end hundreds of splits a second.
+        """
+        self.stream.write(line + "\n")
+        if flush:
+            self.stream.flush()
+
+    def register_metric(self, definition: MetricDefinition) -> None:
+        """Nothing to prepare."""
+
+    def start(self, total_epochs: int, starting_epoch: int) -> None:
+        """Announce the run."""
+        self._total_epochs = total_epochs
+        self._epoch = starting_epoch
+        resumed = f" (resuming at epoch {starting_epoch})" if starting_epoch > 1 else ""
+        self._print(f"Starting training for {total_epochs} epochs.{resumed}")
+
+    def start_split(self, split: Split, total_items: int) -> None:
+        """Announce a pass."""
+        self._split = split
+        self._split_total = total_items
+        self._split_done = 0
+        self._last_print = self._clock()
+        self._epoch_values = {}
+        self._print(f"Starting split '{split.value}' with {total_items} items.")
+
+    def update_split(self, items_processed: int) -> None:
+        """Print progress if ``interval`` has passed since the last line."""
+        self._split_done = items_processed
+        now = self._clock()
+        if self._last_print is None or now - self._last_print >= self._interval:
+            self._last_print = now
+            self._print_progress()
+
+    def update_train(self, state: MetricState) -> None:
+        """Remember the value for the split-end line."""
+        self._remember(state)
+
+    def update_valid(self, state: MetricState) -> None:
+        """Remember the value for the split-end line."""
+        self._remember(state)
+
+    def _remember(self, state: MetricState) -> None:
+        if state.numeric is not None and state.numeric.final:
+            self._epoch_values[state.entry.name] = f"{state.numeric.value:.4g}"
+        elif state.numeric is None and state.entry.is_available:
+            self._epoch_values[state.entry.name] = state.entry.formatted
+
+    def end_split(self) -> None:
+        """Print the last progress line and the split's epoch values."""
+        self._print_progress(flush=False)
+        values = " · ".join(f"{name} {value}" for name, value in self._epoch_values.items())
+        self._print(f"Split ended.{'  ' + values if values else ''}", flush=False)
+
+    def update_epoch(self, epoch: int) -> None:
+        """Move on to the next epoch."""
+        self._epoch = epoch + 1
+
+    def end(self) -> None:
+        """Announce the end."""
+        self._print("Training ended.")
+
+    def on_train_end(self, summary: LearnerSummary | None) -> None:
+        """Print the summary, if any."""
+        if summary is not None:
+            self._print(str(summary))
+
+    def on_error(self, error: BaseException) -> None:
+        """Print the error with its traceback."""
+        text = "".join(traceback.format_exception(error)).rstrip()
+        self._print(f"Training failed: {type(error).__name__}: {error}\n{text}")
+
+    def close(self) -> None:
+        """Flush what was written."""
+        self.stream.flush()
+
+    def _print_progress(self, *, flush: bool = True) -> None:
+        split = self._split.value if self._split else "?"
+        percent = 100 * self._split_done // self._split_total if self._split_total else 100
+        self._print(
+            f"[epoch {self._epoch}/{self._total_epochs}] {split} "
+            f"{self._split_done}/{self._split_total} items ({percent}%)",
+            flush=flush,
+        )

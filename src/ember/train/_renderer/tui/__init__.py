@@ -1,0 +1,1 @@
+"""The full-screen terminal renderer: its state, panes, keys and the renderer itself."""

@@ -1,0 +1,1 @@
+"""Training strategies: where the model runs and how its gradients combine."""

@@ -1,0 +1,1 @@
+"""Distributed data parallel on ``torch.distributed``: the strategy and the pieces it assembles."""

@@ -1,0 +1,221 @@
+"""Per-rank outputs to rank 0's global batch for ``DistributedDataParallel``.
+
+After every batch, :func:`exchange_outputs` sends each rank's output to rank 0 (together with
+every rank's stop wish, so that one exchange serves both). Outputs travel as the tensor fields
+of a dataclass: tensors only, never pickle. Rank 0 emits its own output when no other rank has
+one, else the ranks' parts, merged in rank order on the metrics thread (where outputs' ``sync``
+runs), not in the training loop.
+
+A merge function turns the parts into the global batch's output: the built-in outputs
+concatenate ``output``/``logits``/``targets`` and average a scalar ``loss`` weighted by the
+shares; a user-defined type brings a ``merge(parts, sizes)`` classmethod or registers one with
+:func:`register_output_merge`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar, cast
+
+import torch
+import torch.distributed as dist
+
+from ember.distributed._messages import pack_tensors, payload_size, tensor_header, unpack_tensors
+from ember.distributed._processes import collective
+from ember.train._outputs import (
+    ClassificationOutput,
+    MultiLabelClassificationOutput,
+    RegressionOutput,
+    SequenceOutput,
+)
+from ember.train._strategy.ddp.ranks import Ranks
+
+__all__ = ["exchange_outputs", "merge_outputs", "register_output_merge"]
+
+OutputT = TypeVar("OutputT")
+Merge = Callable[[Sequence[Any], Sequence[int]], Any]
+_HEADER = 128  # int64 numbers per rank for its stop wish and its output's shapes
+
+
+# --- merging ---------------------------------------------------------------------------------
+
+_MERGES: dict[type, Merge] = {}
+
+
+def register_output_merge(output_type: type[OutputT]) -> Callable[[Merge], Merge]:
+    """Register ``fn(parts, sizes) -> output`` merging the ranks' outputs of ``output_type``.
+
+    ``parts`` are the outputs of the ranks with a non-empty share, in rank order, and ``sizes``
+    their share sizes; the result stands for the global batch. A ``merge`` classmethod on the
+    type does the same without registering.
+    """
+
+    def register(fn: Merge) -> Merge:
+        _MERGES[output_type] = fn
+        return fn
+
+    return register
+
+
+def _merge_for(output_type: type) -> Merge:
+    for kind in output_type.__mro__:
+        if kind in _MERGES:
+            return _MERGES[kind]
+    merge = getattr(output_type, "merge", None)
+    if callable(merge) and dataclasses.is_dataclass(output_type):
+        return cast(Merge, merge)
+    raise TypeError(
+        f"DistributedDataParallel cannot reduce outputs of type {output_type.__name__} to rank 0: "
+        "make it a dataclass whose tensor fields hold the batch's values and give it a "
+        "merge(parts, sizes) classmethod, or register one with register_output_merge"
+    )
+
+
+def merge_outputs(parts: Sequence[OutputT], sizes: Sequence[int]) -> OutputT:
+    """The global batch's output from the ranks' ``parts`` (see :func:`register_output_merge`)."""
+    if len(parts) == 1:
+        return parts[0]
+    return cast(OutputT, _merge_for(type(parts[0]))(parts, sizes))
+
+
+def _mean_loss(losses: Sequence[torch.Tensor], sizes: Sequence[int]) -> torch.Tensor:
+    """A mean loss of the global batch: the shares' means weighted by their sizes."""
+    if any(loss.dim() for loss in losses):
+        return _cat(losses, "loss")  # one loss per item: the global batch's are all of them
+    total = sum(sizes)
+    return torch.stack(
+        [loss * (size / total) for loss, size in zip(losses, sizes, strict=True)]
+    ).sum()
+
+
+def _cat(tensors: Sequence[torch.Tensor], what: str) -> torch.Tensor:
+    try:
+        return torch.cat(list(tensors))
+    except RuntimeError as error:
+        shapes = [tuple(t.shape) for t in tensors]
+        raise ValueError(
+            f"cannot join the ranks' {what} along the batch dimension (shapes {shapes}): {error}"
+        ) from error
+
+
+@register_output_merge(RegressionOutput)
+@register_output_merge(ClassificationOutput)
+@register_output_merge(MultiLabelClassificationOutput)
+def _merge_prediction(parts: Sequence[Any], sizes: Sequence[int]) -> Any:
+    return type(parts[0])(
+        _mean_loss([p.loss for p in parts], sizes),
+        _cat([p.output for p in parts], "output"),
+        _cat([p.targets for p in parts], "targets"),
+    )
+
+
+@register_output_merge(SequenceOutput)
+def _merge_sequence(parts: Sequence[SequenceOutput], sizes: Sequence[int]) -> SequenceOutput:
+    predictions = [p.predictions for p in parts if p.predictions is not None]
+    return SequenceOutput(
+        _mean_loss([p.loss for p in parts], sizes),
+        _cat([p.logits for p in parts], "logits"),
+        _cat([p.targets for p in parts], "targets"),
+        _cat(predictions, "predictions") if len(predictions) == len(parts) else None,
+    )
+
+
+_BUILT_IN = (RegressionOutput, ClassificationOutput, MultiLabelClassificationOutput, SequenceOutput)
+
+
+class _GlobalBatch:
+    """Rank 0's output of a global batch: the ranks' parts, merged on the metrics thread.
+
+    With ``summed_loss`` (``loss_reduction="sum"``) a built-in output's scalar loss is the sum
+    of the parts' losses, as one process would compute it, not their weighted mean.
+    """
+
+    __slots__ = ("parts", "sizes", "summed_loss")
+
+    def __init__(self, parts: list[Any], sizes: list[int], summed_loss: bool) -> None:
+        self.parts = parts
+        self.sizes = sizes
+        self.summed_loss = summed_loss
+
+    def sync(self) -> Any:
+        """The merged output, detached (runs where other outputs' ``sync`` runs)."""
+        parts = [p.sync() if callable(getattr(p, "sync", None)) else p for p in self.parts]
+        merged = merge_outputs(parts, self.sizes)
+        if self.summed_loss and isinstance(merged, _BUILT_IN) and merged.loss.dim() == 0:
+            merged = dataclasses.replace(merged, loss=torch.stack([p.loss for p in parts]).sum())
+        return merged
+
+
+# --- sending them to rank 0 ------------------------------------------------------------------
+
+
+def _tensor_fields(item: Any) -> list[str]:
+    if not dataclasses.is_dataclass(item) or isinstance(item, type):
+        raise TypeError(
+            f"DistributedDataParallel sends outputs to rank 0 as the tensor fields of a "
+            f"dataclass; {type(item).__name__} is not a dataclass"
+        )
+    return [
+        f.name
+        for f in dataclasses.fields(item)
+        if isinstance(getattr(item, f.name), torch.Tensor | None)
+    ]
+
+
+def exchange_outputs(
+    ranks: Ranks, item: Any, wish: int, shares: tuple[int, ...], *, summed_loss: bool
+) -> tuple[Any, int]:
+    """After a batch: every rank's stop ``wish``, and the batch's output on rank 0.
+
+    Two collectives, whatever the world size: an all-gather of a small int64 block per rank
+    (its stop wish and the shapes of its output's tensors), then a gather of the outputs' bytes
+    on rank 0. Returns rank 0's output for the global batch (its own, or the parts to merge;
+    None on other ranks) and the highest stop wish of any rank.
+    """
+    if ranks.world == 1:
+        return item, wish
+    names: list[str] = []
+    tensors: list[torch.Tensor | None] = []
+    if item is not None:
+        _merge_for(type(item))  # every rank with a share fails alike on an unusable type
+        names = _tensor_fields(item)
+        tensors = [getattr(item, name) for name in names]
+    header = tensor_header(tensors) if item is not None else []
+    if len(header) > _HEADER - 2:
+        raise ValueError(
+            f"{type(item).__name__} has too many tensor fields or dimensions to send to "
+            f"rank 0 (a header of {len(header)} numbers, at most {_HEADER - 2})"
+        )
+    block = torch.zeros(_HEADER, dtype=torch.int64)
+    block[0], block[1] = wish, len(header)
+    block[2 : 2 + len(header)] = torch.tensor(header, dtype=torch.int64)
+    blocks = [torch.empty_like(block) for _ in range(ranks.world)]
+    with collective("exchanging stop wishes and output shapes"):
+        dist.all_gather(blocks, block, group=ranks.cpu)
+    table = torch.stack(blocks).tolist()
+    headers = [row[2 : 2 + row[1]] if row[1] else None for row in table]
+    stop = max(row[0] for row in table)
+    size = max((payload_size(h) for h in headers[1:] if h is not None), default=0)
+    if size == 0:  # only rank 0 has an output
+        return (item if ranks.is_main else None), stop
+    mine = (
+        pack_tensors(tensors, size, ranks.device)
+        if item is not None and not ranks.is_main
+        else torch.zeros(size, dtype=torch.uint8, device=ranks.device)
+    )
+    gathered = [torch.empty_like(mine) for _ in range(ranks.world)] if ranks.is_main else None
+    with collective("gathering the outputs on rank 0"):
+        dist.gather(mine, gathered, dst=0)
+    if gathered is None or item is None:
+        return None, stop
+    parts, sizes = [item], [shares[0]]
+    for src in range(1, ranks.world):
+        header_src = headers[src]
+        if header_src is not None:
+            received = unpack_tensors(header_src, gathered[src])
+            parts.append(dataclasses.replace(item, **dict(zip(names, received, strict=True))))
+            sizes.append(shares[src])
+    if len(parts) == 1:
+        return item, stop
+    return _GlobalBatch(parts, sizes, summed_loss), stop

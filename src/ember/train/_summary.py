@@ -1,0 +1,152 @@
+"""The learner summary: the model, and each numeric metric's best and worst epochs.
+
+Built at the end of training from the logged epoch values (so epochs from before a resume count
+too), printed as Burn's table (reference §4.8) and written to ``summary.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from torch import nn
+
+from ember.train._metric.store import MetricQuery
+from ember.train._vocabulary import Aggregate, Split
+
+__all__ = ["LearnerSummary", "MetricSummary", "describe_model"]
+
+_RULE = "=" * 24
+
+
+def describe_model(model: nn.Module) -> str:
+    """``repr(model)`` with the number of parameters of each module that has any."""
+
+    def lines(module: nn.Module, prefix: str) -> list[str]:
+        params = sum(p.numel() for p in module.parameters())
+        children = list(module.named_children())
+        title = f"{prefix}{type(module).__name__}"
+        if not children:
+            parts = [part for part in (module.extra_repr(), params and f"params: {params}") if part]
+            return [f"{title}({', '.join(str(part) for part in parts)})"]
+        body = [f"  {line}" for name, child in children for line in lines(child, f"({name}): ")]
+        return [f"{title}(", *body, f"  params: {params}", ")"]
+
+    return "\n".join(lines(model, ""))
+
+
+def _fmt(value: float) -> str:
+    """A table cell value as Burn prints it: 3 decimals, Rust's exponent form below 0.01."""
+    if math.isnan(value):
+        text = "NaN"
+    elif value < 1e-2:
+        mantissa, exponent = f"{value:.3e}".split("e")
+        text = f"{mantissa}e{int(exponent)}"
+    else:
+        text = f"{value:.3f}"
+    return f"{text:<9}"
+
+
+def _sort_key(value: float) -> float:
+    return math.inf if math.isnan(value) else value
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSummary:
+    """One row of the table: a metric on a split, with its extreme epoch values."""
+
+    split: str
+    name: str
+    min_value: float
+    min_epoch: int
+    max_value: float
+    max_epoch: int
+
+    @classmethod
+    def from_values(
+        cls, split: Split, name: str, values: Sequence[tuple[int, float]]
+    ) -> MetricSummary:
+        """Min is the first minimal epoch, max the last maximal one (NaN counts as largest)."""
+        min_epoch, min_value = min(values, key=lambda pair: _sort_key(pair[1]))
+        max_epoch, max_value = max(reversed(values), key=lambda pair: _sort_key(pair[1]))
+        return cls(split.value.capitalize(), name, min_value, min_epoch, max_value, max_epoch)
+
+
+@dataclass(frozen=True, slots=True)
+class LearnerSummary:
+    """What a finished training run reached; ``str()`` gives the printed table."""
+
+    epochs: int
+    metrics: tuple[MetricSummary, ...] = ()
+    model: str | None = None
+    stop_reason: str | None = None
+
+    @classmethod
+    def collect(
+        cls,
+        query: MetricQuery,
+        names: Iterable[str],
+        epochs: int,
+        *,
+        model: str | None = None,
+        stop_reason: str | None = None,
+    ) -> LearnerSummary:
+        """Read the epoch values of ``names`` (sorted) for epochs 1..``epochs`` on both splits."""
+        rows = []
+        for split in (Split.TRAIN, Split.VALID):
+            for name in sorted(set(names)):
+                values = [
+                    (epoch, value)
+                    for epoch in range(1, epochs + 1)
+                    if (value := query.find_metric(name, epoch, Aggregate.MEAN, split)) is not None
+                ]
+                if values:
+                    rows.append(MetricSummary.from_values(split, name, values))
+        return cls(epochs, tuple(rows), model, stop_reason)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (``summary.json``)."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LearnerSummary:
+        """Read back what :meth:`to_json` wrote."""
+        rows = tuple(MetricSummary(**row) for row in data.get("metrics", []))
+        return cls(
+            int(data["epochs"]),
+            rows,
+            data.get("model"),
+            data.get("stop_reason"),
+        )
+
+    def dumps(self) -> str:
+        """``summary.json``'s text."""
+        return json.dumps(self.to_json(), indent=2, allow_nan=True) + "\n"
+
+    def __str__(self) -> str:
+        width_split = max([5, *(len(row.split) for row in self.metrics)])
+        width_name = max([6, *(len(row.name) for row in self.metrics)])
+        out = [f"{_RULE} Learner Summary {_RULE}"]
+        if self.model is not None:
+            out += ["Model:", self.model]
+        out.append(f"Total Epochs: {self.epochs}")
+        if self.stop_reason:
+            out.append(f"Stopped: {self.stop_reason}")
+        out += [
+            "",
+            "",
+            f"| {'Split':<{width_split}} | {'Metric':<{width_name}} "
+            "| Min.     | Epoch    | Max.     | Epoch    |",
+            f"|{'-' * (width_split + 2)}|{'-' * (width_name + 2)}"
+            "|----------|----------|----------|----------|",
+        ]
+        for row in self.metrics:
+            out.append(
+                f"| {row.split:<{width_split}} | {row.name:<{width_name}} "
+                f"| {_fmt(row.min_value)}| {row.min_epoch:<9}"
+                f"| {_fmt(row.max_value)}| {row.max_epoch:<9}|"
+            )
+        return "\n".join(out)
