@@ -1,12 +1,12 @@
 """A custom training strategy: one device, and a line per epoch saying how long each split took.
 
-A strategy is any object with ``fit(learner, train, valid, components, starting_epoch)``
-returning a ``FitResult`` (the ``SupervisedLearningStrategy`` protocol; no base class needed):
-it decides where the model lives and how one split runs. ``run_epochs`` runs everything around
-the splits — the StartSplit/EndSplit/EndEpoch events, checkpoints, early stopping, interrupts —
-so a strategy that reuses it behaves like the built-in ones in all of that; ``train_epoch`` and
-``valid_epoch`` are the built-in splits. This one is ``SingleDevice`` with a stopwatch around
-each split. Pass it with ``SupervisedTraining(...).with_training_strategy(...)``.
+A strategy is any object with ``is_main`` and ``start(learner, train, valid)`` returning a
+``StrategyRun`` (the ``SupervisedLearningStrategy`` protocol; no base class needed): it decides
+where the model lives and how a unit of work runs. The loop is ember's and the same for every
+strategy — the events, the accumulation window, checkpoints, early stopping, interrupts — so a
+custom strategy behaves like the built-in ones in all of that. ``LocalRun`` (from
+``ember.extend``) supplies what every single-process run shares; this one is ``SingleDevice``
+with a stopwatch around each pass. Pass it with ``SupervisedTraining(...).with_training_strategy``.
 
     python examples/custom_strategy.py --epochs 5
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -24,17 +24,17 @@ from typing import Any, TextIO
 import torch
 
 from ember.app.demo import Batch, Mlp, make_samples, sample_batcher
-from ember.data import DataLoader, DataLoaderBuilder, InMemDataset
+from ember.data import DataLoader, DataLoaderBuilder, InMemDataset, Progress
+from ember.extend import LocalRun, add_gradients, with_progress
 from ember.train import (
     CliMetricsRenderer,
     Learner,
     LearningResult,
     LossMetric,
     SupervisedTraining,
+    TrainOutput,
+    current_step,
 )
-from ember.train._epoch import train_epoch, valid_epoch
-from ember.train._gradient_checkpointing import checkpointed
-from ember.train._strategy.base import FitResult, TrainingComponents, resume, run_epochs
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +49,8 @@ class EpochTimes:
 class TimedSingleDevice:
     """Trains on ``device`` like ``SingleDevice`` and prints each epoch's split times."""
 
+    is_main = True  # the only process: it renders and writes the files
+
     def __init__(
         self,
         device: torch.device | str = "cpu",
@@ -60,47 +62,60 @@ class TimedSingleDevice:
         self.clock = clock
         self.epochs: list[EpochTimes] = []
 
-    def fit(
+    def start(
+        self, learner: Learner[Any], train: DataLoader[Any], valid: DataLoader[Any]
+    ) -> TimedRun:
+        """Put the model and the loaders on the device."""
+        learner.fork(self.device)
+        return TimedRun(self, learner, train.to_device(self.device), valid.to_device(self.device))
+
+
+class TimedRun(LocalRun):
+    """One model on one device; each pass timed with the strategy's clock."""
+
+    def __init__(
         self,
+        strategy: TimedSingleDevice,
         learner: Learner[Any],
         train: DataLoader[Any],
         valid: DataLoader[Any],
-        components: TrainingComponents,
-        starting_epoch: int,
-    ) -> FitResult:
-        """Put model and loaders on the device, then run the epochs with timed splits."""
-        train = train.to_device(self.device)
-        valid = valid.to_device(self.device)
-        learner.fork(self.device)
-        loaders = {"train": train, "valid": valid}  # their states go into checkpoints
-        resume(components, learner, loaders, starting_epoch)  # a no-op unless resuming
-        processor, interrupter = components.processor, components.interrupter
-        train_seconds = 0.0
+    ) -> None:
+        self._strategy = strategy
+        self._model = learner.model
+        self._train, self._valid = train, valid
+        self.replicas = (learner.model,)  # gradient checkpointing applies to these
+        self.loaders = {"train": train, "valid": valid}  # their states go into checkpoints
+        self._epoch = 0
+        self._train_seconds = 0.0
 
-        def train_split(epoch: int) -> None:
-            nonlocal train_seconds
-            start = self.clock()
-            train_epoch(learner, train, processor, interrupter, components.grads_accumulation)
-            train_seconds = self.clock() - start
+    def train_pass(self) -> Iterator[tuple[Any, Progress]]:
+        start = self._strategy.clock()
+        yield from with_progress(self._train)
+        self._train_seconds = self._strategy.clock() - start
 
-        def valid_split(epoch: int) -> None:
-            start = self.clock()
-            valid_epoch(learner.model, valid, processor, interrupter)
-            times = EpochTimes(epoch, train_seconds, self.clock() - start)
-            self.epochs.append(times)
-            rate = train.num_items() / times.train_seconds if times.train_seconds > 0 else 0.0
-            print(
-                f"epoch {epoch}: train {times.train_seconds:.3f} s ({rate:.0f} items/s), "
-                f"valid {times.valid_seconds:.3f} s",
-                file=self.stream,
-                flush=True,
-            )
+    def train_step(self, learner: Learner[Any], batch: Any) -> Sequence[TrainOutput[Any]]:
+        context = current_step()  # where the loop is: epoch, iteration, optimizer steps
+        self._epoch = context.epoch if context is not None else self._epoch
+        output = learner.train_step(batch)
+        add_gradients(self._model, output.grads)  # a no-op for TrainOutput.from_loss's
+        return (output,)
 
-        # Honour SupervisedTraining.gradient_checkpointing(), as the built-in strategies do.
-        with checkpointed(components.gradient_checkpointing, learner.model):
-            return run_epochs(
-                components, learner, loaders, starting_epoch, train_split, valid_split
-            )
+    def valid_pass(self) -> Iterator[tuple[Any, Progress]]:
+        strategy = self._strategy
+        start = strategy.clock()
+        yield from with_progress(self._valid)
+        times = EpochTimes(self._epoch, self._train_seconds, strategy.clock() - start)
+        strategy.epochs.append(times)
+        rate = self._train.num_items() / times.train_seconds if times.train_seconds > 0 else 0.0
+        print(
+            f"epoch {times.epoch}: train {times.train_seconds:.3f} s ({rate:.0f} items/s), "
+            f"valid {times.valid_seconds:.3f} s",
+            file=strategy.stream,
+            flush=True,
+        )
+
+    def inference_step(self, batch: Any) -> Any:
+        return self._model.inference_step(batch)
 
 
 def loader(count: int, seed: int) -> DataLoader[Batch]:

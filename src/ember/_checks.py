@@ -1,16 +1,25 @@
-"""Argument checks shared by datasets, loaders and the builder.
+"""Argument checks shared by every public constructor and builder method.
 
 Every public constructor and builder method validates its arguments at the call, so a bad value
-is reported where it was written, with the argument's name and the value, not deep inside an
-iteration.
+is reported where it was written, with the argument's name, the value and what is expected,
+not deep inside an iteration. Integers are any ``numbers.Integral`` but ``bool`` (numpy's
+too); a float or a string where an integer belongs is refused, everywhere with the same words.
 """
 
 from __future__ import annotations
 
+import inspect
 import numbers
-from typing import Any
+from typing import Any, Generic, Protocol
 
-__all__ = ["check_int", "check_seed", "check_slice"]
+__all__ = [
+    "check_int",
+    "check_positive_int",
+    "check_protocol",
+    "check_seed",
+    "check_slice",
+    "protocol_members",
+]
 
 
 def check_int(name: str, value: Any, *, minimum: int | None) -> int:
@@ -24,6 +33,11 @@ def check_int(name: str, value: Any, *, minimum: int | None) -> int:
     if minimum is not None and value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
     return int(value)
+
+
+def check_positive_int(name: str, value: Any) -> int:
+    """``value`` as an int >= 1 (see :func:`check_int`)."""
+    return check_int(name, value, minimum=1)
 
 
 def check_seed(value: Any, name: str = "seed") -> int:
@@ -41,3 +55,36 @@ def check_slice(start: Any, end: Any, num_items: int) -> tuple[int, int]:
             f"got start={start}, end={end}"
         )
     return start, end
+
+
+def protocol_members(protocol: type) -> dict[str, bool]:
+    """The public members a Protocol declares, each with whether it must be callable."""
+    members: dict[str, bool] = {}
+    for base in reversed(protocol.__mro__):
+        if base in (object, Protocol, Generic) or not getattr(base, "_is_protocol", False):
+            continue
+        for name, value in vars(base).items():
+            if not name.startswith("_"):
+                members[name] = inspect.isfunction(value)
+        for name in getattr(base, "__annotations__", {}):
+            if not name.startswith("_"):
+                members.setdefault(name, False)
+    return members
+
+
+def check_protocol(value: Any, protocol: type, what: str) -> None:
+    """Raise TypeError naming every member of ``protocol`` that ``value`` lacks.
+
+    ``what`` names the argument (``"renderer"``); the message points to the protocol's
+    documentation in :mod:`ember.extend`.
+    """
+    missing = [
+        name
+        for name, method in protocol_members(protocol).items()
+        if not hasattr(value, name) or (method and not callable(getattr(value, name)))
+    ]
+    if missing:
+        raise TypeError(
+            f"{what} {type(value).__name__} lacks {', '.join(missing)}: it must implement "
+            f"ember.extend.{protocol.__name__}"
+        )

@@ -8,6 +8,7 @@ travel with them. A plain class with the protocol's members is an extension; see
 
 from ember.data._loader import Progress
 from ember.train._checkpoint.file import Checkpointer, CheckpointFile
+from ember.train._checkpoint.learning import RunCheckpointer, TrainingRecords
 from ember.train._checkpoint.record import Record
 from ember.train._checkpoint.strategy import (
     CheckpointingAction,
@@ -55,7 +56,14 @@ from ember.train._renderer.base import (
     MetricState,
     TrainingProgressLogger,
 )
-from ember.train._strategy.base import SupervisedLearningStrategy
+from ember.train._step import StepContext, current_step
+from ember.train._strategy.base import (
+    LocalRun,
+    StrategyRun,
+    SupervisedLearningStrategy,
+    add_gradients,
+    with_progress,
+)
 from ember.train._strategy.ddp.outputs import merge_outputs, register_output_merge
 from ember.train._vocabulary import Direction, Split
 
@@ -77,6 +85,7 @@ __all__ = [
     "HammingScoreInput",
     "ItemLazy",
     "LearnerEvent",
+    "LocalRun",
     "LossInput",
     "MeanMetric",
     "Metric",
@@ -95,17 +104,24 @@ __all__ = [
     "ProcessedItem",
     "Progress",
     "Record",
+    "RunCheckpointer",
     "Save",
     "Split",
     "Start",
     "StartSplit",
+    "StepContext",
+    "StrategyRun",
     "SupervisedLearningStrategy",
     "TopKAccuracyInput",
     "TrainingItem",
     "TrainingProgressLogger",
+    "TrainingRecords",
     "WerInput",
     "adapt",
+    "add_gradients",
+    "current_step",
     "merge_outputs",
     "register_adaptor",
     "register_output_merge",
+    "with_progress",
 ]

@@ -175,6 +175,12 @@ class StopAfter:
             return True
         return False
 
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
 
 def agreements(out_dir: str) -> None:
     """Rank 1 interrupts; rank 0 stops early; then rank 1's step raises."""

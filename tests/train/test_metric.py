@@ -34,7 +34,6 @@ from ember.train import (
 )
 from ember.train._metric.base import format_number
 from ember.train._metric.store import EventStore
-from ember.train._vocabulary import Aggregate
 
 META = MetricMetadata(Progress(1, 1), 1, None)
 
@@ -158,12 +157,12 @@ def test_event_store_queries(tmp_path: Path, make_logger: object) -> None:
         store.start_split(Split.VALID, epoch)
         store.log(Split.VALID, [MetricEntry("Loss", "", line) for line in lines])
         store.end_split(Split.VALID)
-    assert store.find_metric("Loss", 1, Aggregate.MEAN, Split.VALID) == 2.0
-    assert store.find_metric("Loss", 2, Aggregate.MEAN, Split.VALID) == 1.75
-    assert store.find_metric("Loss", 4, Aggregate.MEAN, Split.VALID) is None
-    assert store.find_epoch("Loss", Aggregate.MEAN, Direction.LOWEST, Split.VALID) == 3
-    assert store.find_epoch("Loss", Aggregate.MEAN, Direction.HIGHEST, Split.VALID) == 1
-    assert store.find_epoch("Accuracy", Aggregate.MEAN, Direction.HIGHEST, Split.VALID) is None
+    assert store.find_metric("Loss", 1, Split.VALID) == 2.0
+    assert store.find_metric("Loss", 2, Split.VALID) == 1.75
+    assert store.find_metric("Loss", 4, Split.VALID) is None
+    assert store.find_epoch("Loss", Direction.LOWEST, Split.VALID) == 3
+    assert store.find_epoch("Loss", Direction.HIGHEST, Split.VALID) == 1
+    assert store.find_epoch("Accuracy", Direction.HIGHEST, Split.VALID) is None
 
 
 def test_in_memory_logger_keys_by_real_epoch() -> None:

@@ -14,7 +14,7 @@ class FakeQuery:
     def __init__(self, values: dict[tuple[str, Split], list[float]]) -> None:
         self.values = values
 
-    def find_metric(self, name: str, epoch: int, aggregate: object, split: Split) -> float | None:
+    def find_metric(self, name: str, epoch: int, split: Split) -> float | None:
         series = self.values.get((name, split), [])
         return series[epoch - 1] if epoch <= len(series) else None
 

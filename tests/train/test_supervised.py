@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import torch
-from training_fixtures import Batch, TinyRegressor, loader, read_lines
+from training_fixtures import Batch, SpyProcessor, TinyRegressor, loader, read_lines, run_loop
 
 from ember.extend import (
     End,
@@ -36,38 +36,10 @@ from ember.train import (
     Split,
     SupervisedTraining,
 )
-from ember.train._metric.store import EventStore
-from ember.train._strategy.base import TrainingComponents
 
 
 def quiet(directory: Path, train: Any, valid: Any) -> SupervisedTraining:
     return SupervisedTraining(directory, train, valid).renderer(CliMetricsRenderer(io.StringIO()))
-
-
-class SpyProcessor:
-    """Records every event with its split, in order."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple[str, Any]] = []
-
-    def process_train(self, event: Any) -> None:
-        self.events.append(("train", event))
-
-    def process_valid(self, event: Any) -> None:
-        self.events.append(("valid", event))
-
-    def flush(self) -> None:
-        self.events.append(("flush", None))
-
-
-def components(processor: Any, epochs: int, interrupter: Interrupter | None = None, **kw: Any):
-    return TrainingComponents(
-        num_epochs=epochs,
-        interrupter=interrupter or Interrupter(),
-        processor=processor,
-        store=EventStore([InMemoryMetricLogger()]),
-        **kw,
-    )
 
 
 def shape(events: list[tuple[str, Any]]) -> list[tuple[str, str, int | None]]:
@@ -81,11 +53,12 @@ def shape(events: list[tuple[str, Any]]) -> list[tuple[str, str, int | None]]:
 
 
 def test_event_order_matches_reference(model: TinyRegressor) -> None:
-    """fit emits StartSplit, items, EndSplit for train then valid, then EndEpoch, per epoch."""
+    """The loop emits Start, then StartSplit, items, EndSplit for train then valid, then
+    EndEpoch, per epoch."""
     spy = SpyProcessor()
     learner = Learner(model, torch.optim.SGD(model.parameters()), 0.1)
-    result = SingleDevice().fit(learner, loader(10, 4), loader(6, 4), components(spy, 2), 1)
-    expected: list[tuple[str, str, int | None]] = []
+    result = run_loop(SingleDevice(), learner, loader(10, 4), loader(6, 4), spy, 2)
+    expected: list[tuple[str, str, int | None]] = [("train", "Start", None)]
     for epoch in (1, 2):
         expected += [("train", "StartSplit", epoch)]
         expected += [("train", "ProcessedItem", i) for i in (1, 2, 3)]
@@ -145,8 +118,7 @@ def test_accumulation_window_3_over_7_batches() -> None:
     train = loader(28, 4)  # 7 batches
     batches = list(loader(28, 4))
     learner = Learner(model, torch.optim.SGD(model.parameters()), 0.05)
-    comps = components(SpyProcessor(), 1, grads_accumulation=3)
-    SingleDevice().fit(learner, train, loader(4, 4), comps, 1)
+    run_loop(SingleDevice(), learner, train, loader(4, 4), SpyProcessor(), 1, grads_accumulation=3)
     assert len(model.steps) == 3
 
     optim = torch.optim.SGD(reference.parameters(), lr=0.05)
@@ -182,8 +154,16 @@ def test_interrupted_epoch_leaves_partial_window_unapplied() -> None:
 
     model.on_train_step = stop_at_fifth
     learner = Learner(model, torch.optim.SGD(model.parameters()), 0.05)
-    comps = components(SpyProcessor(), 1, interrupter, grads_accumulation=3)
-    result = SingleDevice().fit(learner, loader(28, 4), loader(4, 4), comps, 1)
+    result = run_loop(
+        SingleDevice(),
+        learner,
+        loader(28, 4),
+        loader(4, 4),
+        SpyProcessor(),
+        1,
+        interrupter,
+        grads_accumulation=3,
+    )
     assert len(model.steps) == 1
     assert result.stop_reason == "test" and result.last_epoch == 0
 
@@ -342,8 +322,9 @@ def test_stop_during_train_skips_validation(model: TinyRegressor) -> None:
     interrupter = Interrupter()
     model.on_train_step = lambda batch: interrupter.stop("enough")
     learner = Learner(model, torch.optim.SGD(model.parameters()), 0.1)
-    result = SingleDevice().fit(learner, loader(8), loader(4), components(spy, 3, interrupter), 1)
+    result = run_loop(SingleDevice(), learner, loader(8), loader(4), spy, 3, interrupter)
     assert shape(spy.events) == [
+        ("train", "Start", None),
         ("train", "StartSplit", 1),
         ("train", "ProcessedItem", 1),
         ("train", "EndSplit", 1),
@@ -371,7 +352,7 @@ def test_stop_during_valid_finishes_epoch_without_training_more(model: TinyRegre
     model = StopInValid()
     model.on_train_step = count
     learner = Learner(model, torch.optim.SGD(model.parameters()), 0.1)
-    result = SingleDevice().fit(learner, loader(8), loader(8), components(spy, 3, interrupter), 1)
+    result = run_loop(SingleDevice(), learner, loader(8), loader(8), spy, 3, interrupter)
     assert trained == 2
     assert shape(spy.events)[-2:] == [("train", "EndEpoch", 1), ("flush", "NoneType", None)]
     assert result.last_epoch == 1 and result.stop_reason == "valid stop"
@@ -498,9 +479,27 @@ def test_builder_rejects_wrong_types(tmp_path: Path) -> None:
     builder = SupervisedTraining(tmp_path, loader(4), loader(4))
     with pytest.raises(TypeError, match=r"num_epochs must be an int, got 2\.5"):
         builder.num_epochs(2.5)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="not a numeric metric"):
+    with pytest.raises(TypeError, match="metric object lacks name, input_type, update"):
         builder.metric_train_numeric(object())  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="renderer"):
+
+    class Text:
+        """A metric that is not numeric."""
+
+        name = "Text"
+        input_type = object
+
+        def update(self, item: Any, metadata: MetricMetadata) -> MetricEntry:
+            return MetricEntry("Text", "x", "x")
+
+        def compute(self) -> MetricEntry:
+            return MetricEntry("Text", "x", "x")
+
+        def clear(self) -> None:
+            pass
+
+    with pytest.raises(TypeError, match="Text is not a numeric metric"):
+        builder.metric_train_numeric(Text())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"renderer object lacks .*start_split.*MetricsRenderer"):
         builder.renderer(object())  # type: ignore[arg-type]
 
 

@@ -5,13 +5,24 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ember.data import DataLoader, DataLoaderBuilder, InMemDataset
-from ember.train import LearnerModel, RegressionOutput, TrainOutput
+from ember.extend import SupervisedLearningStrategy
+from ember.train import (
+    InMemoryMetricLogger,
+    Interrupter,
+    Learner,
+    LearnerModel,
+    RegressionOutput,
+    TrainOutput,
+)
+from ember.train._loop import LoopPlan, LoopResult, TrainingLoop
+from ember.train._metric.store import EventStore
 
 
 @dataclass(frozen=True)
@@ -70,3 +81,47 @@ class TinyRegressor(LearnerModel):
 
 def read_lines(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8").splitlines()
+
+
+class SpyProcessor:
+    """An event processor that records every event with its split, in order."""
+
+    error: BaseException | None = None
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, Any]] = []
+
+    def process_train(self, event: Any) -> None:
+        self.events.append(("train", event))
+
+    def process_valid(self, event: Any) -> None:
+        self.events.append(("valid", event))
+
+    def flush(self) -> None:
+        self.events.append(("flush", None))
+
+
+def run_loop(
+    strategy: SupervisedLearningStrategy,
+    learner: Learner[Any],
+    train: DataLoader[Any],
+    valid: DataLoader[Any],
+    processor: Any,
+    epochs: int,
+    interrupter: Interrupter | None = None,
+    **plan: Any,
+) -> LoopResult:
+    """The training loop alone (no launch): ``strategy`` on the loaders, events to ``processor``."""
+    run = strategy.start(learner, train, valid)
+    try:
+        return TrainingLoop(
+            LoopPlan(epochs, **plan),
+            learner,
+            run,
+            main=True,
+            processor=processor,
+            store=EventStore([InMemoryMetricLogger()]),
+            interrupter=interrupter or Interrupter(),
+        ).execute()
+    finally:
+        run.close()

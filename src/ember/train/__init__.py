@@ -70,8 +70,10 @@ from ember.train._step import (
     GradientsParams,
     InferenceStep,
     LearnerModel,
+    StepContext,
     TrainOutput,
     TrainStep,
+    current_step,
 )
 from ember.train._strategy.base import SupervisedLearningStrategy
 from ember.train._strategy.ddp.strategy import DistributedDataParallel
@@ -138,6 +140,7 @@ __all__ = [
     "SequentialLr",
     "SingleDevice",
     "Split",
+    "StepContext",
     "StepLr",
     "StoppingCondition",
     "SupervisedLearningStrategy",
@@ -152,5 +155,6 @@ __all__ = [
     "TuiMetricsRenderer",
     "WordErrorRate",
     "apply_gradient_checkpointing",
+    "current_step",
     "default_renderer",
 ]

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from ember.train._metric.store import MetricQuery
-from ember.train._vocabulary import Aggregate, Direction, Split
+from ember.train._vocabulary import Direction, Split
 
 __all__ = ["EarlyStoppingStrategy", "MetricEarlyStoppingStrategy", "StoppingCondition"]
 
@@ -17,10 +17,27 @@ log = logging.getLogger("ember.train")
 
 @runtime_checkable
 class EarlyStoppingStrategy(Protocol):
-    """Asked after each completed epoch (after its checkpoint) whether to stop."""
+    """Asked after each completed epoch (after its checkpoint) whether to stop.
+
+    Its state is part of every checkpoint (JSON), so a resumed run stops where an uninterrupted
+    one would; a stateless strategy returns ``{}`` and ignores what it is given back.
+    """
 
     def should_stop(self, epoch: int, query: MetricQuery) -> bool:
         """True to end training after ``epoch``."""
+        ...
+
+    @property
+    def reason(self) -> str | None:
+        """Why the last ``should_stop`` said True (shown and kept as the run's stop reason)."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """The strategy's state as JSON."""
+        ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
         ...
 
 
@@ -53,7 +70,6 @@ class MetricEarlyStoppingStrategy:
     def __init__(
         self,
         metric: Any,
-        aggregate: Aggregate = Aggregate.MEAN,
         direction: Direction = Direction.LOWEST,
         split: Split = Split.VALID,
         condition: StoppingCondition | None = None,
@@ -61,11 +77,10 @@ class MetricEarlyStoppingStrategy:
         name = metric if isinstance(metric, str) else getattr(metric, "name", None)
         if not isinstance(name, str) or not name:
             raise TypeError(f"metric must be a metric or a metric name, got {metric!r}")
-        for value, kind in ((aggregate, Aggregate), (direction, Direction), (split, Split)):
+        for value, kind in ((direction, Direction), (split, Split)):
             if not isinstance(value, kind):
                 raise TypeError(f"expected a {kind.__name__}, got {value!r}")
         self.name = name
-        self.aggregate = aggregate
         self.direction = direction
         self.split = split
         self.condition = condition or StoppingCondition.no_improvement_since(2)
@@ -75,7 +90,7 @@ class MetricEarlyStoppingStrategy:
 
     def should_stop(self, epoch: int, query: MetricQuery) -> bool:
         """Record ``epoch``'s value; True when the best epoch is old enough."""
-        value = query.find_metric(self.name, epoch, self.aggregate, self.split)
+        value = query.find_metric(self.name, epoch, self.split)
         if value is None:
             log.warning("Can't find metric %r for early stopping.", self.name)
             return False

@@ -50,6 +50,7 @@ __all__ = [
     "EventProcessor",
     "FullEventProcessorTraining",
     "MetricsTraining",
+    "SilentProcessor",
 ]
 
 log = logging.getLogger("ember.train")
@@ -69,6 +70,27 @@ class EventProcessor(Protocol):
     def flush(self) -> None:
         """Return once every event given so far has been processed."""
         ...
+
+    @property
+    def error(self) -> BaseException | None:
+        """The first error met while processing events (it ends the run), or None."""
+        ...
+
+
+class SilentProcessor:
+    """Drops every event: the processor of a process that neither logs nor renders (DDP ranks
+    other than 0, whose outputs rank 0 logs)."""
+
+    error: BaseException | None = None
+
+    def process_train(self, event: LearnerEvent) -> None:
+        """Dropped."""
+
+    def process_valid(self, event: LearnerEvent) -> None:
+        """Dropped."""
+
+    def flush(self) -> None:
+        """Nothing is pending."""
 
 
 class MetricsTraining:

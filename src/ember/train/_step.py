@@ -6,13 +6,16 @@ which runs the forward pass for validation. :class:`LearnerModel` is an ``nn.Mod
 that adds the default ``optimize`` (Burn's ``TrainStep::optimize``); override it to clip gradients
 or weights around the optimizer step.
 
-Gradients travel as :class:`GradientsParams`, a mapping from parameter name to gradient, so that
-accumulation and multi-device reduction work on plain tensors and never on ``.grad`` slots that
-the next backward pass would add to.
+Gradients live where torch keeps them, in the parameters' ``.grad`` slots: a backward pass of an
+accumulation window adds to them, as in a raw loop (and as torch's DDP reducer and gradient
+scaler expect). :class:`GradientsParams` names them by parameter, for ``optimize`` overrides and
+strategies that move gradients between replicas. While the loop runs a step, :func:`current_step`
+says where it is (see :class:`StepContext`).
 """
 
 from __future__ import annotations
 
+import contextvars
 import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -26,9 +29,12 @@ __all__ = [
     "GradientsParams",
     "InferenceStep",
     "LearnerModel",
+    "StepContext",
     "TrainOutput",
     "TrainStep",
+    "current_step",
     "default_optimize",
+    "step_context",
     "trained_parameters",
 ]
 
@@ -58,6 +64,53 @@ def trained_parameters(
     return params
 
 
+@dataclass(frozen=True, slots=True)
+class StepContext:
+    """Where the loop is while a training step runs (read with :func:`current_step`).
+
+    ``epoch`` and ``iteration`` (1-based, within the epoch) locate the batch; ``optimizer_steps``
+    counts the optimizer steps taken before this one; ``batch`` is what ``train_step`` was given.
+    ``accumulating`` is True for every batch of an accumulation window but the first: its
+    backward adds to the gradients already in the ``.grad`` slots instead of replacing them.
+    ``loss_factor`` multiplies the loss before backward (None: the loss as it is).
+    """
+
+    epoch: int
+    iteration: int
+    optimizer_steps: int
+    batch: Any
+    accumulating: bool = False
+    loss_factor: float | None = None
+
+
+_CURRENT: contextvars.ContextVar[StepContext | None] = contextvars.ContextVar(
+    "ember_step", default=None
+)
+
+
+def current_step() -> StepContext | None:
+    """The :class:`StepContext` of the training step running now, or None outside the loop."""
+    return _CURRENT.get()
+
+
+class step_context:  # noqa: N801  # used as a context manager, like contextlib's
+    """Make ``context`` the current step for the block (the loop's and strategies' tool)."""
+
+    __slots__ = ("_context", "_token")
+
+    def __init__(self, context: StepContext) -> None:
+        self._context = context
+        self._token: contextvars.Token[StepContext | None] | None = None
+
+    def __enter__(self) -> StepContext:
+        self._token = _CURRENT.set(self._context)
+        return self._context
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._token is not None
+        _CURRENT.reset(self._token)
+
+
 class GradientsParams(Mapping[str, torch.Tensor]):
     """Gradients keyed by parameter name, as ``model.named_parameters()`` names them."""
 
@@ -68,13 +121,14 @@ class GradientsParams(Mapping[str, torch.Tensor]):
 
     @classmethod
     def from_module(cls, module: nn.Module) -> GradientsParams:
-        """Take the gradients out of ``module``'s ``.grad`` slots, leaving them empty."""
-        grads: dict[str, torch.Tensor] = {}
-        for name, param in trained_parameters(module):
-            if param.grad is not None:
-                grads[name] = param.grad
-                param.grad = None
-        return cls(grads)
+        """The gradients in ``module``'s ``.grad`` slots (the same tensors, left in place)."""
+        return cls(
+            {
+                name: param.grad
+                for name, param in trained_parameters(module)
+                if param.grad is not None
+            }
+        )
 
     def __getitem__(self, name: str) -> torch.Tensor:
         return self._grads[name]
@@ -95,7 +149,11 @@ class GradientsParams(Mapping[str, torch.Tensor]):
 
 
 class GradientsAccumulator:
-    """Sums gradients per parameter over several batches (``grads_accumulation``)."""
+    """Sums :class:`GradientsParams` per parameter (Burn's accumulator).
+
+    The loop accumulates in the ``.grad`` slots, as torch does; this sums gradients that were
+    taken out of them, as a strategy does when it reduces each batch of a window on its own.
+    """
 
     __slots__ = ("_sum",)
 
@@ -110,10 +168,6 @@ class GradientsAccumulator:
                 self._sum[name] = grad
             else:
                 total.add_(grad)
-
-    def is_empty(self) -> bool:
-        """True when nothing was accumulated since the last :meth:`grads`."""
-        return not self._sum
 
     def grads(self) -> GradientsParams:
         """The summed gradients; the accumulator starts empty again."""
@@ -133,8 +187,10 @@ class TrainOutput(Generic[T_co]):
     def from_loss(cls, model: nn.Module, loss: torch.Tensor, item: T) -> TrainOutput[T]:
         """Run ``loss.backward()`` and capture ``model``'s gradients (Burn's ``TrainOutput::new``).
 
-        Any gradient left in the ``.grad`` slots beforehand is discarded first, so every step
-        starts from zero exactly like ``optimizer.zero_grad(set_to_none=True)`` in a raw loop.
+        The ``.grad`` slots are cleared first, so every step starts from zero exactly like
+        ``optimizer.zero_grad(set_to_none=True)`` in a raw loop, except inside an accumulation
+        window (:attr:`StepContext.accumulating`), whose batches add to the window's gradients.
+        The loop's :attr:`StepContext.loss_factor` multiplies the loss first.
         """
         if not isinstance(loss, torch.Tensor):
             raise TypeError(f"loss must be a torch.Tensor, got {type(loss).__name__}")
@@ -143,8 +199,12 @@ class TrainOutput(Generic[T_co]):
                 "loss does not require grad: it was computed without autograd "
                 "(inside torch.no_grad()/inference_mode(), or from detached tensors)"
             )
-        for _, param in trained_parameters(model):
-            param.grad = None
+        context = _CURRENT.get()
+        if context is None or not context.accumulating:
+            for _, param in trained_parameters(model):
+                param.grad = None
+        if context is not None and context.loss_factor is not None:
+            loss = loss * context.loss_factor
         torch.autograd.backward(loss)
         return TrainOutput(GradientsParams.from_module(model), item)
 

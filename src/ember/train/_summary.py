@@ -15,7 +15,7 @@ from typing import Any
 from torch import nn
 
 from ember.train._metric.store import MetricQuery
-from ember.train._vocabulary import Aggregate, Split
+from ember.train._vocabulary import Split
 
 __all__ = ["LearnerSummary", "MetricSummary", "describe_model"]
 
@@ -101,7 +101,7 @@ class LearnerSummary:
                 values = [
                     (epoch, value)
                     for epoch in range(1, epochs + 1)
-                    if (value := query.find_metric(name, epoch, Aggregate.MEAN, split)) is not None
+                    if (value := query.find_metric(name, epoch, split)) is not None
                 ]
                 if values:
                     rows.append(MetricSummary.from_values(split, name, values))

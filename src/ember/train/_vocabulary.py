@@ -1,5 +1,5 @@
 """The words the training layer speaks in: which pass (``Split``), which way is better
-(``Direction``), how an epoch's values reduce to one (``Aggregate``).
+(``Direction``).
 
 Every part of ``ember.train`` that names a split or compares metric values uses these, so they
 live apart from the metrics, loggers and checkpoints that share them.
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["Aggregate", "Direction", "Split"]
+__all__ = ["Direction", "Split"]
 
 
 class Split(enum.Enum):
@@ -21,12 +21,6 @@ class Split(enum.Enum):
     # Members are singletons compared by identity, so identity hashing is exact; Enum's own
     # __hash__ is a Python call, and splits key several dict lookups per batch.
     __hash__ = object.__hash__
-
-
-class Aggregate(enum.Enum):
-    """How the values of one epoch are reduced to one number."""
-
-    MEAN = "mean"
 
 
 class Direction(enum.Enum):

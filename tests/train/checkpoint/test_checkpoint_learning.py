@@ -28,7 +28,6 @@ from ember.train import (
 from ember.train._checkpoint.learning import TrainingRecords
 from ember.train._checkpoint.record import model_record, optimizer_record, state_record
 from ember.train._checkpoint.strategy import default_checkpointing_strategy
-from ember.train._vocabulary import Aggregate
 
 NAMES = ("model", "optim", "scheduler", "state")
 TIMEOUT = 30.0  # seconds; only reached when something hangs
@@ -40,14 +39,10 @@ class LossQuery:
     def __init__(self, losses: dict[int, float]) -> None:
         self.losses = losses
 
-    def find_metric(
-        self, name: str, epoch: int, aggregate: Aggregate, split: Split
-    ) -> float | None:
+    def find_metric(self, name: str, epoch: int, split: Split) -> float | None:
         return self.losses.get(epoch) if name == "Loss" and split is Split.VALID else None
 
-    def find_epoch(
-        self, name: str, aggregate: Aggregate, direction: Direction, split: Split
-    ) -> int | None:
+    def find_epoch(self, name: str, direction: Direction, split: Split) -> int | None:
         if name != "Loss" or split is not Split.VALID or 1 not in self.losses:
             return None
         return min(sorted(self.losses), key=self.losses.__getitem__)

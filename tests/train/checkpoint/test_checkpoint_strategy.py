@@ -18,7 +18,6 @@ from ember.train import (
     Split,
 )
 from ember.train._checkpoint.strategy import default_checkpointing_strategy
-from ember.train._vocabulary import Aggregate
 
 
 class FakeQuery:
@@ -27,14 +26,10 @@ class FakeQuery:
     def __init__(self, values: dict[int, float] | None = None, name: str = "Loss") -> None:
         self.values = {Split.VALID: {name: dict(values or {})}, Split.TRAIN: {}}
 
-    def find_metric(
-        self, name: str, epoch: int, aggregate: Aggregate, split: Split
-    ) -> float | None:
+    def find_metric(self, name: str, epoch: int, split: Split) -> float | None:
         return self.values[split].get(name, {}).get(epoch)
 
-    def find_epoch(
-        self, name: str, aggregate: Aggregate, direction: Direction, split: Split
-    ) -> int | None:
+    def find_epoch(self, name: str, direction: Direction, split: Split) -> int | None:
         by_epoch = self.values[split].get(name, {})
         if 1 not in by_epoch:
             return None

@@ -9,7 +9,6 @@ import pytest
 from ember.extend import MetricDefinition, MetricEntry, MetricLogger, NumericEntry
 from ember.train import CsvMetricLogger, Direction, Split
 from ember.train._metric.store import EventStore
-from ember.train._vocabulary import Aggregate
 
 
 def entry(name: str, value: NumericEntry) -> MetricEntry:
@@ -116,14 +115,14 @@ def test_only_logger_of_an_event_store(tmp_path: Path) -> None:
         store.log(Split.VALID, [entry("Loss", NumericEntry(final + 1, 1))])
         store.log(Split.VALID, [entry("Loss", NumericEntry(final, final=True))])
         store.end_split(Split.VALID)
-    assert [store.find_metric("Loss", e, Aggregate.MEAN, Split.VALID) for e in (1, 2, 4)] == [
+    assert [store.find_metric("Loss", e, Split.VALID) for e in (1, 2, 4)] == [
         3.0,
         1.5,
         2.0,
     ]
-    assert store.find_epoch("Loss", Aggregate.MEAN, Direction.LOWEST, Split.VALID) == 2
-    assert store.find_epoch("Loss", Aggregate.MEAN, Direction.HIGHEST, Split.VALID) == 1
-    assert store.find_epoch("Loss", Aggregate.MEAN, Direction.LOWEST, Split.TRAIN) is None
+    assert store.find_epoch("Loss", Direction.LOWEST, Split.VALID) == 2
+    assert store.find_epoch("Loss", Direction.HIGHEST, Split.VALID) == 1
+    assert store.find_epoch("Loss", Direction.LOWEST, Split.TRAIN) is None
     store.close()
 
 

@@ -1,4 +1,4 @@
-"""examples/custom_strategy.py: a strategy built on run_epochs, used for a real run."""
+"""examples/custom_strategy.py: a strategy of its own on the StrategyRun contract, in a run."""
 
 from __future__ import annotations
 

@@ -11,13 +11,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from training_fixtures import Batch, TinyRegressor, batcher, loader, read_lines, samples
+from training_fixtures import Batch, TinyRegressor, batcher, loader, read_lines, run_loop, samples
 
 from ember.data import DataLoader, DataLoaderBuilder, InMemDataset
 from ember.train import (
     CliMetricsRenderer,
-    InMemoryMetricLogger,
-    Interrupter,
     Learner,
     LearnerModel,
     LinearLr,
@@ -29,8 +27,6 @@ from ember.train import (
     SupervisedTraining,
     TrainOutput,
 )
-from ember.train._metric.store import EventStore
-from ember.train._strategy.base import TrainingComponents
 from ember.train._strategy.multi import split_loader
 
 ITEMS = 23  # slices of 11 and 12 items: batches 4,4,3 and 4,4,4 with batch size 4
@@ -223,9 +219,10 @@ def test_events_progress_and_iterations(tmp_path: Path, model: TinyRegressor) ->
         def flush(self) -> None:
             pass
 
-    components = TrainingComponents(1, Interrupter(), Spy(), EventStore([InMemoryMetricLogger()]))
+        error = None
+
     learner = Learner(model, torch.optim.SGD(model.parameters()), LinearLr(0.1, 0.01, 10))
-    fit = MultiDevice(["cpu", "cpu"]).fit(learner, loader(ITEMS, BATCH), loader(8), components, 1)
+    fit = run_loop(MultiDevice(["cpu", "cpu"]), learner, loader(ITEMS, BATCH), loader(8), Spy(), 1)
     assert fit.last_epoch == 1
     lr = [0.1, 0.091, 0.082]
     assert [s[:3] for s in seen] == [

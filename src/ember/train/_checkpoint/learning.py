@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from ember._errors import CheckpointError
 from ember.train._checkpoint.asynchronous import BackgroundWriter
@@ -49,7 +49,7 @@ from ember.train._checkpoint.strategy import (
 )
 from ember.train._metric.store import MetricQuery
 
-__all__ = ["STRATEGY_STATE_KEY", "LearningCheckpointer", "TrainingRecords"]
+__all__ = ["STRATEGY_STATE_KEY", "LearningCheckpointer", "RunCheckpointer", "TrainingRecords"]
 
 STRATEGY_STATE_KEY = "checkpointing_strategy"
 NAMES = ("model", "optim", "scheduler", "state")
@@ -64,6 +64,47 @@ class TrainingRecords:
     optim: Record
     scheduler: Record
     state: Record
+
+
+@runtime_checkable
+class RunCheckpointer(Protocol):
+    """What the training loop checkpoints a run through (``with_checkpointers``).
+
+    :class:`LearningCheckpointer` is ember's; another implementation (another store, another
+    layout) provides the same members.
+    """
+
+    @property
+    def directory(self) -> Path:
+        """Where the checkpoints are (named in messages)."""
+        ...
+
+    def checkpoint(
+        self, epoch: int, records: TrainingRecords, query: MetricQuery
+    ) -> TrainingRecords:
+        """Save or not, as the checkpointing strategy decides for ``epoch``; returns the records
+        as saved (what :meth:`save` takes)."""
+        ...
+
+    def save(self, epoch: int, records: TrainingRecords) -> None:
+        """Make sure ``epoch`` is saved, whatever the strategy decided."""
+        ...
+
+    def restore(self, epoch: int) -> TrainingRecords:
+        """The verified records of ``epoch``; :class:`~ember.CheckpointError` if it has none."""
+        ...
+
+    def complete_epochs(self) -> list[int]:
+        """Every epoch with a complete, verified checkpoint, in order."""
+        ...
+
+    def latest_complete_epoch(self) -> int | None:
+        """The newest complete epoch, or None."""
+        ...
+
+    def close(self) -> None:
+        """Finish pending writes; raise a pending write error once."""
+        ...
 
 
 class LearningCheckpointer:

@@ -22,7 +22,7 @@ from typing import Any, Protocol, TypeAlias
 
 from ember.train._checkpoint.file import check_epoch
 from ember.train._metric.store import MetricQuery
-from ember.train._vocabulary import Aggregate, Direction, Split
+from ember.train._vocabulary import Direction, Split
 
 __all__ = [
     "CheckpointingAction",
@@ -123,7 +123,6 @@ class MetricCheckpointingStrategy:
     def __init__(
         self,
         metric: str | NamedMetric,
-        aggregate: Aggregate = Aggregate.MEAN,
         direction: Direction = Direction.LOWEST,
         split: Split = Split.VALID,
     ) -> None:
@@ -132,25 +131,21 @@ class MetricCheckpointingStrategy:
             raise ValueError(
                 f"metric must be a metric name or have a non-empty .name, got {metric!r}"
             )
-        for value, kind in ((aggregate, Aggregate), (direction, Direction), (split, Split)):
+        for value, kind in ((direction, Direction), (split, Split)):
             if not isinstance(value, kind):
                 raise TypeError(f"{kind.__name__.lower()} must be a {kind.__name__}, got {value!r}")
         self.name = name
-        self.aggregate = aggregate
         self.direction = direction
         self.split = split
         self.current: int | None = None  # the epoch this strategy keeps
 
     def __repr__(self) -> str:
-        return (
-            f"MetricCheckpointingStrategy({self.name!r}, {self.aggregate}, {self.direction}, "
-            f"{self.split})"
-        )
+        return f"MetricCheckpointingStrategy({self.name!r}, {self.direction}, {self.split})"
 
     def checkpointing(self, epoch: int, query: MetricQuery) -> list[CheckpointingAction]:
         """``Delete(kept)`` if the best epoch moved from it; ``Save()`` if ``epoch`` is best."""
         check_epoch(epoch)
-        best = query.find_epoch(self.name, self.aggregate, self.direction, self.split)
+        best = query.find_epoch(self.name, self.direction, self.split)
         if best is None:
             best = epoch
         actions: list[CheckpointingAction] = []
@@ -263,6 +258,6 @@ def default_checkpointing_strategy() -> ComposedCheckpointingStrategy:
     return ComposedCheckpointingStrategy(
         [
             KeepLastNCheckpoints(2),
-            MetricCheckpointingStrategy("Loss", Aggregate.MEAN, Direction.LOWEST, Split.VALID),
+            MetricCheckpointingStrategy("Loss", Direction.LOWEST, Split.VALID),
         ]
     )

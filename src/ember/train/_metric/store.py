@@ -13,7 +13,7 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from ember.train._vocabulary import Aggregate, Direction, Split
+from ember.train._vocabulary import Direction, Split
 
 if TYPE_CHECKING:
     from ember.train._logger.base import MetricLogger
@@ -25,15 +25,11 @@ __all__ = ["EventStore", "MetricQuery", "epoch_value"]
 class MetricQuery(Protocol):
     """Read access to logged metric values, as checkpointing and early stopping need it."""
 
-    def find_metric(
-        self, name: str, epoch: int, aggregate: Aggregate, split: Split
-    ) -> float | None:
+    def find_metric(self, name: str, epoch: int, split: Split) -> float | None:
         """The value of ``name`` for ``epoch`` on ``split``; None when nothing was logged."""
         ...
 
-    def find_epoch(
-        self, name: str, aggregate: Aggregate, direction: Direction, split: Split
-    ) -> int | None:
+    def find_epoch(self, name: str, direction: Direction, split: Split) -> int | None:
         """The best epoch for ``name`` (ties keep the earliest); None when epoch 1 has no data."""
         ...
 
@@ -100,9 +96,7 @@ class EventStore:
         if errors:
             raise errors[0]
 
-    def find_metric(
-        self, name: str, epoch: int, aggregate: Aggregate, split: Split
-    ) -> float | None:
+    def find_metric(self, name: str, epoch: int, split: Split) -> float | None:
         """The epoch value of ``name`` from the first logger that has it."""
         key = (name, epoch, split)
         cached = self._cache.get(key)
@@ -118,14 +112,12 @@ class EventStore:
                 return value
         return None
 
-    def find_epoch(
-        self, name: str, aggregate: Aggregate, direction: Direction, split: Split
-    ) -> int | None:
+    def find_epoch(self, name: str, direction: Direction, split: Split) -> int | None:
         """The best epoch so far; ties keep the earliest and NaN never wins."""
         best_epoch: int | None = None
         best = math.inf if direction is Direction.LOWEST else -math.inf
         epoch = 1
-        while (value := self.find_metric(name, epoch, aggregate, split)) is not None:
+        while (value := self.find_metric(name, epoch, split)) is not None:
             better = value < best if direction is Direction.LOWEST else value > best
             if better or (best_epoch is None and not math.isnan(value)):
                 best, best_epoch = value, epoch

@@ -1,178 +1,201 @@
-"""The training-strategy protocol and what every strategy is handed.
+"""What a training strategy supplies to the loop: where the model runs, how gradients combine.
 
-A strategy owns the epoch loop: where the model lives, how batches reach it, how gradients are
-combined. ember ships :class:`~ember.train._strategy.single.SingleDevice`; a custom strategy is
-any object with ``fit`` (see ``examples/``), passed to ``with_training_strategy``.
+The loop (``train/_loop.py``) is the same for every strategy. A strategy
+(:class:`SupervisedLearningStrategy`) says whether this process is the main one and, when a run
+starts, places the model and the loaders and returns a :class:`StrategyRun`, which the loop then
+asks for each batch::
+
+    run = strategy.start(learner, train, valid)      # learner.fork(device), loaders moved
+    for batch, progress in run.train_pass():          # a unit of work: one batch, a batch per
+        outputs = run.train_step(learner, batch)      # device, or this rank's share; forward
+                                                      # + backward, the gradients combined into
+                                                      # the main model's .grad slots
+        (optimizer step)  run.after_optimizer_step()  # e.g. copy the weights to the replicas
+        items, stopper = run.report(items, wish)      # what the main process logs; the lowest
+                                                      # rank that wants to stop (all stop), or None
+    for batch, progress in run.valid_pass(): run.inference_step(batch) ...
+    run.decide(value) · run.gather(value) · run.check_same(facts)   # decisions across processes
+    run.close(error)                                  # error: what ended the run, if any
+
+:class:`LocalRun` implements the members that are the same for every single-process strategy
+(one process decides alone); ember's strategies and ``examples/custom_strategy.py`` build on it.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from ember.data import DataLoader
-from ember.train._events import EndEpoch, EndSplit, StartSplit
-from ember.train._interrupter import Interrupter
+import torch
+from torch import nn
+
+from ember.data import DataLoader, Progress
 from ember.train._learner import Learner
-from ember.train._metric.store import EventStore
-from ember.train._processor import EventProcessor
-
-if TYPE_CHECKING:
-    from ember.train._checkpoint.training import TrainingCheckpointer
-    from ember.train._early_stopping import EarlyStoppingStrategy
+from ember.train._step import GradientsParams, TrainOutput, trained_parameters
 
 __all__ = [
-    "EpochRunner",
-    "FitResult",
+    "LocalRun",
+    "StrategyRun",
     "SupervisedLearningStrategy",
-    "TrainingComponents",
-    "end_epoch",
-    "resume",
-    "run_epochs",
-    "stop_reason",
+    "add_gradients",
+    "model_device",
+    "with_progress",
 ]
 
-log = logging.getLogger("ember.train")
-
-EpochRunner = Callable[[int], None]
-"""Runs one split of the given epoch (its batches and their events, not StartSplit/EndSplit)."""
+T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
-class TrainingComponents:
-    """Everything a strategy needs besides the learner and the loaders."""
-
-    num_epochs: int
-    interrupter: Interrupter
-    processor: EventProcessor
-    store: EventStore
-    grads_accumulation: int | None = None
-    early_stopping: EarlyStoppingStrategy | None = None
-    checkpointer: TrainingCheckpointer | None = None
-    gradient_checkpointing: tuple[str, ...] | None = None
-    """Dotted names of the submodules to checkpoint (``checkpointed(...)``), or None: off."""
+@runtime_checkable
+class StrategyRun(Protocol):
+    """One run of a strategy: the placed model and loaders, and how each batch is run."""
 
     @property
-    def failed(self) -> bool:
-        """True once the metrics thread has failed (its error ends the run)."""
-        return getattr(self.processor, "error", None) is not None
+    def replicas(self) -> Sequence[nn.Module]:
+        """Every copy of the model this process trains (the main model first); gradient
+        checkpointing is applied to each."""
+        ...
 
+    @property
+    def loaders(self) -> Mapping[str, DataLoader[Any]]:
+        """The loaders whose positions a checkpoint keeps, by name (``train``, ``valid``, …)."""
+        ...
 
-@dataclass(frozen=True, slots=True)
-class FitResult:
-    """How a fit ended: the last epoch completed and, if it stopped early, why."""
+    @property
+    def rank(self) -> int:
+        """This process's index among the run's processes (0 in a single process)."""
+        ...
 
-    last_epoch: int
-    stop_reason: str | None = None
+    def train_pass(self) -> Iterator[tuple[Any, Progress]]:
+        """One training pass: each unit of work and the split's progress after it."""
+        ...
+
+    def train_step(self, learner: Learner[Any], batch: Any) -> Sequence[TrainOutput[Any]]:
+        """Forward and backward on one unit; leave the combined gradients in the main model's
+        ``.grad`` slots (adding to them inside an accumulation window)."""
+        ...
+
+    def after_optimizer_step(self) -> None:
+        """The main model has stepped (e.g. copy its parameters into the replicas)."""
+        ...
+
+    def valid_pass(self) -> Iterator[tuple[Any, Progress]]:
+        """One validation pass: each batch and the split's progress after it."""
+        ...
+
+    def inference_step(self, batch: Any) -> Any:
+        """The main model's ``inference_step`` on a validation batch (eval mode, no graph)."""
+        ...
+
+    def report(self, items: Sequence[Any], stop: bool) -> tuple[Sequence[Any], int | None]:
+        """After a unit: the outputs the main process logs (none elsewhere), and the lowest
+        rank that wishes to stop (``stop`` is this process's wish), or None: then no process
+        stops."""
+        ...
+
+    def decide(self, value: T) -> T:
+        """The main process's ``value``, on every process (a JSON value, or bytes)."""
+        ...
+
+    def gather(self, value: Any) -> list[Any] | None:
+        """Every process's JSON ``value`` in rank order on the main process; None elsewhere."""
+        ...
+
+    def check_same(self, facts: Mapping[str, int]) -> None:
+        """Raise unless every process runs with the same ``facts`` (epochs, sizes, …)."""
+        ...
+
+    def close(self, error: BaseException | None = None) -> None:
+        """Release threads, hooks and loaders made for the run; ``error`` is the exception that
+        ends the run, if any (a distributed run then tears its process group down, so the
+        other processes fail at once instead of waiting for a collective's timeout)."""
+        ...
 
 
 @runtime_checkable
 class SupervisedLearningStrategy(Protocol):
-    """Runs epochs ``starting_epoch..num_epochs`` of training and validation."""
+    """Where and how the model trains; passed to ``SupervisedTraining.with_training_strategy``.
 
-    def fit(
-        self,
-        learner: Learner[Any],
-        train: DataLoader[Any],
-        valid: DataLoader[Any],
-        components: TrainingComponents,
-        starting_epoch: int,
-    ) -> FitResult:
-        """Train; the events of reference §3.3 go to ``components.processor``."""
+    A plain class with these members is a strategy (see ``examples/custom_strategy.py``).
+    """
+
+    @property
+    def is_main(self) -> bool:
+        """True in the process that renders and writes files (the only one, or rank 0)."""
+        ...
+
+    def start(
+        self, learner: Learner[Any], train: DataLoader[Any], valid: DataLoader[Any]
+    ) -> StrategyRun:
+        """Place the model (``learner.fork``) and the loaders for one run."""
         ...
 
 
-def resume(
-    components: TrainingComponents,
-    learner: Learner[Any],
-    loaders: Mapping[str, DataLoader[Any]],
-    starting_epoch: int,
-) -> None:
-    """Restore the checkpoint of epoch ``starting_epoch - 1``, if the run resumes.
+def model_device(learner: Learner[Any]) -> torch.device:
+    """The device of the model's first parameter (CPU for a model without parameters)."""
+    param = next(learner.model.parameters(), None)
+    return param.device if param is not None else torch.device("cpu")
 
-    Call it once the learner is on its device, with the loaders the strategy iterates.
+
+def add_gradients(model: nn.Module, grads: GradientsParams) -> None:
+    """Add ``grads`` into ``model``'s ``.grad`` slots (moved to each parameter's device).
+
+    A gradient that already is the slot's tensor (what ``TrainOutput.from_loss`` captures) is
+    left alone, so the common step costs a loop of identity checks.
     """
-    if starting_epoch > 1:
-        if components.checkpointer is None:
-            raise ValueError(f"resuming at epoch {starting_epoch} needs checkpointers")
-        components.checkpointer.restore(starting_epoch - 1, learner, loaders)
+    params = dict(trained_parameters(model)) if grads else {}
+    for name, grad in grads.items():
+        param = params[name]
+        slot = param.grad
+        if slot is grad:
+            continue
+        if grad.device != param.device:
+            grad = grad.to(param.device)
+        if slot is None:
+            param.grad = grad
+        else:
+            slot.add_(grad)
 
 
-def end_epoch(
-    components: TrainingComponents,
-    epoch: int,
-    learner: Learner[Any],
-    loaders: Mapping[str, DataLoader[Any]],
-) -> str | None:
-    """After ``EndEpoch``: flush, checkpoint, then ask early stopping (reference §3.4).
+def with_progress(loader: DataLoader[Any]) -> Iterator[tuple[Any, Progress]]:
+    """``loader``'s batches, each with the pass's progress right after it."""
+    iterator = iter(loader)
+    for batch in iterator:
+        yield batch, iterator.progress()
 
-    Returns the early-stopping reason when training should end. Nothing is checkpointed once
-    the metrics thread has failed, so non-finite weights are never saved (B8).
+
+class LocalRun:
+    """The members of a :class:`StrategyRun` that every single-process strategy shares.
+
+    Subclasses set :attr:`replicas` and :attr:`loaders` and implement the passes and steps.
     """
-    checkpointer, early_stopping = components.checkpointer, components.early_stopping
-    if checkpointer is None and early_stopping is None:
-        return None
-    components.processor.flush()
-    if components.failed:
-        return None
-    if checkpointer is not None:
-        checkpointer.checkpoint(epoch, learner, loaders, components.store)
-    if early_stopping is not None and early_stopping.should_stop(epoch, components.store):
-        return getattr(early_stopping, "reason", None) or f"early stopping after epoch {epoch}"
-    return None
 
+    replicas: Sequence[nn.Module]
+    loaders: Mapping[str, DataLoader[Any]]
 
-def stop_reason(components: TrainingComponents) -> str | None:
-    """Why the interrupter stopped training, after keeping the last epoch boundary on disk.
+    @property
+    def rank(self) -> int:
+        """Always 0: one process."""
+        return 0
 
-    A stop in the middle of an epoch abandons that epoch; the checkpoint of the epoch before it
-    is written even if the strategy had not kept it, so a resume reruns the abandoned epoch
-    from its start and ends exactly as an uninterrupted run (B4, B7).
-    """
-    if not components.interrupter.should_stop():
-        return None
-    if components.checkpointer is not None and not components.failed:
-        components.checkpointer.save_last()
-    return components.interrupter.message or "interrupted"
+    def after_optimizer_step(self) -> None:
+        """Nothing to do with one copy of the model."""
 
+    def report(self, items: Sequence[Any], stop: bool) -> tuple[Sequence[Any], int | None]:
+        """This process logs its own outputs and stops when it wishes to."""
+        return items, 0 if stop else None
 
-def run_epochs(
-    components: TrainingComponents,
-    learner: Learner[Any],
-    loaders: Mapping[str, DataLoader[Any]],
-    starting_epoch: int,
-    train_split: EpochRunner,
-    valid_split: EpochRunner,
-) -> FitResult:
-    """The epoch loop shared by the strategies (reference §2.1, with ember's stop rules).
+    def decide(self, value: T) -> T:
+        """The only process decides."""
+        return value
 
-    ``loaders`` are the ``train`` and ``valid`` loaders the strategy iterates (their sizes go in
-    the StartSplit events and their states into checkpoints). The strategy supplies how one
-    split runs; everything around it — events, checkpoints, early stopping, stops — is here.
-    """
-    processor, interrupter = components.processor, components.interrupter
-    train, valid = loaders["train"], loaders["valid"]
-    last_epoch = starting_epoch - 1
-    for epoch in range(starting_epoch, components.num_epochs + 1):
-        processor.process_train(StartSplit(epoch, train.num_items()))
-        train_split(epoch)
-        processor.process_train(EndSplit(epoch))
-        if interrupter.should_stop():
-            break
-        processor.process_valid(StartSplit(epoch, valid.num_items()))
-        valid_split(epoch)
-        processor.process_valid(EndSplit(epoch))
-        processor.process_train(EndEpoch(epoch))
-        last_epoch = epoch
-        early = end_epoch(components, epoch, learner, loaders)
-        if early is not None:
-            return FitResult(last_epoch, early)
-        if interrupter.should_stop():
-            break
-    reason = stop_reason(components)
-    if reason is not None:
-        processor.flush()  # the epoch lines, written by the metrics thread, come first
-        log.info("Training interrupted: %s", reason)
-    return FitResult(last_epoch, reason)
+    def gather(self, value: Any) -> list[Any] | None:
+        """Just this process's value."""
+        return [value]
+
+    def check_same(self, facts: Mapping[str, int]) -> None:
+        """Nothing to compare with."""
+
+    def close(self, error: BaseException | None = None) -> None:
+        """Close the loaders made for the run (their worker threads stop)."""
+        for loader in self.loaders.values():
+            loader.close()

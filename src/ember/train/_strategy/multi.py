@@ -6,15 +6,14 @@ worker thread, and takes one optimizer step on the main device (the first one) p
     learner.fork(devices[0]); replicas = [model, deepcopy(model) on devices[1], ...]
     train loader → n contiguous slices, slice i on devices[i]   (see split_loader)
     threads train-device-0 … train-device-{n-1}, one per device, for the whole fit
-    per epoch (run_epochs):
-        train split, one round at a time until every slice is exhausted:
-            thread i: out_i = replica_i.train_step(next batch of slice i)   (all at once)
-            grads = sum over devices of out_i.grads, moved to the main device
-            (grads_accumulation n: also summed over n rounds, as over n batches on one device)
-            lr_step; optimizer_step(grads); copy the main model's parameters into the replicas
-            copy the main model's buffers into the replicas
-            one ProcessedItem per device output, in device order
-        valid split: valid_epoch on the main device's model
+    a unit of work of the loop (train/_loop.py) is a round, one batch per device:
+        thread i: out_i = replica_i.train_step(next batch of slice i)   (all at once)
+        the main model's .grad += out_i's gradients, moved to the main device, in device order
+        (grads_accumulation n: also summed over n rounds, as over n batches on one device)
+        copy the main model's buffers into the replicas
+        after the loop's optimizer step: copy the main model's parameters into the replicas
+        one ProcessedItem per device output, in device order
+    validation: the main device's model
 
 Gradients are **summed** across devices, never averaged (as in Burn): with mean-reduced losses
 a round is like one batch n times larger trained with an n times larger learning rate; divide
@@ -46,10 +45,11 @@ A device list of one device is :class:`~ember.train._strategy.single.SingleDevic
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import queue
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from types import TracebackType
 from typing import Any, Self, cast
 
@@ -58,18 +58,16 @@ from torch import nn
 
 from ember.data import DataLoader, DataLoaderIterator, DeviceLike, Progress
 from ember.data._device import as_device
-from ember.train._epoch import valid_epoch
-from ember.train._events import ProcessedItem, TrainingItem
-from ember.train._gradient_checkpointing import checkpointed
 from ember.train._learner import Learner
 from ember.train._step import (
-    GradientsAccumulator,
-    GradientsParams,
+    StepContext,
     TrainOutput,
     TrainStep,
+    current_step,
+    step_context,
     trained_parameters,
 )
-from ember.train._strategy.base import FitResult, TrainingComponents, resume, run_epochs
+from ember.train._strategy.base import LocalRun, StrategyRun, add_gradients, with_progress
 from ember.train._strategy.single import SingleDevice
 
 __all__ = ["MultiDevice", "split_loader"]
@@ -107,6 +105,8 @@ class MultiDevice:
     docstring for the round, the summed gradients and what the events mean.
     """
 
+    is_main = True
+
     def __init__(self, devices: Sequence[DeviceLike]) -> None:
         if isinstance(devices, str | torch.device) or not isinstance(devices, Sequence):
             raise TypeError(
@@ -124,47 +124,16 @@ class MultiDevice:
     def __repr__(self) -> str:
         return f"MultiDevice({[str(device) for device in self.devices]})"
 
-    def fit(
-        self,
-        learner: Learner[Any],
-        train: DataLoader[Any],
-        valid: DataLoader[Any],
-        components: TrainingComponents,
-        starting_epoch: int,
-    ) -> FitResult:
-        """The epoch loop of reference §2.2 (one optimizer on the main device)."""
+    def start(
+        self, learner: Learner[Any], train: DataLoader[Any], valid: DataLoader[Any]
+    ) -> StrategyRun:
+        """The main model on ``devices[0]``, a replica and a slice of ``train`` per device."""
         if len(self.devices) == 1:
-            return SingleDevice(self.devices[0]).fit(
-                learner, train, valid, components, starting_epoch
-            )
+            return SingleDevice(self.devices[0]).start(learner, train, valid)
         devices = [_indexed(device) for device in self.devices]
-        main = devices[0]
         log.info("Training on %d devices: %s", len(devices), ", ".join(map(str, devices)))
-        learner.fork(main)
-        slices = split_loader(train, devices)
-        valid = valid.to_device(main)
-        # "train" is only read for its size (StartSplit) and saved in checkpoints: the slices,
-        # saved as train-device-{i}, are what is iterated.
-        loaders: dict[str, DataLoader[Any]] = {"train": train.to_device(main), "valid": valid}
-        loaders.update({f"train-device-{i}": part for i, part in enumerate(slices)})
-        try:
-            resume(components, learner, loaders, starting_epoch)
-            replicas = [learner.model, *_replicate(learner.model, devices[1:])]
-            with (
-                checkpointed(components.gradient_checkpointing, *replicas),
-                _DeviceThreads(replicas, devices) as threads,
-            ):
-                rounds = _Rounds(learner, main, replicas, threads, slices, components)
-
-                def valid_split(epoch: int) -> None:
-                    valid_epoch(learner.model, valid, components.processor, components.interrupter)
-
-                return run_epochs(
-                    components, learner, loaders, starting_epoch, rounds.epoch, valid_split
-                )
-        finally:
-            for copied in loaders.values():  # the loaders made here; their threads stop
-                copied.close()
+        learner.fork(devices[0])
+        return MultiDeviceRun(learner, devices, split_loader(train, devices), train, valid)
 
 
 def _indexed(device: torch.device) -> torch.device:
@@ -183,49 +152,54 @@ def _replicate(model: nn.Module, devices: Sequence[torch.device]) -> list[nn.Mod
     return replicas
 
 
-class _Rounds:
-    """The training split on every device: one round = one batch per device, one step."""
+_Round = list[tuple[int, Any]]  # (device index, its batch) for the devices that have one
+
+
+class MultiDeviceRun(LocalRun):
+    """The run of :class:`MultiDevice`: each unit of work is a round of one batch per device."""
 
     def __init__(
         self,
         learner: Learner[Any],
-        main: torch.device,
-        replicas: Sequence[nn.Module],
-        threads: _DeviceThreads,
+        devices: Sequence[torch.device],
         slices: Sequence[DataLoader[Any]],
-        components: TrainingComponents,
+        train: DataLoader[Any],
+        valid: DataLoader[Any],
     ) -> None:
-        self.learner = learner
-        self.replicas = replicas
-        self.threads = threads
-        self.slices = slices
-        self.components = components
-        self.main = main
+        main = devices[0]
+        self._main = learner.model
+        self._slices = slices
+        self._valid = valid.to_device(main)
+        # "train" is only read for its size (StartSplit) and saved in checkpoints: the slices,
+        # saved as train-device-{i}, are what is iterated.
+        loaders: dict[str, DataLoader[Any]] = {"train": train.to_device(main), "valid": self._valid}
+        loaders.update({f"train-device-{i}": part for i, part in enumerate(slices)})
+        self.loaders = loaders
+        self.replicas = (learner.model, *_replicate(learner.model, devices[1:]))
+        self._threads = _DeviceThreads(self.replicas, devices)
         # The replicas' tensors, paired with the main model's, for re-synchronising them.
         main_params = [param for _, param in trained_parameters(learner.model)]
         main_buffers = list(learner.model.buffers())
-        self.params: list[list[tuple[torch.Tensor, torch.Tensor]]] = [
+        self._params = [
             list(zip(main_params, (p for _, p in trained_parameters(r)), strict=True))
-            for r in replicas[1:]
+            for r in self.replicas[1:]
         ]
-        self.buffers: list[list[tuple[torch.Tensor, torch.Tensor]]] = [
-            list(zip(main_buffers, r.buffers(), strict=True)) for r in replicas[1:]
+        self._buffers = [
+            list(zip(main_buffers, r.buffers(), strict=True)) for r in self.replicas[1:]
         ]
 
-    def epoch(self, epoch: int) -> None:
-        """Train one epoch (the split's events are sent by ``run_epochs``)."""
-        learner, components = self.learner, self.components
-        processor, interrupter = components.processor, components.interrupter
-        window_size = components.grads_accumulation or 1
-        for replica in self.replicas:
-            replica.train()
-        iterators: list[DataLoaderIterator[Any] | None] = [iter(part) for part in self.slices]
+    def train_pass(self) -> Iterator[tuple[_Round, Progress]]:
+        """Rounds until every slice is exhausted; the progress is the whole split's.
+
+        The replicas start the pass equal to the main model (restored from a checkpoint, say).
+        """
+        self._synchronise(self._params)
+        self._synchronise(self._buffers)
+        iterators: list[DataLoaderIterator[Any] | None] = [iter(part) for part in self._slices]
         consumed = [0] * len(iterators)
-        total = sum(part.num_items() for part in self.slices)
-        accumulator = GradientsAccumulator()
-        window = iteration = 0
+        total = sum(part.num_items() for part in self._slices)
         while True:
-            sent = []
+            batches: _Round = []
             for i, iterator in enumerate(iterators):
                 if iterator is None:
                     continue
@@ -234,56 +208,63 @@ class _Rounds:
                     iterators[i] = None
                     continue
                 consumed[i] = iterator.progress().items_processed
-                self.threads.submit(i, batch)  # starts while the next device's batch is built
-                sent.append(i)
-            if not sent:
-                break
-            outputs = self.threads.collect(sent)
-            progress = Progress(sum(consumed), total)
-            for output in outputs:
-                accumulator.accumulate(_on_device(output.grads, self.main))
-            window += 1
-            stepped = window == window_size or progress.is_completed
-            if stepped:
-                learner.lr_step()
-                learner.optimizer_step(accumulator.grads())
-                window = 0
-            self._synchronise(parameters=stepped)
-            for output in outputs:
-                iteration += 1
-                processor.process_train(
-                    ProcessedItem(
-                        TrainingItem(output.item, progress, iteration, learner.lr_current)
-                    )
-                )
-            if interrupter.should_stop():
-                break
+                batches.append((i, batch))
+            if not batches:
+                return
+            yield batches, Progress(sum(consumed), total)
 
+    def train_step(self, learner: Learner[Any], batch: _Round) -> Sequence[TrainOutput[Any]]:
+        """Every device's ``train_step`` at once; their gradients summed into the main model's.
+
+        The main model's backward adds to its ``.grad`` slots inside an accumulation window;
+        every other replica starts from zero each round and its gradients are added to the
+        main model's, in device order.
+        """
+        context = current_step()
+        for i, device_batch in batch:
+            self._threads.submit(i, device_batch, context)
+        outputs = self._threads.collect([i for i, _ in batch])
+        for output in outputs:
+            add_gradients(self._main, output.grads)
+        self._synchronise(self._buffers)
+        return outputs
+
+    def after_optimizer_step(self) -> None:
+        """Copy the main model's new parameters into the replicas."""
+        self._synchronise(self._params)
+
+    def valid_pass(self) -> Iterator[tuple[Any, Progress]]:
+        """The valid loader's batches, on the main device."""
+        return with_progress(self._valid)
+
+    def inference_step(self, batch: Any) -> Any:
+        """The main model's ``inference_step``."""
+        return self._main.inference_step(batch)
+
+    def close(self, error: BaseException | None = None) -> None:
+        """Stop the device threads, then close the loaders made for the run."""
+        self._threads.close()
+        super().close(error)
+
+    @staticmethod
     @torch.no_grad()
-    def _synchronise(self, *, parameters: bool) -> None:
-        """Copy the main model's buffers (and, after a step, parameters) into the replicas.
+    def _synchronise(
+        pairs_per_replica: Sequence[Sequence[tuple[torch.Tensor, torch.Tensor]]],
+    ) -> None:
+        """Copy each main tensor into its replica's.
 
         Buffers every round, so that every round starts from replicas equal to the main model:
         running statistics (BatchNorm) therefore follow the main device's batches only.
         """
-        for pairs in self.buffers:
+        for pairs in pairs_per_replica:
             for source, target in pairs:
                 target.copy_(source)
-        if parameters:
-            for pairs in self.params:
-                for source, target in pairs:
-                    target.copy_(source)
 
 
 _END = object()  # what next() returns for an exhausted slice
 
 _Result = tuple[Any, BaseException | None]  # (train_step's output, None) or (None, its error)
-
-
-def _on_device(grads: GradientsParams, device: torch.device) -> GradientsParams:
-    if all(grad.device == device for grad in grads.values()):
-        return grads
-    return GradientsParams({name: grad.to(device) for name, grad in grads.items()})
+_Task = tuple[Any, StepContext | None]  # a batch and the step context to run it in
 
 
 class _DeviceThreads:
@@ -296,11 +277,11 @@ class _DeviceThreads:
 
     def __init__(self, replicas: Sequence[nn.Module], devices: Sequence[torch.device]) -> None:
         self.devices = devices
-        self._inputs: list[queue.SimpleQueue[tuple[Any] | None]] = []
+        self._inputs: list[queue.SimpleQueue[_Task | None]] = []
         self._results: list[queue.SimpleQueue[_Result]] = []
         self._threads: list[threading.Thread] = []
         for i, (replica, device) in enumerate(zip(replicas, devices, strict=True)):
-            inputs: queue.SimpleQueue[tuple[Any] | None] = queue.SimpleQueue()
+            inputs: queue.SimpleQueue[_Task | None] = queue.SimpleQueue()
             results: queue.SimpleQueue[_Result] = queue.SimpleQueue()
             thread = threading.Thread(
                 target=_work,
@@ -314,9 +295,12 @@ class _DeviceThreads:
         for thread in self._threads:
             thread.start()
 
-    def submit(self, device: int, batch: Any) -> None:
-        """Hand ``batch`` to device ``device``'s thread."""
-        self._inputs[device].put((batch,))
+    def submit(self, device: int, batch: Any, context: StepContext | None) -> None:
+        """Hand ``batch`` to device ``device``'s thread, to run in the step ``context`` (the
+        main device's; the others always start from zero gradients)."""
+        if device > 0 and context is not None and context.accumulating:
+            context = dataclasses.replace(context, accumulating=False)
+        self._inputs[device].put((batch, context))
 
     def collect(self, devices: Sequence[int]) -> list[TrainOutput[Any]]:
         """The outputs of ``devices``, in that order; re-raises the first device's error.
@@ -361,7 +345,7 @@ class _DeviceThreads:
 def _work(
     replica: nn.Module,
     device: torch.device,
-    inputs: queue.SimpleQueue[tuple[Any] | None],
+    inputs: queue.SimpleQueue[_Task | None],
     results: queue.SimpleQueue[_Result],
 ) -> None:
     """A device thread: ``train_step`` on every batch handed to it, until the ``None`` stop."""
@@ -371,7 +355,12 @@ def _work(
         torch.cuda.set_device(device)  # per thread: tensors made with device="cuda" land here
     step = cast("TrainStep[Any, Any]", replica).train_step  # checked by Learner
     while (task := inputs.get()) is not None:
+        batch, context = task
         try:
-            results.put((step(task[0]), None))
+            if context is None:
+                results.put((step(batch), None))
+            else:
+                with step_context(context):
+                    results.put((step(batch), None))
         except BaseException as error:  # anything: collect() re-raises it on the training side
             results.put((None, error))

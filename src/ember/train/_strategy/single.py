@@ -2,27 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
 
-from ember.data import DataLoader
-from ember.train._epoch import train_epoch, valid_epoch
-from ember.train._gradient_checkpointing import checkpointed
+from ember.data import DataLoader, Progress
 from ember.train._learner import Learner
-from ember.train._strategy.base import FitResult, TrainingComponents, resume, run_epochs
+from ember.train._step import TrainOutput
+from ember.train._strategy.base import LocalRun, add_gradients, model_device, with_progress
 
-__all__ = ["SingleDevice", "model_device"]
-
-
-def model_device(learner: Learner[Any]) -> torch.device:
-    """The device of the model's first parameter (CPU for a model without parameters)."""
-    param = next(learner.model.parameters(), None)
-    return param.device if param is not None else torch.device("cpu")
+__all__ = ["SingleDevice", "SingleDeviceRun"]
 
 
 class SingleDevice:
     """Trains and validates on ``device`` (default: where the model's first parameter is)."""
+
+    is_main = True
 
     def __init__(self, device: torch.device | str | None = None) -> None:
         self.device = torch.device(device) if device is not None else None
@@ -30,30 +26,41 @@ class SingleDevice:
     def __repr__(self) -> str:
         return f"SingleDevice({self.device})"
 
-    def fit(
-        self,
-        learner: Learner[Any],
-        train: DataLoader[Any],
-        valid: DataLoader[Any],
-        components: TrainingComponents,
-        starting_epoch: int,
-    ) -> FitResult:
-        """The epoch loop of reference §2.1, with ember's stop rules."""
+    def start(
+        self, learner: Learner[Any], train: DataLoader[Any], valid: DataLoader[Any]
+    ) -> SingleDeviceRun:
+        """Move the model, then build the optimizer if it came as a factory; move the loaders."""
         device = self.device or model_device(learner)
-        train = train.to_device(device)
-        valid = valid.to_device(device)
         learner.fork(device)
-        loaders = {"train": train, "valid": valid}
-        resume(components, learner, loaders, starting_epoch)
-        processor, interrupter = components.processor, components.interrupter
+        return SingleDeviceRun(learner, train.to_device(device), valid.to_device(device))
 
-        def train_split(epoch: int) -> None:
-            train_epoch(learner, train, processor, interrupter, components.grads_accumulation)
 
-        def valid_split(epoch: int) -> None:
-            valid_epoch(learner.model, valid, processor, interrupter)
+class SingleDeviceRun(LocalRun):
+    """One model, one device: each unit of work is one batch."""
 
-        with checkpointed(components.gradient_checkpointing, learner.model):
-            return run_epochs(
-                components, learner, loaders, starting_epoch, train_split, valid_split
-            )
+    def __init__(
+        self, learner: Learner[Any], train: DataLoader[Any], valid: DataLoader[Any]
+    ) -> None:
+        self._model = learner.model
+        self._train = train
+        self._valid = valid
+        self.replicas = (learner.model,)
+        self.loaders = {"train": train, "valid": valid}
+
+    def train_pass(self) -> Iterator[tuple[Any, Progress]]:
+        """The train loader's batches."""
+        return with_progress(self._train)
+
+    def train_step(self, learner: Learner[Any], batch: Any) -> Sequence[TrainOutput[Any]]:
+        """The model's ``train_step``; gradients it computed elsewhere are added to ``.grad``."""
+        output = learner.train_step(batch)
+        add_gradients(self._model, output.grads)
+        return (output,)
+
+    def valid_pass(self) -> Iterator[tuple[Any, Progress]]:
+        """The valid loader's batches."""
+        return with_progress(self._valid)
+
+    def inference_step(self, batch: Any) -> Any:
+        """The model's ``inference_step``."""
+        return self._model.inference_step(batch)

@@ -11,9 +11,6 @@ import dataclasses
 from typing import Any
 
 import torch
-import torch.distributed as dist
-
-from ember.distributed._processes import collective
 
 __all__ = ["Ranks"]
 
@@ -30,10 +27,3 @@ class Ranks:
     @property
     def is_main(self) -> bool:
         return self.rank == 0
-
-    def broadcast_flag(self, value: bool, what: str) -> bool:
-        """Rank 0's ``value`` on every rank."""
-        flag = torch.tensor([int(value)], dtype=torch.int64)
-        with collective(what):
-            dist.broadcast(flag, 0, group=self.cpu)
-        return bool(flag.item())

@@ -1,4 +1,4 @@
-"""Distributed data parallel on ``torch.distributed`` (DESIGN §9, B9).
+"""Distributed data parallel on ``torch.distributed``.
 
 One process per device (``torchrun --nproc-per-node N``, torchrun's rendezvous across nodes, or
 :func:`ember.distributed.spawn`), each running the same script. The user's code is the one of a
@@ -35,45 +35,45 @@ weighted by the shares. A user-defined output type is reduced when it is a datac
 tensor fields hold the batch's values and it has a ``merge(parts, sizes)`` classmethod (or one
 registered with :func:`register_output_merge`).
 
-This module holds the strategy and its epoch loop; the pieces it assembles live next to it:
-``ddp_ranks`` (a rank's place in the job), ``ddp_gradients`` (the bucketed gradient all-reduce),
-``ddp_outputs`` (outputs sent to rank 0 and merged into the global batch's), ``ddp_agreement``
-(rank 0's events and early stopping, agreed by every rank) and ``ddp_checkpoint`` (rank 0
-writes, with every rank's RNG state; every rank restores).
+This module holds the strategy and its run (what the loop in ``train/_loop.py`` calls); the
+pieces it assembles live next to it: ``ranks`` (a rank's place in the job, and the small
+messages the ranks agree through), ``gradients`` (the bucketed gradient all-reduce) and
+``outputs`` (outputs sent to rank 0 and merged into the global batch's).
 """
 
 from __future__ import annotations
 
-import dataclasses
+import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import torch
 import torch.distributed as dist
 
 from ember._errors import DistributedError
-from ember.data import BatchDataLoader, DataLoader
+from ember.data import BatchDataLoader, DataLoader, Progress
 from ember.data._shard import ShardedDataLoader, ShardIterator
-from ember.distributed._messages import broadcast_coalesced
+from ember.distributed._messages import broadcast_bytes, broadcast_coalesced, gather_bytes
 from ember.distributed._processes import DEFAULT_TIMEOUT, collective, init_from_environment
-from ember.train._events import ProcessedItem, TrainingItem
-from ember.train._gradient_checkpointing import checkpointed
-from ember.train._interrupter import Interrupter
 from ember.train._learner import Learner
-from ember.train._step import GradientsAccumulator, trained_parameters
-from ember.train._strategy.base import FitResult, TrainingComponents, resume, run_epochs
-from ember.train._strategy.ddp.agreement import AgreedEarlyStopping, MainEvents, WorkerEvents
-from ember.train._strategy.ddp.checkpoint import DistributedCheckpointer
+from ember.train._step import (
+    GradientsAccumulator,
+    GradientsParams,
+    TrainOutput,
+    current_step,
+    trained_parameters,
+)
 from ember.train._strategy.ddp.gradients import GradientReducer
-from ember.train._strategy.ddp.outputs import exchange_outputs, merge_outputs, register_output_merge
+from ember.train._strategy.ddp.outputs import exchange_outputs
 from ember.train._strategy.ddp.ranks import Ranks
 
-__all__ = ["DistributedDataParallel", "merge_outputs", "register_output_merge"]
+__all__ = ["DistributedDataParallel", "DistributedRun"]
 
 log = logging.getLogger("ember.train")
+T = TypeVar("T")
 
 
 class DistributedDataParallel:
@@ -141,18 +141,20 @@ class DistributedDataParallel:
         """True on rank 0, the only rank that renders and writes files."""
         return self.rank == 0
 
-    def fit(
-        self,
-        learner: Learner[Any],
-        train: DataLoader[Any],
-        valid: DataLoader[Any],
-        components: TrainingComponents,
-        starting_epoch: int,
-    ) -> FitResult:
-        """The epoch loop of reference §2.1 on every rank, over the ranks' shares."""
+    def start(
+        self, learner: Learner[Any], train: DataLoader[Any], valid: DataLoader[Any]
+    ) -> DistributedRun:
+        """Join (or initialise) the process group; this rank's device, shares and reducer."""
         ranks = self._setup()
         try:
-            return self._fit(ranks, learner, train, valid, components, starting_epoch)
+            learner.fork(ranks.device)
+            views = {
+                name: ShardedDataLoader(
+                    _ember_loader(name, loader).to_device(ranks.device), ranks.rank, ranks.world
+                )
+                for name, loader in (("train", train), ("valid", valid))
+            }
+            return DistributedRun(self, ranks, learner, views)
         except BaseException:
             self._abandon()
             raise
@@ -195,55 +197,6 @@ class DistributedDataParallel:
             except Exception:  # already failing: the first error is the one to report
                 log.debug("destroying the process group failed", exc_info=True)
 
-    def _fit(
-        self,
-        ranks: Ranks,
-        learner: Learner[Any],
-        train: DataLoader[Any],
-        valid: DataLoader[Any],
-        components: TrainingComponents,
-        starting_epoch: int,
-    ) -> FitResult:
-        learner.fork(ranks.device)
-        views = {
-            name: ShardedDataLoader(
-                _ember_loader(name, loader).to_device(ranks.device), ranks.rank, ranks.world
-            )
-            for name, loader in (("train", train), ("valid", valid))
-        }
-        loaders: dict[str, DataLoader[Any]] = dict(views)
-        _check_same_run(ranks, learner, views, components, starting_epoch)
-        agreed = Interrupter()
-        early = components.early_stopping
-        checkpointer = components.checkpointer
-        here = dataclasses.replace(
-            components,
-            interrupter=agreed,
-            processor=MainEvents(components.processor, ranks)
-            if ranks.is_main
-            else WorkerEvents(ranks),
-            early_stopping=None if early is None else AgreedEarlyStopping(early, ranks),
-            checkpointer=None
-            if checkpointer is None
-            else DistributedCheckpointer(checkpointer, ranks),
-        )
-        model = learner.model
-        epochs: _Epochs | None = None
-        try:
-            resume(here, learner, loaders, starting_epoch)
-            with collective("broadcasting rank 0's weights"):
-                broadcast_coalesced([*model.parameters(), *model.buffers()], 0)
-            epochs = _Epochs(self, ranks, learner, views, components, agreed)
-            with checkpointed(components.gradient_checkpointing, model):
-                return run_epochs(
-                    here, learner, loaders, starting_epoch, epochs.train, epochs.valid
-                )
-        finally:
-            if epochs is not None:
-                epochs.close()
-            for view in views.values():
-                view.close()
-
 
 def _ember_loader(name: str, loader: DataLoader[Any]) -> BatchDataLoader[Any, Any]:
     if not isinstance(loader, BatchDataLoader):
@@ -254,44 +207,8 @@ def _ember_loader(name: str, loader: DataLoader[Any]) -> BatchDataLoader[Any, An
     return loader
 
 
-def _check_same_run(
-    ranks: Ranks,
-    learner: Learner[Any],
-    views: Mapping[str, ShardedDataLoader[Any]],
-    components: TrainingComponents,
-    starting_epoch: int,
-) -> None:
-    """Every rank must run the same training; a difference would hang a collective later."""
-    params = [p for _, p in trained_parameters(learner.model)]
-    facts = {
-        "the starting epoch (is the checkpoint directory visible to every rank?)": starting_epoch,
-        "num_epochs": components.num_epochs,
-        "grads_accumulation": components.grads_accumulation or 0,
-        "the train loader's items": views["train"].num_items(),
-        "the train loader's batches": len(views["train"]),
-        "the valid loader's items": views["valid"].num_items(),
-        "the valid loader's batches": len(views["valid"]),
-        "the number of parameters": len(params),
-        "the number of weights": sum(p.numel() for p in params),
-        "checkpointers": int(components.checkpointer is not None),
-        "early stopping": int(components.early_stopping is not None),
-    }
-    values = torch.tensor(list(facts.values()), dtype=torch.int64)
-    bounds = torch.cat([values, -values])
-    with collective("checking that every rank runs the same training"):
-        dist.all_reduce(bounds, dist.ReduceOp.MAX, group=ranks.cpu)
-    highest, lowest = bounds[: len(facts)].tolist(), (-bounds[len(facts) :]).tolist()
-    differ = [
-        f"{name} ({low} to {high})"
-        for name, low, high in zip(facts, lowest, highest, strict=True)
-        if low != high
-    ]
-    if differ:
-        raise DistributedError(f"the ranks disagree on {', '.join(differ)}")
-
-
-class _Epochs:
-    """The train and valid splits of one fit, as every rank runs them."""
+class DistributedRun:
+    """One rank's run: its shares of every global batch, the reducer, the agreements."""
 
     def __init__(
         self,
@@ -299,91 +216,128 @@ class _Epochs:
         ranks: Ranks,
         learner: Learner[Any],
         views: Mapping[str, ShardedDataLoader[Any]],
-        components: TrainingComponents,
-        agreed: Interrupter,
     ) -> None:
+        self._strategy = strategy
         self._ranks = ranks
-        self._learner = learner
         self._views = views
-        self._components = components  # the real ones: the processor, the user's interrupter
-        self._agreed = agreed
+        self._model = model = learner.model
         self._mean = strategy.loss_reduction == "mean"
-        model = learner.model
         self._buffers = list(model.buffers()) if strategy.broadcast_buffers else []
+        self._shares: tuple[int, ...] = ()
+        self.replicas = (model,)
+        self.loaders: Mapping[str, DataLoader[Any]] = dict(views)
+        with collective("broadcasting rank 0's weights"):
+            broadcast_coalesced([*model.parameters(), *model.buffers()], 0)
         self._reducer = GradientReducer(model, int(strategy.bucket_cap_mb * 2**20))
 
-    def close(self) -> None:
-        self._reducer.close()
+    @property
+    def rank(self) -> int:
+        """This process's rank."""
+        return self._ranks.rank
 
-    def train(self, epoch: int) -> None:
-        """``train_epoch`` over this rank's shares (same lr, optimizer and event rules)."""
-        learner, ranks = self._learner, self._ranks
-        learner.model.train()
-        accumulation = self._components.grads_accumulation
-        accumulator = GradientsAccumulator() if accumulation is not None else None
-        window = 0
-        iterator: ShardIterator[Any] = iter(self._views["train"])
-        for iteration, batch in enumerate(iterator, start=1):
-            progress, shares = iterator.progress(), iterator.shares
-            self._sync_buffers()
-            self._reducer.prepare(shares[ranks.rank] / sum(shares) if self._mean else 1.0)
-            output = learner.train_step(batch) if batch is not None else None
-            grads = self._reducer.finish(None if output is None else output.grads)
-            if accumulator is None:
-                learner.lr_step()
-                learner.optimizer_step(grads)
-            else:
-                accumulator.accumulate(grads)
-                window += 1
-                if window == accumulation or progress.is_completed:
-                    learner.lr_step()
-                    learner.optimizer_step(accumulator.grads())
-                    window = 0
-            item, stop = self._exchange(None if output is None else output.item, shares)
-            if ranks.is_main:
-                self._components.processor.process_train(
-                    ProcessedItem(TrainingItem(item, progress, iteration, learner.lr_current))
-                )
-            if self._agree(stop):
-                break
+    def train_pass(self) -> Iterator[tuple[Any, Progress]]:
+        """This rank's share (or None) of every global batch; the global progress."""
+        return self._shares_of(self._views["train"])
 
-    def valid(self, epoch: int) -> None:
-        """``valid_epoch`` over this rank's shares."""
-        model = self._learner.model
-        model.eval()
+    def valid_pass(self) -> Iterator[tuple[Any, Progress]]:
+        """This rank's share (or None) of every global validation batch."""
         self._sync_buffers()
-        with torch.inference_mode():
-            iterator: ShardIterator[Any] = iter(self._views["valid"])
-            for iteration, batch in enumerate(iterator, start=1):
-                progress, shares = iterator.progress(), iterator.shares
-                output = None if batch is None else model.inference_step(batch)
-                item, stop = self._exchange(output, shares)
-                if self._ranks.is_main:
-                    self._components.processor.process_valid(
-                        ProcessedItem(TrainingItem(item, progress, iteration, None))
-                    )
-                if self._agree(stop):
-                    break
+        return self._shares_of(self._views["valid"])
+
+    def _shares_of(self, view: ShardedDataLoader[Any]) -> Iterator[tuple[Any, Progress]]:
+        iterator: ShardIterator[Any] = iter(view)
+        for batch in iterator:
+            self._shares = iterator.shares
+            yield batch, iterator.progress()
+
+    def train_step(self, learner: Learner[Any], batch: Any) -> Sequence[TrainOutput[Any]]:
+        """``train_step`` on this rank's share, its gradients reduced over the ranks while
+        backward runs (an empty share contributes zeros); inside an accumulation window the
+        window's reduced gradients so far are added back after the reduction."""
+        model, shares = self._model, self._shares
+        self._sync_buffers()
+        context = current_step()
+        window = None
+        if context is not None and context.accumulating:
+            window = GradientsParams.from_module(model)
+            for _, param in trained_parameters(model):
+                param.grad = None
+        self._reducer.prepare(shares[self._ranks.rank] / sum(shares) if self._mean else 1.0)
+        output = learner.train_step(batch) if batch is not None else None
+        grads = self._reducer.finish(None if output is None else output.grads)
+        if window is not None:
+            total = GradientsAccumulator()
+            total.accumulate(window)
+            total.accumulate(grads)
+            grads = total.grads()
+        grads.assign_to(model)
+        return () if output is None else (TrainOutput(grads, output.item),)
+
+    def inference_step(self, batch: Any) -> Any:
+        """The model's ``inference_step`` on this rank's share (None for an empty one)."""
+        if batch is None:
+            return None
+        return self._model.inference_step(batch)
+
+    def after_optimizer_step(self) -> None:
+        """Nothing: every rank applied the same reduced gradients."""
+
+    def report(self, items: Sequence[Any], stop: bool) -> tuple[Sequence[Any], int | None]:
+        """One exchange: every rank's stop wish, and the outputs merged on rank 0."""
+        ranks = self._ranks
+        wish = ranks.world - ranks.rank if stop else 0
+        item = items[0] if items else None
+        merged, highest = exchange_outputs(
+            ranks, item, wish, self._shares, summed_loss=not self._mean
+        )
+        stopper = None if highest == 0 else ranks.world - highest
+        return ([merged] if ranks.is_main and merged is not None else []), stopper
+
+    def decide(self, value: T) -> T:
+        """Rank 0's JSON ``value`` on every rank."""
+        message = json.dumps(value).encode("utf-8") if self._ranks.is_main else None
+        with collective("agreeing with rank 0"):
+            answer = broadcast_bytes(message, 0, group=self._ranks.cpu)
+        decided: T = json.loads(answer.decode("utf-8"))
+        return decided
+
+    def gather(self, value: Any) -> list[Any] | None:
+        """Every rank's JSON ``value`` on rank 0, in rank order."""
+        with collective("gathering on rank 0"):
+            parts = gather_bytes(json.dumps(value).encode("utf-8"), 0, group=self._ranks.cpu)
+        return None if parts is None else [json.loads(part) for part in parts]
+
+    def check_same(self, facts: Mapping[str, int]) -> None:
+        """Every rank must run the same training; a difference would hang a collective later."""
+        params = [p for _, p in trained_parameters(self._model)]
+        facts = {
+            **facts,
+            "the number of parameters": len(params),
+            "the number of weights": sum(p.numel() for p in params),
+        }
+        values = torch.tensor(list(facts.values()), dtype=torch.int64)
+        bounds = torch.cat([values, -values])
+        with collective("checking that every rank runs the same training"):
+            dist.all_reduce(bounds, dist.ReduceOp.MAX, group=self._ranks.cpu)
+        highest, lowest = bounds[: len(facts)].tolist(), (-bounds[len(facts) :]).tolist()
+        differ = [
+            f"{name} ({low} to {high})"
+            for name, low, high in zip(facts, lowest, highest, strict=True)
+            if low != high
+        ]
+        if differ:
+            raise DistributedError(f"the ranks disagree on {', '.join(differ)}")
+
+    def close(self, error: BaseException | None = None) -> None:
+        """Remove the reducer's hooks and close the shares; after an ``error`` on this rank,
+        tear the process group down so the other ranks fail at once."""
+        self._reducer.close()
+        for view in self._views.values():
+            view.close()
+        if error is not None:
+            self._strategy._abandon()
 
     def _sync_buffers(self) -> None:
         if self._buffers:
             with collective("broadcasting rank 0's buffers"):
                 broadcast_coalesced(self._buffers, 0)
-
-    def _exchange(self, item: Any, shares: tuple[int, ...]) -> tuple[Any, int]:
-        """After a batch: rank 0's output of the global batch (None on other ranks), and the
-        stop value for :meth:`_agree` (``world - rank`` of the lowest rank that wished to stop,
-        0 if none), from one exchange of every rank's stop wish and output."""
-        ranks = self._ranks
-        wish = ranks.world - ranks.rank if self._components.interrupter.should_stop() else 0
-        return exchange_outputs(ranks, item, wish, shares, summed_loss=not self._mean)
-
-    def _agree(self, stop: int) -> bool:
-        """Stop every rank when any rank wished to (``stop`` names the lowest such rank)."""
-        if stop == 0:
-            return False
-        ranks = self._ranks
-        stopper = ranks.world - stop
-        reason = self._components.interrupter.message if stopper == ranks.rank else None
-        self._agreed.stop(reason or f"rank {stopper} stopped training")
-        return True

@@ -1,0 +1,115 @@
+"""What a training checkpoint holds and how a run is put back from it (exact resume).
+
+Besides the model, the optimizer and the scheduler, ember saves what an exact resume needs and
+Burn does not keep: the RNG states of torch, numpy and Python (of every process of the run), every
+loader's position and shuffle stream, the early-stopping state and (through the checkpointer)
+the checkpointing strategy's state. A run resumed at an epoch boundary therefore ends with
+exactly the weights, optimizer state and metric logs of a run that was never interrupted.
+
+The state record's metadata::
+
+    {"format": "ember.training-state", "epoch": e,
+     "rng": <this process's RNG state>, "ranks_rng": [<rank 0's>, <rank 1's>, ...],
+     "loaders": {"train": <state>, "valid": <state>, ...},
+     "early_stopping": <its state_dict()>}            (when early stopping is set)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ember._errors import CheckpointError
+from ember.data import DataLoader
+from ember.train._checkpoint.learning import RunCheckpointer, TrainingRecords
+from ember.train._checkpoint.record import (
+    load_model_record,
+    load_optimizer_record,
+    model_record,
+    optimizer_record,
+    state_record,
+)
+from ember.train._checkpoint.rng import set_rng_state
+from ember.train._early_stopping import EarlyStoppingStrategy
+from ember.train._learner import Learner
+
+__all__ = ["restore_run", "snapshot_run"]
+
+_FORMAT = "ember.training-state"
+log = logging.getLogger("ember.train")
+
+
+def snapshot_run(
+    epoch: int,
+    learner: Learner[Any],
+    loaders: Mapping[str, DataLoader[Any]],
+    rng_states: Sequence[dict[str, Any]],
+    early_stopping: EarlyStoppingStrategy | None,
+) -> TrainingRecords:
+    """The records of the run after ``epoch``; ``rng_states`` are every process's, in rank order."""
+    state: dict[str, Any] = {
+        "format": _FORMAT,
+        "epoch": epoch,
+        "rng": rng_states[0],
+        "loaders": {name: loader.state_dict() for name, loader in loaders.items()},
+    }
+    if len(rng_states) > 1:
+        state["ranks_rng"] = list(rng_states)
+    if early_stopping is not None:
+        state["early_stopping"] = early_stopping.state_dict()
+    return TrainingRecords(
+        model_record(learner.model),
+        optimizer_record(learner.optimizer),
+        state_record(learner.lr_scheduler.state_dict()),
+        state_record(state),
+    )
+
+
+def restore_run(
+    checkpointer: RunCheckpointer,
+    epoch: int,
+    learner: Learner[Any],
+    loaders: Mapping[str, DataLoader[Any]],
+    early_stopping: EarlyStoppingStrategy | None,
+    rank: int = 0,
+) -> None:
+    """Put the run back as it was after ``epoch`` (verified; never runs code).
+
+    ``rank`` picks this process's RNG state from a checkpoint of several processes; a
+    checkpoint of fewer processes continues from rank 0's (a warning says the run then differs
+    from an uninterrupted one).
+    """
+    records = checkpointer.restore(epoch)
+    state = records.state.metadata
+    if state.get("format") != _FORMAT or state.get("epoch") != epoch:
+        raise CheckpointError(
+            f"the state file of epoch {epoch} in {checkpointer.directory} is not an "
+            f"ember training state for that epoch (format {state.get('format')!r}, "
+            f"epoch {state.get('epoch')!r})"
+        )
+    load_model_record(learner.model, records.model)
+    load_optimizer_record(learner.optimizer, records.optim)
+    learner.lr_scheduler.load_state_dict(dict(records.scheduler.metadata))
+    saved_loaders = state.get("loaders", {})
+    for name, loader in loaders.items():
+        if name not in saved_loaders:
+            raise CheckpointError(f"the checkpoint of epoch {epoch} has no {name} loader")
+        loader.load_state_dict(saved_loaders[name])
+    if early_stopping is not None and "early_stopping" in state:
+        early_stopping.load_state_dict(state["early_stopping"])
+    set_rng_state(_rng_of(state, rank, epoch))
+
+
+def _rng_of(state: Mapping[str, Any], rank: int, epoch: int) -> Any:
+    ranks = state.get("ranks_rng") or [state["rng"]]
+    if rank < len(ranks):
+        return ranks[rank]
+    log.warning(
+        "the checkpoint of epoch %d holds the RNG states of %d processes, not of rank %d: it "
+        "continues from rank 0's (the run is not exactly the uninterrupted one)",
+        epoch,
+        len(ranks),
+        rank,
+    )
+    return ranks[0]

@@ -1,0 +1,58 @@
+"""A training run's configuration: what the ``SupervisedTraining`` builder was given.
+
+The builder validates each value at its call and keeps them in one frozen
+:class:`TrainingConfig` (a new one per call); ``launch`` (``_launch.py``) reads it and owns the
+run's mutable state. So a builder can be launched twice, and a configuration can be looked at
+(``SupervisedTraining.config``) without touching what is running.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from ember.data import DataLoader
+from ember.train._checkpoint.learning import RunCheckpointer
+from ember.train._checkpoint.strategy import CheckpointingStrategy
+from ember.train._early_stopping import EarlyStoppingStrategy
+from ember.train._interrupter import Interrupter
+from ember.train._logger.base import MetricLogger
+from ember.train._metric.base import Metric
+from ember.train._renderer.base import MetricsRenderer
+from ember.train._strategy.base import SupervisedLearningStrategy
+from ember.train._vocabulary import Split
+
+__all__ = ["DEFAULT_CHECKPOINTERS", "Resume", "TrainingConfig"]
+
+DEFAULT_CHECKPOINTERS = "default"
+"""``checkpointer`` value meaning: ember's checkpointer in ``directory/checkpoint``, made at launch
+with the configured checkpointing strategy."""
+
+Resume = int | Literal["latest"] | None
+"""Where a run starts: after a checkpointed epoch, after the newest complete one, or afresh."""
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingConfig:
+    """Everything a run is configured with (see the builder's methods for each field)."""
+
+    directory: Path
+    train: DataLoader[Any]
+    valid: DataLoader[Any]
+    metrics: tuple[tuple[Split, Metric], ...] = ()
+    summary_metrics: frozenset[str] = frozenset()
+    num_epochs: int = 1
+    grads_accumulation: int | None = None
+    gradient_checkpointing: tuple[str, ...] | None = None
+    """Dotted submodule names; ``()`` means the model's direct children; None: off."""
+    renderer: MetricsRenderer | None = None
+    summary: bool = False
+    loggers: tuple[MetricLogger, ...] = ()
+    application_log: Path | None = None
+    strategy: SupervisedLearningStrategy | None = None
+    interrupter: Interrupter = field(default_factory=Interrupter)
+    early_stopping: EarlyStoppingStrategy | None = None
+    checkpointer: RunCheckpointer | Literal["default"] | None = None
+    checkpointing_strategy: CheckpointingStrategy | None = None
+    resume: Resume = None

@@ -1,0 +1,212 @@
+"""Launching a configured run: what is set up around the loop, and how a run always ends.
+
+::
+
+    launch(config, learner):
+        check the learner; find the starting epoch (a requested checkpoint must exist)
+        main process: make the run directory; experiment.log; the renderer; the loggers
+        other processes: no files, no output (their events are dropped)
+        start train-worker (the metrics thread)
+        with Ctrl-C / SIGTERM routed to the interrupter:
+            TrainingLoop(...).execute()                  # _loop.py: the epochs
+        flush; summary.json and the table (main process, no error)
+        finish, whatever happened (each step runs even if one before it failed):
+            drain train-worker; log the error; finish the checkpoint writes; End(summary);
+            stop train-worker; renderer.on_error(error); close the loggers and the renderer
+        return LearningResult(model in eval mode, renderer, error, summary, stop reason)
+
+``launch`` never raises for an error during training: it is ``LearningResult.error``, with its
+traceback, after everything above is done.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+from typing import Any, TypeVar
+
+from torch import nn
+
+from ember._errors import CheckpointError
+from ember.train._application_log import experiment_log
+from ember.train._checkpoint.file import atomic_write
+from ember.train._checkpoint.learning import LearningCheckpointer, RunCheckpointer
+from ember.train._checkpoint.manifest import manifest_path
+from ember.train._checkpoint.strategy import default_checkpointing_strategy
+from ember.train._config import DEFAULT_CHECKPOINTERS, TrainingConfig
+from ember.train._events import End
+from ember.train._gradient_checkpointing import checkpointed_modules
+from ember.train._learner import Learner
+from ember.train._logger.file import FileMetricLogger
+from ember.train._loop import LoopPlan, LoopResult, TrainingLoop
+from ember.train._metric.store import EventStore
+from ember.train._processor import (
+    AsyncProcessorTraining,
+    EventProcessor,
+    FullEventProcessorTraining,
+    MetricsTraining,
+    SilentProcessor,
+)
+from ember.train._renderer.base import MetricsRenderer
+from ember.train._renderer.cli import CliMetricsRenderer
+from ember.train._renderer.default import default_renderer
+from ember.train._result import LearningResult
+from ember.train._signals import graceful_stop
+from ember.train._strategy.single import SingleDevice
+from ember.train._summary import LearnerSummary, describe_model
+
+__all__ = ["launch"]
+
+M = TypeVar("M", bound=nn.Module)
+log = logging.getLogger("ember.train")
+
+
+def launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
+    """Train ``learner`` as ``config`` says (see the module doc for the order of things)."""
+    if not isinstance(learner, Learner):
+        raise TypeError(f"launch needs a Learner, got {type(learner).__name__}")
+    checkpointer = _checkpointer(config)
+    starting_epoch = _starting_epoch(config, checkpointer)
+    checkpointing = config.gradient_checkpointing
+    if checkpointing is not None:
+        checkpointing = checkpointed_modules(learner.model, checkpointing or None)
+    strategy = config.strategy or SingleDevice()
+    main = strategy.is_main  # False on DDP ranks > 0: no files, no output
+    if main:
+        config.directory.mkdir(parents=True, exist_ok=True)
+    interrupter = config.interrupter
+    renderer: MetricsRenderer = CliMetricsRenderer(io.StringIO())
+    with experiment_log(config.application_log if main else None):
+        if main:
+            renderer = config.renderer or default_renderer(interrupter)
+        loggers = config.loggers or (FileMetricLogger(config.directory),)
+        store = EventStore(loggers if main else [])
+        async_processor = AsyncProcessorTraining(
+            FullEventProcessorTraining(_metrics(config), renderer, store),
+            on_error=lambda error: interrupter.stop(f"metrics thread failed: {error!r}"),
+        )
+        processor: EventProcessor = async_processor if main else SilentProcessor()
+        plan = LoopPlan(
+            num_epochs=config.num_epochs,
+            starting_epoch=starting_epoch,
+            grads_accumulation=config.grads_accumulation,
+            gradient_checkpointing=checkpointing,
+            early_stopping=config.early_stopping,
+            checkpointer=checkpointer,
+        )
+        error: BaseException | None = None
+        result = LoopResult(starting_epoch - 1)
+        summary: LearnerSummary | None = None
+        try:
+            log.info(
+                "Starting training for %d epochs at epoch %d", config.num_epochs, starting_epoch
+            )
+            run = strategy.start(learner, config.train, config.valid)
+            loop = TrainingLoop(
+                plan,
+                learner,
+                run,
+                main=main,
+                processor=processor,
+                store=store,
+                interrupter=interrupter,
+            )
+            try:
+                with graceful_stop(interrupter):
+                    result = loop.execute()
+            except BaseException as failure:
+                run.close(failure)
+                raise
+            run.close()
+            async_processor.flush()
+            if config.summary and async_processor.error is None and main:
+                summary = _write_summary(config, learner, store, result)
+        except Exception as caught:  # reported in the result, never lost
+            error = caught
+        finally:
+            error = _finish(async_processor, store, checkpointer, summary, error)
+            renderer = async_processor.processor.renderer
+    learner.model.eval()
+    return LearningResult(
+        learner.model, renderer, error, summary, result.stop_reason, result.last_epoch
+    )
+
+
+def _metrics(config: TrainingConfig) -> MetricsTraining:
+    metrics = MetricsTraining()
+    for split, metric in config.metrics:
+        metrics.register(split, metric)
+    return metrics
+
+
+def _checkpointer(config: TrainingConfig) -> RunCheckpointer | None:
+    checkpointer = config.checkpointer
+    if checkpointer == DEFAULT_CHECKPOINTERS:
+        strategy = config.checkpointing_strategy or default_checkpointing_strategy()
+        return LearningCheckpointer(config.directory / "checkpoint", strategy)
+    assert not isinstance(checkpointer, str)
+    return checkpointer
+
+
+def _starting_epoch(config: TrainingConfig, checkpointer: RunCheckpointer | None) -> int:
+    """The first epoch to train; checks a requested checkpoint exists before anything runs."""
+    if config.resume is None:
+        return 1
+    if checkpointer is None:
+        raise ValueError(
+            "resuming needs checkpointers: call with_default_checkpointers() (or "
+            "with_checkpointers(...)) before checkpoint(epoch) / resume_latest()"
+        )
+    if config.resume == "latest":
+        latest = checkpointer.latest_complete_epoch()
+        return 1 if latest is None else latest + 1
+    if not manifest_path(checkpointer.directory, config.resume).exists():
+        raise CheckpointError(
+            f"no complete checkpoint of epoch {config.resume} in {checkpointer.directory}; "
+            f"complete epochs: {checkpointer.complete_epochs()}"
+        )
+    return config.resume + 1
+
+
+def _write_summary(
+    config: TrainingConfig, learner: Learner[Any], store: EventStore, result: LoopResult
+) -> LearnerSummary:
+    summary = LearnerSummary.collect(
+        store,
+        config.summary_metrics,
+        result.last_epoch,
+        model=describe_model(learner.model),
+        stop_reason=result.stop_reason,
+    )
+    atomic_write(config.directory / "summary.json", summary.dumps().encode("utf-8"))
+    return summary
+
+
+def _finish(
+    processor: AsyncProcessorTraining,
+    store: EventStore,
+    checkpointer: RunCheckpointer | None,
+    summary: LearnerSummary | None,
+    error: BaseException | None,
+) -> BaseException | None:
+    """End a run whatever happened: drain the metrics thread, finish the checkpoint writes, send
+    ``End``, show the error, close the logs and the renderer. Returns the run's first error."""
+    processor.flush()
+    error = error or processor.error
+    if error is not None:
+        log.error("Training failed", exc_info=error)
+    if checkpointer is not None:
+        try:
+            checkpointer.close()
+        except Exception as caught:  # a failed write is the run's error
+            error = error or caught
+    processor.process_train(End(summary))
+    renderer = processor.close()
+    if error is not None:
+        renderer.on_error(error)
+    try:
+        store.close()
+    except Exception as caught:  # keep the first error
+        error = error or caught
+    renderer.close()
+    return error

@@ -1,0 +1,285 @@
+"""The training loop: epochs, the train and valid passes, checkpoints, early stopping, stops.
+
+Every strategy runs this loop; a strategy only places the model and says how a unit of work
+runs and how gradients combine (``train/_strategy/base.py``). ``launch`` (``_launch.py``) sets
+up the run directory, the logs, the renderer and ``train-worker`` around it. The loop::
+
+    run = strategy.start(learner, train, valid)        # model and loaders on their devices
+    run.check_same(facts)                               # every process runs the same training
+    if resuming after epoch r:                          # every process restores
+        restore model, optimizer, scheduler, loaders, RNG states, early stopping and the
+        checkpointing strategy from the checkpoint of epoch r
+    Start(num_epochs, r + 1)
+    for epoch in r + 1 .. num_epochs:
+        StartSplit(epoch, train items) ; every replica in train mode
+        for unit, progress in run.train_pass():
+            with the window's step context (epoch, iteration, optimizer steps, the unit):
+                outputs = run.train_step(learner, unit)    # forward + backward; gradients in
+                                                           # the main model's .grad slots
+            if the window closes (n units, or the pass is complete):
+                lr_step; optimizer_step (the model's optimize); run.after_optimizer_step()
+            items, stopper = run.report(outputs' items, interrupter.should_stop())
+            ProcessedItem per item (iteration counts items; lr = the last step's lr)
+            if stopper is not None: the partial window is dropped; stop after EndSplit
+        EndSplit(epoch)
+        if stopped: go to "stop"
+        StartSplit(epoch, valid items) ; main model in eval mode, under inference_mode
+        for batch, progress in run.valid_pass():
+            ProcessedItem(run.inference_step(batch)) ; stop after this batch if asked
+        EndSplit(epoch) ; EndEpoch(epoch)
+        if checkpointer or early stopping:
+            flush train-worker (the epoch's values are in the logs now)
+            if the metrics thread failed (the main process says): end here, write nothing
+            checkpoint(epoch): every process's RNG state gathered, the main process writes
+                                (its checkpointing strategy decides what is kept)
+            early stopping: the main process asks it; every process stops with its reason
+        if stopped during validation: go to "stop"       # the epoch itself is complete
+        asked to stop between two epochs: go to "stop"
+    stop: the last complete epoch's checkpoint is written if the strategy had not kept it, so
+          a resume reruns the abandoned epoch from its start; flush; log the reason
+    return the last complete epoch and the stop reason (None: num_epochs reached)
+
+An exception anywhere (a step, a loader, a checkpoint write) leaves the loop as it is; ``launch``
+then finishes the run (``_launch.py``). The loop never reads a tensor back to the host: the
+metrics thread does.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ember.train._checkpoint.learning import RunCheckpointer, TrainingRecords
+from ember.train._checkpoint.rng import rng_state
+from ember.train._checkpoint.run_state import restore_run, snapshot_run
+from ember.train._early_stopping import EarlyStoppingStrategy
+from ember.train._events import EndEpoch, EndSplit, ProcessedItem, Start, StartSplit, TrainingItem
+from ember.train._gradient_checkpointing import checkpointed
+from ember.train._interrupter import Interrupter
+from ember.train._learner import Learner
+from ember.train._metric.store import EventStore
+from ember.train._processor import EventProcessor
+from ember.train._step import step_context
+from ember.train._strategy.base import StrategyRun
+from ember.train._window import OptimizerWindow
+
+__all__ = ["LoopPlan", "LoopResult", "TrainingLoop"]
+
+log = logging.getLogger("ember.train")
+
+
+@dataclass(frozen=True, slots=True)
+class LoopPlan:
+    """What the loop runs: the epochs, the accumulation and the optional parts."""
+
+    num_epochs: int
+    starting_epoch: int = 1
+    grads_accumulation: int | None = None
+    gradient_checkpointing: tuple[str, ...] | None = None
+    """Dotted names of the submodules to checkpoint, or None: off."""
+    early_stopping: EarlyStoppingStrategy | None = None
+    checkpointer: RunCheckpointer | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LoopResult:
+    """How the loop ended: the last epoch completed and, if it stopped early, why."""
+
+    last_epoch: int
+    stop_reason: str | None = None
+
+
+class TrainingLoop:
+    """Runs :class:`LoopPlan` with ``learner`` on a strategy's ``run`` (see the module doc).
+
+    ``main`` is the strategy's ``is_main``: only the main process writes checkpoints and asks
+    early stopping, whose logs only it has.
+    """
+
+    def __init__(
+        self,
+        plan: LoopPlan,
+        learner: Learner[Any],
+        run: StrategyRun,
+        *,
+        main: bool,
+        processor: EventProcessor,
+        store: EventStore,
+        interrupter: Interrupter,
+    ) -> None:
+        self.plan = plan
+        self.learner = learner
+        self.run = run
+        self.main = main
+        self.processor = processor
+        self.store = store
+        self.interrupter = interrupter
+        self.window = OptimizerWindow(plan.grads_accumulation)
+        self._last_saved: tuple[int, TrainingRecords] | None = None
+        self._stop_reason: str | None = None
+        self._early_stopped = False
+
+    def execute(self) -> LoopResult:
+        """Train from ``plan.starting_epoch`` to ``plan.num_epochs`` (or a stop)."""
+        plan, processor = self.plan, self.processor
+        self._check_same()
+        if plan.starting_epoch > 1:
+            self._restore(plan.starting_epoch - 1)
+        processor.process_train(Start(plan.num_epochs, plan.starting_epoch))
+        last = plan.starting_epoch - 1
+        with checkpointed(plan.gradient_checkpointing, *self.run.replicas):
+            for epoch in range(plan.starting_epoch, plan.num_epochs + 1):
+                self._train_pass(epoch)
+                if self._stop_reason is not None:
+                    break
+                self._valid_pass(epoch)
+                last = epoch
+                if self._end_epoch(epoch) or self._stop_reason is not None:
+                    break
+                _, stopper = self.run.report((), self.interrupter.should_stop())
+                if stopper is not None:  # asked between two epochs
+                    self._stopped_by(stopper)
+                    break
+        if self._stop_reason is not None and not self._early_stopped:
+            self._keep_last_epoch()
+            processor.flush()  # the epoch lines, written by the metrics thread, come first
+            log.info("Training interrupted: %s", self._stop_reason)
+        return LoopResult(last, self._stop_reason)
+
+    # --- the passes ----------------------------------------------------------------------------
+
+    def _train_pass(self, epoch: int) -> None:
+        learner, run, window, processor = self.learner, self.run, self.window, self.processor
+        processor.process_train(StartSplit(epoch, run.loaders["train"].num_items()))
+        for replica in run.replicas:
+            replica.train()
+        iteration = 0
+        for unit, progress in run.train_pass():
+            with step_context(window.context(epoch, iteration + 1, unit)):
+                outputs = run.train_step(learner, unit)
+            if window.closes(progress):
+                window.step(learner)
+                run.after_optimizer_step()
+            items, stopper = run.report(
+                [output.item for output in outputs], self.interrupter.should_stop()
+            )
+            lr = learner.lr_current
+            for item in items:
+                iteration += 1
+                processor.process_train(ProcessedItem(TrainingItem(item, progress, iteration, lr)))
+            if stopper is not None:
+                window.drop()
+                self._stopped_by(stopper)
+                break
+        processor.process_train(EndSplit(epoch))
+
+    def _valid_pass(self, epoch: int) -> None:
+        run, processor = self.run, self.processor
+        processor.process_valid(StartSplit(epoch, run.loaders["valid"].num_items()))
+        model = self.learner.model
+        model.eval()
+        with torch.inference_mode():
+            iteration = 0
+            for batch, progress in run.valid_pass():
+                items, stopper = run.report(
+                    [run.inference_step(batch)], self.interrupter.should_stop()
+                )
+                for item in items:
+                    iteration += 1
+                    processor.process_valid(
+                        ProcessedItem(TrainingItem(item, progress, iteration, None))
+                    )
+                if stopper is not None:
+                    self._stopped_by(stopper)
+                    break
+        processor.process_valid(EndSplit(epoch))
+        processor.process_train(EndEpoch(epoch))
+
+    # --- the end of an epoch ------------------------------------------------------------------
+
+    def _end_epoch(self, epoch: int) -> bool:
+        """Flush, checkpoint, then ask early stopping; True when early stopping ends the run.
+
+        Nothing is checkpointed once the metrics thread has failed, so non-finite weights are
+        never saved.
+        """
+        plan, run = self.plan, self.run
+        if plan.checkpointer is None and plan.early_stopping is None:
+            return False
+        self.processor.flush()
+        if run.decide(self.processor.error is not None):
+            self._stopped_by(0)  # launch reports the metrics thread's error
+            return True
+        if plan.checkpointer is not None:
+            self._checkpoint(plan.checkpointer, epoch)
+        if plan.early_stopping is None:
+            return False
+        reason = self._ask_early_stopping(plan.early_stopping, epoch) if self.main else None
+        reason = run.decide(reason)
+        if reason is None:
+            return False
+        self._stop_reason, self._early_stopped = reason, True
+        return True
+
+    def _ask_early_stopping(self, strategy: EarlyStoppingStrategy, epoch: int) -> str | None:
+        if not strategy.should_stop(epoch, self.store):
+            return None
+        return strategy.reason or f"early stopping after epoch {epoch}"
+
+    def _checkpoint(self, checkpointer: RunCheckpointer, epoch: int) -> None:
+        states = self.run.gather(rng_state())
+        if not self.main or states is None:
+            return
+        records = snapshot_run(
+            epoch, self.learner, self.run.loaders, states, self.plan.early_stopping
+        )
+        self._last_saved = (epoch, checkpointer.checkpoint(epoch, records, self.store))
+
+    # --- stops and resume ---------------------------------------------------------------------
+
+    def _stopped_by(self, stopper: int) -> None:
+        """Remember why the run stops: this process's interrupter, or another process."""
+        own = stopper == self.run.rank and self.interrupter.should_stop()
+        reason = self.interrupter.message if own else f"rank {stopper} stopped training"
+        self._stop_reason = reason or "interrupted"
+
+    def _keep_last_epoch(self) -> None:
+        """After a stop: make sure the last complete epoch's checkpoint is on disk, even if the
+        strategy had not kept it, so a resume reruns the abandoned epoch and ends exactly as an
+        uninterrupted run."""
+        checkpointer = self.plan.checkpointer
+        if checkpointer is None or self._last_saved is None or self.processor.error is not None:
+            return
+        checkpointer.save(*self._last_saved)
+
+    def _restore(self, epoch: int) -> None:
+        checkpointer = self.plan.checkpointer
+        if checkpointer is None:
+            raise ValueError(f"resuming at epoch {epoch + 1} needs checkpointers")
+        run = self.run
+        restore_run(
+            checkpointer, epoch, self.learner, run.loaders, self.plan.early_stopping, run.rank
+        )
+
+    def _check_same(self) -> None:
+        """Every process must run the same training; a difference would hang a collective."""
+        loaders = self.run.loaders
+        plan = self.plan
+        self.run.check_same(
+            {
+                "the starting epoch (is the checkpoint directory visible to every rank?)": (
+                    plan.starting_epoch
+                ),
+                "num_epochs": plan.num_epochs,
+                "grads_accumulation": plan.grads_accumulation or 0,
+                "the train loader's items": loaders["train"].num_items(),
+                "the train loader's batches": len(loaders["train"]),
+                "the valid loader's items": loaders["valid"].num_items(),
+                "the valid loader's batches": len(loaders["valid"]),
+                "checkpointers": int(plan.checkpointer is not None),
+                "early stopping": int(plan.early_stopping is not None),
+            }
+        )
