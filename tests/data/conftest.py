@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from .helpers import assert_threads_exit
+from tests.data.helpers import assert_threads_exit
 
 
 @pytest.fixture

@@ -8,8 +8,7 @@ import pytest
 import torch
 
 from ember.data import BatchDataLoader, DataLoaderBuilder, InMemDataset, MultiThreadDataLoader
-
-from .helpers import Batch, batches_of, epochs_of, item_batcher
+from tests.data.helpers import Batch, batches_of, epochs_of, item_batcher
 
 
 def test_defaults_are_batch_one_in_order_on_cpu_without_workers() -> None:

@@ -13,8 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ember.data import BatchDataLoader, DataLoaderError, InMemDataset, Progress
-
-from .helpers import Batch, batches_of, epochs_of, item_batcher
+from tests.data.helpers import Batch, batches_of, epochs_of, item_batcher
 
 FAST = settings(max_examples=100, deadline=None)
 

@@ -14,8 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ember.data import BatchDataLoader, InMemDataset, MultiThreadDataLoader
-
-from .helpers import Batch, assert_threads_exit, batches_of, epochs_of, item_batcher
+from tests.data.helpers import Batch, assert_threads_exit, batches_of, epochs_of, item_batcher
 
 THREADS = settings(max_examples=80, deadline=None)
 

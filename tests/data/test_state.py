@@ -11,8 +11,7 @@ from hypothesis import strategies as st
 
 from ember.data import BatchDataLoader, DataLoaderBuilder, InMemDataset
 from ember.data._loader import STATE_KIND
-
-from .helpers import Batch, batches_of, epochs_of, item_batcher
+from tests.data.helpers import Batch, batches_of, epochs_of, item_batcher
 
 STATE = settings(max_examples=100, deadline=None)
 

@@ -12,8 +12,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, SequentialSampler, TensorDataset
 
 from ember.data import DataLoaderError, TorchDataLoader
-
-from .helpers import JOIN_TIMEOUT_S
+from tests.data.helpers import JOIN_TIMEOUT_S
 
 
 def numbers(n: int) -> TensorDataset:

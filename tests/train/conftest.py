@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from training_fixtures import TinyRegressor
+
+from tests.train.fixtures import TinyRegressor
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 import torch
 from torch import nn
-from training_fixtures import Batch, TinyRegressor, loader, read_lines
 
 from ember._errors import CheckpointError, NonFiniteLossError
 from ember.train import (
@@ -28,8 +27,9 @@ from ember.train import (
     StoppingCondition,
     SupervisedTraining,
 )
+from tests.train.fixtures import Batch, TinyRegressor, loader, read_lines
 
-HERE = Path(__file__).parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository: tests is a package there
 
 
 class DropoutRegressor(TinyRegressor):
@@ -308,8 +308,8 @@ CRASH_SCRIPT = """
 import sys, torch
 from pathlib import Path
 from safetensors.torch import save_file
-sys.path.insert(0, {fixtures!r})
-from test_resume import run
+sys.path.insert(0, {root!r})
+from tests.train.test_resume import run
 directory, out, mode = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 print("started", flush=True)
 resume = "latest" if mode == "resume" else None
@@ -325,8 +325,8 @@ def test_sigkill_at_random_moments_then_resume_latest(tmp_path: Path) -> None:
     from safetensors.torch import load_file
 
     script = tmp_path / "train.py"
-    script.write_text(textwrap.dedent(CRASH_SCRIPT.format(fixtures=str(HERE))))
-    env = {**os.environ, "PYTHONPATH": str(HERE)}
+    script.write_text(textwrap.dedent(CRASH_SCRIPT.format(root=str(ROOT))))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
 
     def train(directory: Path, out: Path, mode: str) -> subprocess.Popen[str]:
         return subprocess.Popen(

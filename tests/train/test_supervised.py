@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 import torch
-from training_fixtures import Batch, SpyProcessor, TinyRegressor, loader, read_lines, run_loop
 
 from ember.extend import (
     End,
@@ -36,6 +35,7 @@ from ember.train import (
     Split,
     SupervisedTraining,
 )
+from tests.train.fixtures import Batch, SpyProcessor, TinyRegressor, loader, read_lines, run_loop
 
 
 def quiet(directory: Path, train: Any, valid: Any) -> SupervisedTraining:
@@ -292,9 +292,8 @@ def test_metric_error_on_worker_stops_training(model: TinyRegressor, run_dir: Pa
 
 def test_dataset_error_lands_in_result(model: TinyRegressor, run_dir: Path) -> None:
     """An exception raised by a dataset on a loader thread reaches result.error as itself."""
-    from training_fixtures import batcher, samples
-
     from ember.data import DataLoaderBuilder, MapperDataset
+    from tests.train.fixtures import batcher, samples
 
     def broken(item: Any) -> Any:
         if item[1] > 1e9 or broken.count >= 6:  # type: ignore[attr-defined]

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pytest
-from tui_screen import Screen
+
+from tests.train.renderer.tui.screen import Screen
 
 
 @pytest.fixture

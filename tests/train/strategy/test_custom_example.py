@@ -11,7 +11,6 @@ from types import ModuleType
 
 import pytest
 import torch
-from training_fixtures import TinyRegressor, loader, read_lines
 
 from ember.train import (
     CliMetricsRenderer,
@@ -20,6 +19,7 @@ from ember.train import (
     SupervisedLearningStrategy,
     SupervisedTraining,
 )
+from tests.train.fixtures import TinyRegressor, loader, read_lines
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
-import ddp_helpers
 import pytest
 import torch
 import torch.distributed as dist
@@ -25,6 +24,7 @@ from ember.distributed._messages import (
 from ember.extend import merge_outputs
 from ember.train import ClassificationOutput, RegressionOutput, SequenceOutput
 from ember.train._strategy.ddp.strategy import DistributedDataParallel
+from tests.train.strategy.ddp import helpers as ddp_helpers
 
 
 @pytest.fixture

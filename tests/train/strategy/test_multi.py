@@ -11,7 +11,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from training_fixtures import Batch, TinyRegressor, batcher, loader, read_lines, run_loop, samples
 
 from ember.data import DataLoader, DataLoaderBuilder, InMemDataset
 from ember.train import (
@@ -28,6 +27,15 @@ from ember.train import (
     TrainOutput,
 )
 from ember.train._strategy.multi import split_loader
+from tests.train.fixtures import (
+    Batch,
+    TinyRegressor,
+    batcher,
+    loader,
+    read_lines,
+    run_loop,
+    samples,
+)
 
 ITEMS = 23  # slices of 11 and 12 items: batches 4,4,3 and 4,4,4 with batch size 4
 BATCH = 4

@@ -10,11 +10,11 @@ import time
 from collections.abc import Callable
 
 import pytest
-from tui_screen import Screen, strip_ansi
 
 from ember.extend import MetricAttributes, MetricDefinition, MetricEntry, MetricState, NumericEntry
 from ember.train import LearnerSummary, MetricSummary, Split
 from ember.train._renderer.tui.renderer import STOP_REASON
+from tests.train.renderer.tui.screen import Screen, strip_ansi
 
 LOSS = MetricDefinition("Loss", attributes=MetricAttributes())
 ACCURACY = MetricDefinition("Accuracy", attributes=MetricAttributes(unit="%"))

@@ -14,7 +14,7 @@ import termios
 import time
 from pathlib import Path
 
-from tui_screen import strip_ansi
+from tests.train.renderer.tui.screen import strip_ansi
 
 SCRIPT = """
 import sys

@@ -11,7 +11,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from training_fixtures import Batch, loader, read_lines
 
 from ember.train import (
     CliMetricsRenderer,
@@ -31,6 +30,7 @@ from ember.train._gradient_checkpointing import (
     checkpointed,
     checkpointed_modules,
 )
+from tests.train.fixtures import Batch, loader, read_lines
 
 
 class Deep(LearnerModel):

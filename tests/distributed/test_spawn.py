@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import ddp_helpers
 import pytest
 
 from ember.distributed import DistributedError, spawn
+from tests.train.strategy.ddp import helpers as ddp_helpers
 
 
 @pytest.mark.distributed

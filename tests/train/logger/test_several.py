@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from training_fixtures import TinyRegressor, loader
 
 from ember.train import (
     CliMetricsRenderer,
@@ -23,6 +22,7 @@ from ember.train import (
     TensorBoardLogger,
 )
 from ember.train._metric.store import epoch_value
+from tests.train.fixtures import TinyRegressor, loader
 
 event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
 

@@ -8,12 +8,12 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import ddp_helpers
 import pytest
 import torch
 from safetensors.torch import load_file
 
 from ember.distributed import DistributedError, spawn
+from tests.train.strategy.ddp import helpers as ddp_helpers
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(150)]
 
