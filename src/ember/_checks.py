@@ -9,13 +9,16 @@ too); a float or a string where an integer belongs is refused, everywhere with t
 from __future__ import annotations
 
 import inspect
+import math
 import numbers
 from typing import Any, Generic, Protocol
 
 __all__ = [
     "check_int",
+    "check_optional_int",
     "check_positive_int",
     "check_protocol",
+    "check_real",
     "check_seed",
     "check_slice",
     "protocol_members",
@@ -33,6 +36,42 @@ def check_int(name: str, value: Any, *, minimum: int | None) -> int:
     if minimum is not None and value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
     return int(value)
+
+
+def check_optional_int(name: str, value: Any, *, minimum: int | None = None) -> int | None:
+    """None, or ``value`` checked by :func:`check_int`."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int or None, got {value!r} ({type(value).__name__})")
+    return check_int(name, value, minimum=minimum)
+
+
+def check_real(
+    name: str,
+    value: object,
+    *,
+    minimum: float,
+    strict: bool = False,
+    maximum: float | None = None,
+    strict_maximum: bool = False,
+) -> float:
+    """``value`` as a finite float within bounds (``strict``: ``> minimum``; ``strict_maximum``:
+    ``< maximum``), or TypeError/ValueError naming ``name`` and the value."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {value!r} ({type(value).__name__})")
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    if strict and not number > minimum:
+        raise ValueError(f"{name} must be > {minimum:g}, got {value!r}")
+    if not number >= minimum:
+        raise ValueError(f"{name} must be >= {minimum:g}, got {value!r}")
+    if maximum is not None and (number >= maximum if strict_maximum else number > maximum):
+        raise ValueError(
+            f"{name} must be {'<' if strict_maximum else '<='} {maximum:g}, got {value!r}"
+        )
+    return number
 
 
 def check_positive_int(name: str, value: Any) -> int:

@@ -586,9 +586,9 @@ def test_invalid_arguments_raise_naming_them(build: Callable[[], object], messag
 @pytest.mark.parametrize(
     ("build", "message"),
     [
-        (lambda: LinearLr(0.1, 0.0, 2.5), "num_iters must be an int, got float"),
-        (lambda: StepLr(0.1, True), "step_size must be an int, got bool"),
-        (lambda: ExponentialLr("0.1", 0.5), "initial_lr must be a real number, got str"),
+        (lambda: LinearLr(0.1, 0.0, 2.5), r"num_iters must be an int, got 2.5 \(float\)"),
+        (lambda: StepLr(0.1, True), r"step_size must be an int, got True \(bool\)"),
+        (lambda: ExponentialLr("0.1", 0.5), r"initial_lr must be a real number, got '0.1' \(str\)"),
         (lambda: ComposedLr(ConstantLr(0.1)), "schedulers must be a list"),
         (lambda: ComposedLr(["0.1"]), "cannot use a str"),
     ],

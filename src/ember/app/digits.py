@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ember._checks import check_positive_int
 from ember.app.rundir import claim_run_directory
 from ember.data import DataLoader, DataLoaderBuilder, InMemDataset
 from ember.train._builder import SupervisedTraining
@@ -134,8 +135,7 @@ def run_digits(
     The Learner's lines and the summary go to ``stream`` (default: standard output). Training
     uses one intra-op thread (the caller's setting is restored afterwards).
     """
-    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
-        raise ValueError(f"epochs must be an int >= 1, got {epochs!r}")
+    epochs = check_positive_int("epochs", epochs)
     train, valid = load_digits()
     claim_run_directory(directory, "digits")
     with torch.random.fork_rng(devices=[]):  # seeded weights, the caller's RNG left alone

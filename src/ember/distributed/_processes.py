@@ -38,6 +38,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ember._checks import check_positive_int
 from ember._errors import DistributedError
 from ember.distributed._messages import (
     broadcast_bytes,
@@ -156,8 +157,7 @@ def spawn(
     stopped; or naming the ranks still running after ``join_timeout`` seconds (they are
     stopped too).
     """
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
+    world_size = check_positive_int("world_size", world_size)
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
     qualname = getattr(fn, "__qualname__", "")

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from ember._checks import check_positive_int
 from ember.train._metric.store import MetricQuery
 from ember.train._vocabulary import Direction, Split
 
@@ -48,10 +49,7 @@ class StoppingCondition:
     n_epochs: int
 
     def __post_init__(self) -> None:
-        if isinstance(self.n_epochs, bool) or not isinstance(self.n_epochs, int):
-            raise TypeError(f"n_epochs must be an int, got {self.n_epochs!r}")
-        if self.n_epochs < 1:
-            raise ValueError(f"n_epochs must be >= 1, got {self.n_epochs}")
+        object.__setattr__(self, "n_epochs", check_positive_int("n_epochs", self.n_epochs))
 
     @classmethod
     def no_improvement_since(cls, n_epochs: int) -> StoppingCondition:

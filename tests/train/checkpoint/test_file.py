@@ -143,12 +143,15 @@ def test_bad_names_are_refused(tmp_path: Path, name: object) -> None:
         FileCheckpointer(tmp_path, name)  # type: ignore[arg-type]  # invalid on purpose
 
 
-@pytest.mark.parametrize("epoch", [0, -1, True, 1.5, "1"])
-def test_bad_epochs_are_refused(tmp_path: Path, epoch: object) -> None:
-    """Epochs are ints >= 1."""
+@pytest.mark.parametrize(
+    ("epoch", "error"),
+    [(0, ValueError), (-1, ValueError), (True, TypeError), (1.5, TypeError), ("1", TypeError)],
+)
+def test_bad_epochs_are_refused(tmp_path: Path, epoch: object, error: type[Exception]) -> None:
+    """Epochs are ints >= 1: another type is a TypeError, a smaller int a ValueError."""
     checkpointer = FileCheckpointer(tmp_path, "model")
     for call in (checkpointer.path, checkpointer.delete, checkpointer.restore):
-        with pytest.raises(ValueError, match=f"got {epoch!r}"):
+        with pytest.raises(error, match=f"epoch must be .*got {epoch!r}"):
             call(epoch)  # type: ignore[arg-type]  # invalid on purpose
 
 

@@ -196,10 +196,13 @@ def test_load_state_dict_rejects_other_strategies_and_keeps_state() -> None:
         strategy.load_state_dict({**before, "strategies": before["strategies"][:1]})
 
 
-@pytest.mark.parametrize("n", [0, -1, True, 1.5, "2"])
-def test_keep_last_rejects_bad_n(n: object) -> None:
+@pytest.mark.parametrize(
+    ("n", "error"),
+    [(0, ValueError), (-1, ValueError), (True, TypeError), (1.5, TypeError), ("2", TypeError)],
+)
+def test_keep_last_rejects_bad_n(n: object, error: type[Exception]) -> None:
     """n must be an int >= 1 (Burn's n = 0 saves then deletes)."""
-    with pytest.raises(ValueError, match=f"got {n!r}"):
+    with pytest.raises(error, match=f"got {n!r}"):
         KeepLastNCheckpoints(n)  # type: ignore[arg-type]  # invalid on purpose
 
 

@@ -65,9 +65,9 @@ def test_epoch_value_over_uneven_batches_matches_torchmetrics(
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"threshold": 0.0}, ValueError, r"threshold must be in \(0, 1\), got 0.0"),
-        ({"threshold": 1.5}, ValueError, r"threshold must be in \(0, 1\), got 1.5"),
-        ({"threshold": "0.5"}, TypeError, "threshold must be a number, got '0.5'"),
+        ({"threshold": 0.0}, ValueError, "threshold must be > 0, got 0.0"),
+        ({"threshold": 1.5}, ValueError, "threshold must be < 1, got 1.5"),
+        ({"threshold": "0.5"}, TypeError, r"threshold must be a real number, got '0.5' \(str\)"),
         ({"sigmoid": 1}, TypeError, "sigmoid must be a bool, got 1"),
     ],
 )

@@ -30,6 +30,7 @@ import torch
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save_file as save_safetensors_file
 
+from ember._checks import check_positive_int
 from ember._errors import CheckpointError
 from ember.train._checkpoint.record import Record
 
@@ -76,10 +77,8 @@ class Checkpointer(Protocol):
 
 
 def check_epoch(epoch: object) -> int:
-    """``epoch`` if it is an int >= 1, else ValueError naming it."""
-    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 1:
-        raise ValueError(f"epoch must be an int >= 1, got {epoch!r}")
-    return epoch
+    """``epoch`` if it is an int >= 1, else TypeError/ValueError naming it."""
+    return check_positive_int("epoch", epoch)
 
 
 def check_name(name: object) -> str:

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeAlias
 
+from ember._checks import check_positive_int
 from ember.train._checkpoint.file import check_epoch
 from ember.train._metric.store import MetricQuery
 from ember.train._vocabulary import Direction, Split
@@ -87,10 +88,8 @@ class KeepLastNCheckpoints:
     """Save every epoch; keep the last ``n`` (Burn's ``KeepLastNCheckpoints``)."""
 
     def __init__(self, n: int) -> None:
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            # Burn accepts 0, which saves an epoch and deletes it at once: never useful.
-            raise ValueError(f"n must be an int >= 1 (checkpoints to keep), got {n!r}")
-        self.n = n
+        # Burn accepts 0, which saves an epoch and deletes it at once: never useful.
+        self.n = check_positive_int("n (checkpoints to keep)", n)
 
     def __repr__(self) -> str:
         return f"KeepLastNCheckpoints({self.n})"

@@ -12,8 +12,9 @@ import math
 from collections.abc import Sequence
 from typing import Any, Literal, TypeAlias
 
+from ember._checks import check_int
 from ember.train._lr_scheduler.base import LrScheduler, LrSchedulerLike, as_scheduler
-from ember.train._lr_scheduler.validation import check_int, check_state, state_count
+from ember.train._lr_scheduler.validation import check_state, state_count
 
 __all__ = ["ComposedLr", "Reduction", "SequentialLr"]
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar
 
-from ember.train._lr_scheduler.validation import check_int, check_real, check_state, state_count
+from ember._checks import check_int, check_real
+from ember.train._lr_scheduler.validation import check_state, state_count
 
 __all__ = ["ConstantLr", "CosineAnnealingLr", "ExponentialLr", "LinearLr", "NoamLr", "StepLr"]
 

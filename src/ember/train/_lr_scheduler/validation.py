@@ -1,51 +1,16 @@
-"""The checks every scheduler shares: constructor arguments and loaded state dicts.
+"""The checks every scheduler's loaded state dict goes through.
 
-Arguments are checked in the constructor and a bad one raises ``TypeError`` (wrong type) or
-``ValueError`` (out of range), naming the argument and the value. A state dict must be a dict
-tagged with the scheduler's ``"kind"`` and hold exactly the expected keys, so that loading the
-state of another scheduler, or a truncated one, fails loudly instead of half-restoring.
+Constructor arguments go through ``ember._checks``, like every public argument. A state dict
+must be a dict tagged with the scheduler's ``"kind"`` and hold exactly the expected keys, so
+that loading the state of another scheduler, or a truncated one, fails loudly instead of
+half-restoring.
 """
 
 from __future__ import annotations
 
-import math
-import numbers
 from typing import Any
 
-__all__ = ["check_int", "check_real", "check_state", "state_count"]
-
-
-def check_real(
-    name: str,
-    value: object,
-    *,
-    minimum: float,
-    strict: bool = False,
-    maximum: float | None = None,
-) -> float:
-    """``value`` as a finite float within bounds, or an error naming ``name`` and the value."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {type(value).__qualname__}")
-    number = float(value)
-    if not math.isfinite(number):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    if strict and not number > minimum:
-        raise ValueError(f"{name} must be > {minimum:g}, got {value!r}")
-    if not number >= minimum:
-        raise ValueError(f"{name} must be >= {minimum:g}, got {value!r}")
-    if maximum is not None and number > maximum:
-        raise ValueError(f"{name} must be <= {maximum:g}, got {value!r}")
-    return number
-
-
-def check_int(name: str, value: object, *, minimum: int) -> int:
-    """``value`` as an int >= ``minimum``, or an error naming ``name`` and the value."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {type(value).__qualname__}")
-    number = int(value)
-    if number < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {number}")
-    return number
+__all__ = ["check_state", "state_count"]
 
 
 def check_state(state: object, owner: object, kind: str, keys: tuple[str, ...]) -> None:

@@ -21,6 +21,7 @@ from typing import Any, Self
 
 import torch
 
+from ember._checks import check_positive_int, check_real
 from ember.train._metric.base import (
     MetricAttributes,
     MetricEntry,
@@ -80,19 +81,9 @@ def rust_debug_float(value: float) -> str:
 
 
 def _check_threshold(threshold: float) -> float:
-    if isinstance(threshold, bool) or not isinstance(threshold, int | float):
-        raise TypeError(f"threshold must be a number, got {threshold!r}")
-    if not 0.0 < threshold < 1.0:
-        raise ValueError(f"threshold must be in (0, 1), got {threshold}")
-    return float(threshold)
-
-
-def _check_top_k(top_k: int) -> int:
-    if isinstance(top_k, bool) or not isinstance(top_k, int):
-        raise TypeError(f"top_k must be an int, got {top_k!r}")
-    if top_k < 1:
-        raise ValueError(f"top_k must be >= 1, got {top_k}")
-    return top_k
+    return check_real(
+        "threshold", threshold, minimum=0.0, strict=True, maximum=1.0, strict_maximum=True
+    )
 
 
 class _ConfusionMetric:
@@ -115,7 +106,7 @@ class _ConfusionMetric:
             raise ValueError(
                 f"give threshold or top_k, not both (got threshold={threshold}, top_k={top_k})"
             )
-        self.top_k = None if top_k is None else _check_top_k(top_k)
+        self.top_k = None if top_k is None else check_positive_int("top_k", top_k)
         self.threshold: float | None = None
         if self.top_k is None:
             self.threshold = _check_threshold(0.5 if threshold is None else threshold)
@@ -293,11 +284,7 @@ class FBetaScoreMetric(_ConfusionMetric):
         top_k: int | None = None,
         reduction: ClassReduction | str = ClassReduction.MACRO,
     ) -> None:
-        if isinstance(beta, bool) or not isinstance(beta, int | float):
-            raise TypeError(f"beta must be a number, got {beta!r}")
-        if not (math.isfinite(beta) and beta > 0):
-            raise ValueError(f"beta must be finite and > 0, got {beta}")
-        self.beta = float(beta)
+        self.beta = check_real("beta", beta, minimum=0.0, strict=True)
         super().__init__(threshold=threshold, top_k=top_k, reduction=reduction)
 
     @classmethod

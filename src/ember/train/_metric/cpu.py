@@ -12,13 +12,13 @@ epoch's readings (Burn repeats the last reading at the epoch end, counting it tw
 from __future__ import annotations
 
 import importlib
-import math
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
+from ember._checks import check_real
 from ember.train._metric.base import MetricEntry, MetricMetadata, NumericEntry
 from ember.train._metric.state import MeanMetric
 
@@ -109,10 +109,7 @@ class _SystemMetric(MeanMetric):
     """Shared refresh logic: a reading at most every ``interval`` seconds, each logged once."""
 
     def __init__(self, clock: Callable[[], float], interval: float) -> None:
-        if isinstance(interval, bool) or not isinstance(interval, int | float):
-            raise TypeError(f"interval must be a number of seconds, got {interval!r}")
-        if not (math.isfinite(interval) and interval >= 0):
-            raise ValueError(f"interval must be >= 0 seconds, got {interval}")
+        interval = check_real("interval (seconds)", interval, minimum=0.0)
         super().__init__()
         self._clock = clock
         self._interval = float(interval)

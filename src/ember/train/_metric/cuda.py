@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from ember._checks import check_real
 from ember.train._metric.base import MetricEntry, MetricMetadata
 
 __all__ = ["CudaMetric", "GpuReading", "read_cuda"]
@@ -94,8 +95,7 @@ class CudaMetric:
     ) -> None:
         if not callable(reader):
             raise TypeError(f"reader must be callable, got {reader!r}")
-        if isinstance(interval, bool) or not isinstance(interval, int | float) or interval < 0:
-            raise ValueError(f"interval must be >= 0 seconds, got {interval!r}")
+        interval = check_real("interval (seconds)", interval, minimum=0.0)
         self._reader = reader
         self._clock = clock
         self._interval = float(interval)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ember._checks import check_optional_int
 from ember.train._metric.base import MetricEntry, MetricMetadata
 from ember.train._metric.ratio import RatioMetric
 
@@ -86,10 +87,7 @@ class _ErrorRate(RatioMetric):
     higher_is_better = False
 
     def __init__(self, pad_token: int | None = None) -> None:
-        if pad_token is not None and (
-            isinstance(pad_token, bool) or not isinstance(pad_token, int)
-        ):
-            raise TypeError(f"pad_token must be an int or None, got {pad_token!r}")
+        pad_token = check_optional_int("pad_token", pad_token)
         super().__init__()
         self.pad_token = pad_token
 

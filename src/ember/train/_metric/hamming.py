@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from ember._checks import check_real
 from ember.train._metric.base import MetricEntry, MetricMetadata, format_number
 from ember.train._metric.state import MeanMetric
 
@@ -31,10 +32,9 @@ class HammingScore(MeanMetric):
     higher_is_better = True
 
     def __init__(self, threshold: float = 0.5, sigmoid: bool = False) -> None:
-        if isinstance(threshold, bool) or not isinstance(threshold, int | float):
-            raise TypeError(f"threshold must be a number, got {threshold!r}")
-        if not 0.0 < threshold < 1.0:
-            raise ValueError(f"threshold must be in (0, 1), got {threshold}")
+        threshold = check_real(
+            "threshold", threshold, minimum=0.0, strict=True, maximum=1.0, strict_maximum=True
+        )
         if not isinstance(sigmoid, bool):
             raise TypeError(f"sigmoid must be a bool, got {sigmoid!r}")
         self.metric_name = f"Hamming Score @ Threshold({format_number(float(threshold))})"

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from ember._checks import check_optional_int, check_positive_int
 from ember.train._metric.base import MetricEntry, MetricMetadata
 from ember.train._metric.state import MeanMetric
 
@@ -33,14 +34,8 @@ class TopKAccuracyMetric(MeanMetric):
     higher_is_better = True
 
     def __init__(self, k: int, pad_token: int | None = None) -> None:
-        if isinstance(k, bool) or not isinstance(k, int):
-            raise TypeError(f"k must be an int, got {k!r}")
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
-        if pad_token is not None and (
-            isinstance(pad_token, bool) or not isinstance(pad_token, int)
-        ):
-            raise TypeError(f"pad_token must be an int or None, got {pad_token!r}")
+        k = check_positive_int("k", k)
+        pad_token = check_optional_int("pad_token", pad_token)
         self.metric_name = f"Top-K Accuracy @ TopK({k})"
         super().__init__()
         self.k = k
