@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from ember._checks import check_positive_int
+from ember.train._metric.base import NamedMetric, metric_name
 from ember.train._metric.store import MetricQuery
 from ember.train._vocabulary import Direction, Split
 
@@ -67,14 +68,12 @@ class MetricEarlyStoppingStrategy:
 
     def __init__(
         self,
-        metric: Any,
+        metric: str | NamedMetric,
         direction: Direction = Direction.LOWEST,
         split: Split = Split.VALID,
         condition: StoppingCondition | None = None,
     ) -> None:
-        name = metric if isinstance(metric, str) else getattr(metric, "name", None)
-        if not isinstance(name, str) or not name:
-            raise TypeError(f"metric must be a metric or a metric name, got {metric!r}")
+        name = metric_name(metric)
         for value, kind in ((direction, Direction), (split, Split)):
             if not isinstance(value, kind):
                 raise TypeError(f"expected a {kind.__name__}, got {value!r}")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar
 
 import torch
 from torch import nn
@@ -11,6 +11,8 @@ from torch import nn
 from ember.train._lr_scheduler.base import LrScheduler, as_scheduler
 from ember.train._step import (
     GradientsParams,
+    InferenceStep,
+    OptimizeStep,
     TrainOutput,
     TrainStep,
     default_optimize,
@@ -42,8 +44,8 @@ class Learner(Generic[M]):
     ) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-        for method in ("train_step", "inference_step"):
-            if not callable(getattr(model, method, None)):
+        for protocol, method in ((TrainStep, "train_step"), (InferenceStep, "inference_step")):
+            if not isinstance(model, protocol):
                 raise TypeError(
                     f"model {type(model).__name__} has no {method}(batch) method: subclass "
                     "ember.train.LearnerModel and implement train_step and inference_step"
@@ -60,7 +62,7 @@ class Learner(Generic[M]):
                 f"parameters, got {type(optim).__name__}"
             )
         self._model = model
-        self._step = cast("TrainStep[Any, Any]", model)
+        self._step: TrainStep[Any, Any] = model  # type: ignore[assignment]  # checked above
         self._scheduler = as_scheduler(lr_scheduler)
         self._lr_current: float | None = None
 
@@ -113,8 +115,7 @@ class Learner(Generic[M]):
 
     def optimizer_step(self, grads: GradientsParams) -> None:
         """One optimizer step with ``grads``, through the model's ``optimize`` if it has one."""
-        optimize = getattr(self._model, "optimize", None)
-        if optimize is None:
-            default_optimize(self._model, self.optimizer, grads)
+        if isinstance(self._model, OptimizeStep):
+            self._model.optimize(self.optimizer, self._lr_current, grads)
         else:
-            optimize(self.optimizer, self._lr_current, grads)
+            default_optimize(self._model, self.optimizer, grads)

@@ -42,6 +42,7 @@ from ember.train._metric.base import (
 )
 from ember.train._metric.loss import LossInput
 from ember.train._metric.store import EventStore
+from ember.train._outputs import ItemLazy
 from ember.train._renderer.base import MetricsRenderer, MetricState
 from ember.train._vocabulary import Split
 
@@ -156,10 +157,16 @@ class MetricsTraining:
         return states
 
 
+_LAZY: dict[type[Any], bool] = {}  # per output type: is it an ItemLazy (checked once)
+
+
 def _synced(item: Any) -> Any:
-    """The item after its ``sync()`` (ItemLazy), or itself."""
-    sync = getattr(item, "sync", None)
-    return item if sync is None else sync()
+    """The item after its ``sync()`` (an :class:`ItemLazy`), or itself."""
+    kind = type(item)
+    lazy = _LAZY.get(kind)
+    if lazy is None:
+        lazy = _LAZY[kind] = isinstance(item, ItemLazy)
+    return item.sync() if lazy else item
 
 
 def _host_values(tensors: Sequence[torch.Tensor]) -> list[float]:

@@ -29,6 +29,7 @@ __all__ = [
     "GradientsParams",
     "InferenceStep",
     "LearnerModel",
+    "OptimizeStep",
     "StepContext",
     "TrainOutput",
     "TrainStep",
@@ -224,6 +225,15 @@ class InferenceStep(Protocol[B_contra, T_co]):
 
     def inference_step(self, batch: B_contra) -> T_co:
         """Run the forward pass on ``batch`` and return the output the metrics read."""
+        ...
+
+
+@runtime_checkable
+class OptimizeStep(Protocol):
+    """A model that runs its own optimizer step (``LearnerModel.optimize`` is the default)."""
+
+    def optimize(self, optim: torch.optim.Optimizer, lr: float, grads: GradientsParams) -> None:
+        """Apply one optimizer step with ``grads``."""
         ...
 
 

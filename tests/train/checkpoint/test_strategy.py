@@ -213,10 +213,10 @@ def test_composed_needs_a_strategy() -> None:
 
 
 def test_metric_strategy_validates_arguments() -> None:
-    """The metric needs a name; aggregate, direction and split must be the enums."""
-    with pytest.raises(ValueError, match="metric"):
+    """The metric needs a name; direction and split must be the enums."""
+    with pytest.raises(TypeError, match="metric must be a metric or a non-empty metric name"):
         MetricCheckpointingStrategy("")
-    with pytest.raises(ValueError, match="metric"):
+    with pytest.raises(TypeError, match="got <object object"):
         MetricCheckpointingStrategy(object())  # type: ignore[arg-type]  # invalid on purpose
     with pytest.raises(TypeError, match="direction"):
         MetricCheckpointingStrategy("Loss", direction="lowest")  # type: ignore[arg-type]  # invalid

@@ -22,6 +22,7 @@ from typing import Any, Protocol, TypeAlias
 
 from ember._checks import check_positive_int
 from ember.train._checkpoint.file import check_epoch
+from ember.train._metric.base import NamedMetric, metric_name
 from ember.train._metric.store import MetricQuery
 from ember.train._vocabulary import Direction, Split
 
@@ -32,7 +33,6 @@ __all__ = [
     "Delete",
     "KeepLastNCheckpoints",
     "MetricCheckpointingStrategy",
-    "NamedMetric",
     "Save",
     "default_checkpointing_strategy",
 ]
@@ -67,13 +67,6 @@ class CheckpointingStrategy(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a ``state_dict()``; ValueError if it does not fit this strategy."""
         ...
-
-
-class NamedMetric(Protocol):
-    """Anything with a metric ``name``, such as ember's metrics."""
-
-    @property
-    def name(self) -> str: ...
 
 
 def _expect_kind(strategy: object, state: object) -> dict[str, Any]:
@@ -125,11 +118,7 @@ class MetricCheckpointingStrategy:
         direction: Direction = Direction.LOWEST,
         split: Split = Split.VALID,
     ) -> None:
-        name = metric if isinstance(metric, str) else getattr(metric, "name", None)
-        if not isinstance(name, str) or not name:
-            raise ValueError(
-                f"metric must be a metric name or have a non-empty .name, got {metric!r}"
-            )
+        name = metric_name(metric)
         for value, kind in ((direction, Direction), (split, Split)):
             if not isinstance(value, kind):
                 raise TypeError(f"{kind.__name__.lower()} must be a {kind.__name__}, got {value!r}")

@@ -16,23 +16,24 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from ember.data import Progress
 
-if TYPE_CHECKING:
-    pass
-
 __all__ = [
+    "Adaptable",
+    "Described",
     "Metric",
     "MetricAttributes",
     "MetricDefinition",
     "MetricEntry",
     "MetricMetadata",
+    "NamedMetric",
     "Numeric",
     "NumericEntry",
     "adapt",
     "format_number",
+    "metric_name",
     "register_adaptor",
 ]
 
@@ -220,10 +221,48 @@ class Numeric(Metric, Protocol):
         ...
 
 
+@runtime_checkable
+class NamedMetric(Protocol):
+    """Anything with a metric ``name``, such as ember's metrics."""
+
+    @property
+    def name(self) -> str:
+        """The metric's name, as logged."""
+        ...
+
+
+def metric_name(metric: str | NamedMetric, what: str = "metric") -> str:
+    """The name of ``metric`` (a metric or its name), for strategies that read it back."""
+    name = metric.name if isinstance(metric, NamedMetric) else metric
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"{what} must be a metric or a non-empty metric name, got {metric!r}")
+    return name
+
+
+@runtime_checkable
+class Described(Protocol):
+    """A metric with a ``description`` (shown by renderers; optional for a metric)."""
+
+    @property
+    def description(self) -> str | None:
+        """One line saying what the metric measures."""
+        ...
+
+
 def metric_definition(metric: Metric) -> MetricDefinition:
     """The definition loggers and renderers receive for ``metric``."""
     attributes = metric.attributes if isinstance(metric, Numeric) else None
-    return MetricDefinition(metric.name, getattr(metric, "description", None), attributes)
+    description = metric.description if isinstance(metric, Described) else None
+    return MetricDefinition(metric.name, description, attributes)
+
+
+@runtime_checkable
+class Adaptable(Protocol):
+    """An output that turns itself into the input a metric reads (see :func:`adapt`)."""
+
+    def adapt(self, input_type: type[Any]) -> Any:
+        """This output as an ``input_type``, or anything else if it cannot be one."""
+        ...
 
 
 _ADAPTORS: dict[tuple[type[Any], type[Any]], Callable[[Any], Any]] = {}
@@ -267,9 +306,8 @@ def adapt(item: Any, input_type: type[T]) -> T:
         )
     if fn is not None:
         return fn(item)  # type: ignore[no-any-return]  # the registry erases the types
-    method = getattr(item, "adapt", None)
-    if method is not None:
-        adapted = method(input_type)
+    if isinstance(item, Adaptable):
+        adapted = item.adapt(input_type)
         if isinstance(adapted, input_type):
             return adapted
     raise TypeError(

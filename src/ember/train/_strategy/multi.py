@@ -51,7 +51,7 @@ import queue
 import threading
 from collections.abc import Iterator, Sequence
 from types import TracebackType
-from typing import Any, Self, cast
+from typing import Any, Self
 
 import torch
 from torch import nn
@@ -353,7 +353,8 @@ def _work(
     torch.get_num_threads()
     if device.type == "cuda":
         torch.cuda.set_device(device)  # per thread: tensors made with device="cuda" land here
-    step = cast("TrainStep[Any, Any]", replica).train_step  # checked by Learner
+    assert isinstance(replica, TrainStep)  # a copy of the model the Learner checked
+    step = replica.train_step
     while (task := inputs.get()) is not None:
         batch, context = task
         try:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 
 import torch
 import torch.distributed as dist
@@ -25,6 +25,7 @@ from ember.distributed._messages import pack_tensors, payload_size, tensor_heade
 from ember.distributed._processes import collective
 from ember.train._outputs import (
     ClassificationOutput,
+    ItemLazy,
     MultiLabelClassificationOutput,
     RegressionOutput,
     SequenceOutput,
@@ -41,6 +42,16 @@ _HEADER = 128  # int64 numbers per rank for its stop wish and its output's shape
 # --- merging ---------------------------------------------------------------------------------
 
 _MERGES: dict[type, Merge] = {}
+
+
+@runtime_checkable
+class MergeableOutput(Protocol):
+    """An output type that joins its ranks' parts itself (a dataclass with tensor fields)."""
+
+    @classmethod
+    def merge(cls, parts: Sequence[Any], sizes: Sequence[int]) -> Any:
+        """The global batch's output from the ranks' ``parts`` and their share ``sizes``."""
+        ...
 
 
 def register_output_merge(output_type: type[OutputT]) -> Callable[[Merge], Merge]:
@@ -62,9 +73,8 @@ def _merge_for(output_type: type) -> Merge:
     for kind in output_type.__mro__:
         if kind in _MERGES:
             return _MERGES[kind]
-    merge = getattr(output_type, "merge", None)
-    if callable(merge) and dataclasses.is_dataclass(output_type):
-        return cast(Merge, merge)
+    if issubclass(output_type, MergeableOutput) and dataclasses.is_dataclass(output_type):
+        return output_type.merge
     raise TypeError(
         f"DistributedDataParallel cannot reduce outputs of type {output_type.__name__} to rank 0: "
         "make it a dataclass whose tensor fields hold the batch's values and give it a "
@@ -140,7 +150,7 @@ class _GlobalBatch:
 
     def sync(self) -> Any:
         """The merged output, detached (runs where other outputs' ``sync`` runs)."""
-        parts = [p.sync() if callable(getattr(p, "sync", None)) else p for p in self.parts]
+        parts: list[Any] = [p.sync() if isinstance(p, ItemLazy) else p for p in self.parts]
         merged = merge_outputs(parts, self.sizes)
         if self.summed_loss and isinstance(merged, _BUILT_IN) and merged.loss.dim() == 0:
             merged = dataclasses.replace(merged, loss=torch.stack([p.loss for p in parts]).sum())
