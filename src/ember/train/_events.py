@@ -33,12 +33,17 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class TrainingItem(Generic[T]):
-    """One batch's output with where it came from and the learning rate it was trained with."""
+    """One batch's output with where it came from and the learning rate it was trained with.
+
+    ``step`` is the number of optimizer steps the run has taken so far (it goes on across a
+    resume): the global step loggers and trackers plot against.
+    """
 
     item: T
     progress: Progress
     iteration: int
     lr: float | None
+    step: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -166,10 +166,12 @@ class TrainingLoop:
             items, stopper = run.report(
                 [output.item for output in outputs], self.interrupter.should_stop()
             )
-            lr = learner.lr_current
+            lr, step = learner.lr_current, window.optimizer_steps
             for item in items:
                 iteration += 1
-                processor.process_train(ProcessedItem(TrainingItem(item, progress, iteration, lr)))
+                processor.process_train(
+                    ProcessedItem(TrainingItem(item, progress, iteration, lr, step))
+                )
             if stopper is not None:
                 window.drop()
                 self._stopped_by(stopper)
@@ -187,10 +189,11 @@ class TrainingLoop:
                 items, stopper = run.report(
                     [run.inference_step(batch)], self.interrupter.should_stop()
                 )
+                step = self.window.optimizer_steps
                 for item in items:
                     iteration += 1
                     processor.process_valid(
-                        ProcessedItem(TrainingItem(item, progress, iteration, None))
+                        ProcessedItem(TrainingItem(item, progress, iteration, None, step))
                     )
                 if stopper is not None:
                     self._stopped_by(stopper)
@@ -234,7 +237,12 @@ class TrainingLoop:
         if not self.main or states is None:
             return
         records = snapshot_run(
-            epoch, self.learner, self.run.loaders, states, self.plan.early_stopping
+            epoch,
+            self.learner,
+            self.run.loaders,
+            states,
+            self.plan.early_stopping,
+            self.window.optimizer_steps,
         )
         self._last_saved = (epoch, checkpointer.checkpoint(epoch, records, self.store))
 
@@ -260,7 +268,7 @@ class TrainingLoop:
         if checkpointer is None:
             raise ValueError(f"resuming at epoch {epoch + 1} needs checkpointers")
         run = self.run
-        restore_run(
+        self.window.optimizer_steps = restore_run(
             checkpointer, epoch, self.learner, run.loaders, self.plan.early_stopping, run.rank
         )
 

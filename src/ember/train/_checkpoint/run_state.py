@@ -8,7 +8,7 @@ exactly the weights, optimizer state and metric logs of a run that was never int
 
 The state record's metadata::
 
-    {"format": "ember.training-state", "epoch": e,
+    {"format": "ember.training-state", "epoch": e, "optimizer_steps": steps taken so far,
      "rng": <this process's RNG state>, "ranks_rng": [<rank 0's>, <rank 1's>, ...],
      "loaders": {"train": <state>, "valid": <state>, ...},
      "early_stopping": <its state_dict()>}            (when early stopping is set)
@@ -46,11 +46,13 @@ def snapshot_run(
     loaders: Mapping[str, DataLoader[Any]],
     rng_states: Sequence[dict[str, Any]],
     early_stopping: EarlyStoppingStrategy | None,
+    optimizer_steps: int,
 ) -> TrainingRecords:
     """The records of the run after ``epoch``; ``rng_states`` are every process's, in rank order."""
     state: dict[str, Any] = {
         "format": _FORMAT,
         "epoch": epoch,
+        "optimizer_steps": optimizer_steps,
         "rng": rng_states[0],
         "loaders": {name: loader.state_dict() for name, loader in loaders.items()},
     }
@@ -73,8 +75,9 @@ def restore_run(
     loaders: Mapping[str, DataLoader[Any]],
     early_stopping: EarlyStoppingStrategy | None,
     rank: int = 0,
-) -> None:
-    """Put the run back as it was after ``epoch`` (verified; never runs code).
+) -> int:
+    """Put the run back as it was after ``epoch`` (verified; never runs code); returns the
+    number of optimizer steps taken by then (0 for a checkpoint written before ember kept it).
 
     ``rank`` picks this process's RNG state from a checkpoint of several processes; a
     checkpoint of fewer processes continues from rank 0's (a warning says the run then differs
@@ -99,6 +102,13 @@ def restore_run(
     if early_stopping is not None and "early_stopping" in state:
         early_stopping.load_state_dict(state["early_stopping"])
     set_rng_state(_rng_of(state, rank, epoch))
+    steps = state.get("optimizer_steps", 0)
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        raise CheckpointError(
+            f"the state file of epoch {epoch} in {checkpointer.directory} holds "
+            f"optimizer_steps={steps!r}, not a count"
+        )
+    return steps
 
 
 def _rng_of(state: Mapping[str, Any], rank: int, epoch: int) -> Any:
