@@ -47,6 +47,7 @@ from ember.train._metric.confusion import (
 from ember.train._metric.cpu import CpuMemory, CpuUse
 from ember.train._metric.cuda import CudaMetric
 from ember.train._metric.error_rate import CharErrorRate, WordErrorRate
+from ember.train._metric.grad_norm import GradNormMetric
 from ember.train._metric.hamming import HammingScore
 from ember.train._metric.iteration_speed import IterationSpeedMetric
 from ember.train._metric.learning_rate import LearningRateMetric
@@ -106,6 +107,7 @@ __all__ = [
     "FileCheckpointer",
     "FileMetricLogger",
     "FullEventProcessorTraining",
+    "GradNormMetric",
     "GradientCheckpointing",
     "GradientsAccumulator",
     "GradientsParams",

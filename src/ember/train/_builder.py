@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from torch import nn
 
-from ember._checks import check_positive_int, check_protocol
+from ember._checks import check_positive_int, check_protocol, check_real
 from ember.data import DataLoader
 from ember.train._checkpoint.learning import RunCheckpointer
 from ember.train._checkpoint.strategy import CheckpointingStrategy
@@ -34,6 +34,7 @@ from ember.train._launch import launch
 from ember.train._learner import Learner
 from ember.train._logger.base import MetricLogger
 from ember.train._metric.base import Metric, Numeric
+from ember.train._precision import Precision, check_precision
 from ember.train._renderer.base import MetricsRenderer
 from ember.train._result import LearningResult
 from ember.train._strategy.base import SupervisedLearningStrategy
@@ -127,10 +128,38 @@ class SupervisedTraining:
         """Train until epoch ``num_epochs`` (absolute, also when resuming)."""
         return self._set(num_epochs=check_positive_int("num_epochs", num_epochs))
 
-    def grads_accumulation(self, n: int) -> SupervisedTraining:
-        """Sum gradients over ``n`` batches per optimizer step (like an n times larger batch
-        with an n times larger lr, since gradients are summed, not averaged)."""
-        return self._set(grads_accumulation=check_positive_int("grads_accumulation", n))
+    def grads_accumulation(self, n: int, mean: bool = False) -> SupervisedTraining:
+        """One optimizer step per ``n`` batches. ``mean=False`` (the seed's rule) sums their
+        gradients: like an n times larger batch with an n times larger lr. ``mean=True``
+        weights each batch by its items, so n batches of b items equal one batch of n·b
+        items (a loss that averages over its batch), the short last window included."""
+        if not isinstance(mean, bool):
+            raise TypeError(f"mean must be a bool, got {mean!r}")
+        n = check_positive_int("grads_accumulation", n)
+        return self._set(grads_accumulation=n, mean_accumulation=mean)
+
+    def precision(self, precision: Precision) -> SupervisedTraining:
+        """Train and validate in ``"32"`` (default), ``"bf16-mixed"`` or ``"16-mixed"``
+        (autocast; 16-mixed also scales the loss with ``torch.amp.GradScaler``)."""
+        return self._set(precision=check_precision(precision))
+
+    def clip_grad_norm(self, max_norm: float, norm_type: float = 2.0) -> SupervisedTraining:
+        """Clip the total gradient norm of every optimizer step to ``max_norm``, as
+        ``torch.nn.utils.clip_grad_norm_`` (after accumulation and unscaling)."""
+        limit = check_real("max_norm", max_norm, minimum=0.0, strict=True)
+        kind = check_real("norm_type", norm_type, minimum=0.0, strict=True)
+        return self._set(clipping=("norm", limit, kind))
+
+    def clip_grad_value(self, clip_value: float) -> SupervisedTraining:
+        """Clamp every gradient element of every optimizer step to ``[-clip_value,
+        clip_value]``, as ``torch.nn.utils.clip_grad_value_``."""
+        limit = check_real("clip_value", clip_value, minimum=0.0, strict=True)
+        return self._set(clipping=("value", limit, 0.0))
+
+    def compile(self, **options: Any) -> SupervisedTraining:
+        """Compile the model in place with ``nn.Module.compile(**options)`` at launch, so the
+        ``self(...)`` calls inside ``train_step`` and ``inference_step`` run compiled."""
+        return self._set(compile_options=dict(options))
 
     def gradient_checkpointing(self, modules: Sequence[str] | None = None) -> SupervisedTraining:
         """Recompute activations in the backward pass instead of keeping them (less memory,

@@ -19,9 +19,11 @@ from ember.train._early_stopping import EarlyStoppingStrategy
 from ember.train._interrupter import Interrupter
 from ember.train._logger.base import MetricLogger
 from ember.train._metric.base import Metric
+from ember.train._precision import Precision
 from ember.train._renderer.base import MetricsRenderer
 from ember.train._strategy.base import SupervisedLearningStrategy
 from ember.train._vocabulary import Split
+from ember.train._window import Clipping
 
 __all__ = ["DEFAULT_CHECKPOINTERS", "Resume", "TrainingConfig"]
 
@@ -44,6 +46,11 @@ class TrainingConfig:
     summary_metrics: frozenset[str] = frozenset()
     num_epochs: int = 1
     grads_accumulation: int | None = None
+    mean_accumulation: bool = False
+    precision: Precision = "32"
+    clipping: Clipping | None = None
+    compile_options: dict[str, Any] | None = None
+    """``nn.Module.compile`` keyword arguments, or None: not compiled."""
     gradient_checkpointing: tuple[str, ...] | None = None
     """Dotted submodule names; ``()`` means the model's direct children; None: off."""
     renderer: MetricsRenderer | None = None

@@ -44,6 +44,9 @@ class TrainingItem(Generic[T]):
     iteration: int
     lr: float | None
     step: int = 0
+    grad_norm: Any = None
+    """The total gradient norm of the optimizer step this batch closed (a tensor, read on the
+    metrics thread), when the run measures it (clipping by norm, ``GradNormMetric``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,7 @@ from ember.train._gradient_checkpointing import checkpointed_modules
 from ember.train._learner import Learner
 from ember.train._logger.file import FileMetricLogger
 from ember.train._loop import LoopPlan, LoopResult, TrainingLoop
+from ember.train._metric.grad_norm import GradNormMetric
 from ember.train._metric.store import EventStore
 from ember.train._processor import (
     AsyncProcessorTraining,
@@ -54,6 +55,7 @@ from ember.train._result import LearningResult
 from ember.train._signals import graceful_stop
 from ember.train._strategy.single import SingleDevice
 from ember.train._summary import LearnerSummary, describe_model
+from ember.train._vocabulary import Split
 
 __all__ = ["launch"]
 
@@ -65,8 +67,11 @@ def launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
     """Train ``learner`` as ``config`` says (see the module doc for the order of things)."""
     if not isinstance(learner, Learner):
         raise TypeError(f"launch needs a Learner, got {type(learner).__name__}")
+    _check_monitor(config, learner)
     checkpointer = _checkpointer(config)
     starting_epoch = _starting_epoch(config, checkpointer)
+    if config.compile_options is not None:
+        learner.model.compile(**config.compile_options)
     checkpointing = config.gradient_checkpointing
     if checkpointing is not None:
         checkpointing = checkpointed_modules(learner.model, checkpointing or None)
@@ -93,6 +98,10 @@ def launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
             gradient_checkpointing=checkpointing,
             early_stopping=config.early_stopping,
             checkpointer=checkpointer,
+            precision=config.precision,
+            clipping=config.clipping,
+            mean_accumulation=config.mean_accumulation,
+            measure_grad_norm=any(isinstance(m, GradNormMetric) for _, m in config.metrics),
         )
         error: BaseException | None = None
         result = LoopResult(starting_epoch - 1)
@@ -130,6 +139,18 @@ def launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
     return LearningResult(
         learner.model, renderer, error, summary, result.stop_reason, result.last_epoch
     )
+
+
+def _check_monitor(config: TrainingConfig, learner: Learner[Any]) -> None:
+    """A metric-driven scheduler's metric must be registered on the validation split."""
+    monitor = learner.monitor
+    valid = sorted(m.name for split, m in config.metrics if split is Split.VALID)
+    if monitor is not None and monitor not in valid:
+        raise ValueError(
+            f"the scheduler is stepped with the validation metric {monitor!r}, which is not "
+            f"registered on the valid split (registered: {valid}); register it with "
+            f"metric_valid_numeric(...)"
+        )
 
 
 def _metrics(config: TrainingConfig) -> MetricsTraining:

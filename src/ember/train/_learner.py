@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
 import torch
 from torch import nn
 
-from ember.train._lr_scheduler.base import LrScheduler, as_scheduler
+from ember.train._lr_scheduler.base import (
+    EpochLrScheduler,
+    GroupLrScheduler,
+    LrScheduler,
+    as_scheduler,
+)
 from ember.train._step import (
     GradientsParams,
     InferenceStep,
@@ -30,20 +36,34 @@ class Learner(Generic[M]):
 
     ``optim`` is an optimizer built on ``model.parameters()``, or a factory called with the
     parameters once the model is on its training device (the safe choice for optimizers whose
-    state must live on that device). ``lr_scheduler`` is an :class:`LrScheduler`, a float
-    (a constant lr) or a ``torch.optim.lr_scheduler`` object. Before every optimizer step the
-    scheduler's lr is written into every param group, so the scheduler, not the lr the
-    optimizer was built with, decides.
+    state must live on that device). ``lr_scheduler`` decides the learning rates:
+
+    * None: the optimizer's own lr of every param group, as built (a torch user's default);
+    * a float (a constant) or an ember :class:`LrScheduler`: its value is **the lr of param
+      group 0**, and every other group keeps its ratio to group 0 as the optimizer was built
+      (groups at 1e-3 and 1e-2 scheduled at 5e-4 train at 5e-4 and 5e-3); with one group the
+      value is the lr, exactly;
+    * a ``torch.optim.lr_scheduler`` object (or a :class:`TorchLrScheduler`): it drives each
+      group's lr itself, as in a raw torch loop, per optimizer step or per epoch.
+
+    The lrs are written into the param groups right before every optimizer step.
     """
 
     def __init__(
         self,
         model: M,
         optim: torch.optim.Optimizer | OptimizerFactory,
-        lr_scheduler: LrScheduler | float | torch.optim.lr_scheduler.LRScheduler,
+        lr_scheduler: LrScheduler | float | torch.optim.lr_scheduler.LRScheduler | None = None,
     ) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        dynamo = sys.modules.get("torch._dynamo")  # loaded once anything was compiled
+        if dynamo is not None and isinstance(model, dynamo.eval_frame.OptimizedModule):
+            raise TypeError(
+                "model is a torch.compile wrapper: ember calls its train_step and "
+                "inference_step, which reach the original module uncompiled; pass the module "
+                "itself and compile it in place with SupervisedTraining(...).compile(...)"
+            )
         for protocol, method in ((TrainStep, "train_step"), (InferenceStep, "inference_step")):
             if not isinstance(model, protocol):
                 raise TypeError(
@@ -63,7 +83,8 @@ class Learner(Generic[M]):
             )
         self._model = model
         self._step: TrainStep[Any, Any] = model  # type: ignore[assignment]  # checked above
-        self._scheduler = as_scheduler(lr_scheduler)
+        self._scheduler = None if lr_scheduler is None else as_scheduler(lr_scheduler)
+        self._ratios: list[float] | None = None  # each group's lr over group 0's, as built
         self._lr_current: float | None = None
 
     @property
@@ -86,8 +107,8 @@ class Learner(Generic[M]):
         return self._optim
 
     @property
-    def lr_scheduler(self) -> LrScheduler:
-        """The learning-rate scheduler."""
+    def lr_scheduler(self) -> LrScheduler | None:
+        """The learning-rate scheduler (None: the optimizer's own lrs)."""
         return self._scheduler
 
     @property
@@ -100,18 +121,55 @@ class Learner(Generic[M]):
         self._model.to(device)
         trained_parameters(self._model, refresh=True)
         _ = self.optimizer
+        if self._scheduler is not None and not isinstance(self._scheduler, GroupLrScheduler):
+            self._group_ratios()  # the groups' lrs as built, before any step writes them
 
     def train_step(self, batch: Any) -> TrainOutput[Any]:
         """The model's forward and backward pass on ``batch``."""
         return self._step.train_step(batch)
 
     def lr_step(self) -> float:
-        """Advance the scheduler and write its lr into every param group."""
-        lr = self._scheduler.step()
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        """Advance the scheduler and write the lrs into the param groups (see the class doc);
+        returns param group 0's lr."""
+        groups = self.optimizer.param_groups
+        scheduler = self._scheduler
+        if scheduler is None:
+            lr = float(groups[0]["lr"])
+        elif isinstance(scheduler, GroupLrScheduler):
+            lrs = scheduler.step_all()
+            for group, value in zip(groups, lrs, strict=True):
+                group["lr"] = value
+            lr = lrs[0]
+        else:
+            lr = scheduler.step()
+            for group, ratio in zip(groups, self._group_ratios(), strict=True):
+                group["lr"] = lr if ratio == 1.0 else lr * ratio
         self._lr_current = lr
         return lr
+
+    def end_epoch(self, value: float | None = None) -> None:
+        """An epoch ended: advance a per-epoch scheduler (``value``: its monitored metric's
+        validation value)."""
+        if isinstance(self._scheduler, EpochLrScheduler):
+            self._scheduler.end_epoch(value)
+
+    @property
+    def monitor(self) -> str | None:
+        """The validation metric the scheduler is stepped with after each epoch, or None."""
+        scheduler = self._scheduler
+        return scheduler.monitor if isinstance(scheduler, EpochLrScheduler) else None
+
+    def _group_ratios(self) -> list[float]:
+        if self._ratios is None:
+            groups = self.optimizer.param_groups
+            base = float(groups[0]["lr"])
+            if base <= 0 and len(groups) > 1:
+                raise ValueError(
+                    "param group 0 has lr 0, so the other groups' lrs cannot be kept relative "
+                    "to it: give group 0 a positive lr, or drive the groups with a torch scheduler"
+                )
+            self._ratios = [1.0 if base <= 0 else float(g["lr"]) / base for g in groups]
+        return self._ratios
 
     def optimizer_step(self, grads: GradientsParams) -> None:
         """One optimizer step with ``grads``, through the model's ``optimize`` if it has one."""

@@ -13,11 +13,13 @@ up the run directory, the logs, the renderer and ``train-worker`` around it. The
     for epoch in r + 1 .. num_epochs:
         StartSplit(epoch, train items) ; every replica in train mode
         for unit, progress in run.train_pass():
-            with the window's step context (epoch, iteration, optimizer steps, the unit):
+            with the window's step context (epoch, iteration, optimizer steps, the unit;
+                                            autocast and loss scaling under mixed precision):
                 outputs = run.train_step(learner, unit)    # forward + backward; gradients in
                                                            # the main model's .grad slots
-            if the window closes (n units, or the pass is complete):
-                lr_step; optimizer_step (the model's optimize); run.after_optimizer_step()
+            if the window closes (n units, or the pass is complete):   (_window.py)
+                lr_step; unscale; clip; optimizer_step (the model's optimize), or skip it on
+                non-finite 16-mixed gradients; run.after_optimizer_step()
             items, stopper = run.report(outputs' items, interrupter.should_stop())
             ProcessedItem per item (iteration counts items; lr = the last step's lr)
             if stopper is not None: the partial window is dropped; stop after EndSplit
@@ -27,9 +29,10 @@ up the run directory, the logs, the renderer and ``train-worker`` around it. The
         for batch, progress in run.valid_pass():
             ProcessedItem(run.inference_step(batch)) ; stop after this batch if asked
         EndSplit(epoch) ; EndEpoch(epoch)
-        if checkpointer or early stopping:
+        if checkpointer, early stopping or a metric-driven scheduler:
             flush train-worker (the epoch's values are in the logs now)
             if the metrics thread failed (the main process says): end here, write nothing
+        a per-epoch scheduler advances (ReduceLROnPlateau with its monitored valid value)
             checkpoint(epoch): every process's RNG state gathered, the main process writes
                                 (its checkpointing strategy decides what is kept)
             early stopping: the main process asks it; every process stops with its reason
@@ -52,6 +55,7 @@ from typing import Any
 
 import torch
 
+from ember._errors import CheckpointError
 from ember.train._checkpoint.learning import RunCheckpointer, TrainingRecords
 from ember.train._checkpoint.rng import rng_state
 from ember.train._checkpoint.run_state import restore_run, snapshot_run
@@ -61,10 +65,12 @@ from ember.train._gradient_checkpointing import checkpointed
 from ember.train._interrupter import Interrupter
 from ember.train._learner import Learner
 from ember.train._metric.store import EventStore
+from ember.train._precision import Precision, autocast_of, grad_scaler
 from ember.train._processor import EventProcessor
 from ember.train._step import step_context
-from ember.train._strategy.base import StrategyRun
-from ember.train._window import OptimizerWindow
+from ember.train._strategy.base import StrategyRun, model_device
+from ember.train._vocabulary import Split
+from ember.train._window import Clipping, OptimizerWindow
 
 __all__ = ["LoopPlan", "LoopResult", "TrainingLoop"]
 
@@ -82,6 +88,10 @@ class LoopPlan:
     """Dotted names of the submodules to checkpoint, or None: off."""
     early_stopping: EarlyStoppingStrategy | None = None
     checkpointer: RunCheckpointer | None = None
+    precision: Precision = "32"
+    clipping: Clipping | None = None
+    mean_accumulation: bool = False
+    measure_grad_norm: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +127,15 @@ class TrainingLoop:
         self.processor = processor
         self.store = store
         self.interrupter = interrupter
-        self.window = OptimizerWindow(plan.grads_accumulation)
+        device = model_device(learner)
+        self.window = OptimizerWindow(
+            plan.grads_accumulation,
+            mean=plan.mean_accumulation,
+            clipping=plan.clipping,
+            scaler=grad_scaler(plan.precision, device),
+            autocast=autocast_of(plan.precision, device),
+            measure_norm=plan.measure_grad_norm,
+        )
         self._last_saved: tuple[int, TrainingRecords] | None = None
         self._stop_reason: str | None = None
         self._early_stopped = False
@@ -156,21 +174,23 @@ class TrainingLoop:
         processor.process_train(StartSplit(epoch, run.loaders["train"].num_items()))
         for replica in run.replicas:
             replica.train()
-        iteration = 0
+        iteration = consumed = 0
         for unit, progress in run.train_pass():
-            with step_context(window.context(epoch, iteration + 1, unit)):
+            items, consumed = progress.items_processed - consumed, progress.items_processed
+            with step_context(window.context(epoch, iteration + 1, unit, items)):
                 outputs = run.train_step(learner, unit)
+            norm = None
             if window.closes(progress):
-                window.step(learner)
+                norm = window.step(learner)
                 run.after_optimizer_step()
-            items, stopper = run.report(
+            logged, stopper = run.report(
                 [output.item for output in outputs], self.interrupter.should_stop()
             )
             lr, step = learner.lr_current, window.optimizer_steps
-            for item in items:
+            for item in logged:
                 iteration += 1
                 processor.process_train(
-                    ProcessedItem(TrainingItem(item, progress, iteration, lr, step))
+                    ProcessedItem(TrainingItem(item, progress, iteration, lr, step, norm))
                 )
             if stopper is not None:
                 window.drop()
@@ -183,12 +203,16 @@ class TrainingLoop:
         processor.process_valid(StartSplit(epoch, run.loaders["valid"].num_items()))
         model = self.learner.model
         model.eval()
+        autocast = self.window.autocast
         with torch.inference_mode():
             iteration = 0
             for batch, progress in run.valid_pass():
-                items, stopper = run.report(
-                    [run.inference_step(batch)], self.interrupter.should_stop()
-                )
+                if autocast is None:
+                    output = run.inference_step(batch)
+                else:
+                    with torch.autocast(*autocast):
+                        output = run.inference_step(batch)
+                items, stopper = run.report([output], self.interrupter.should_stop())
                 step = self.window.optimizer_steps
                 for item in items:
                     iteration += 1
@@ -209,13 +233,20 @@ class TrainingLoop:
         Nothing is checkpointed once the metrics thread has failed, so non-finite weights are
         never saved.
         """
-        plan, run = self.plan, self.run
-        if plan.checkpointer is None and plan.early_stopping is None:
+        plan, run, learner = self.plan, self.run, self.learner
+        monitor = learner.monitor
+        if plan.checkpointer is None and plan.early_stopping is None and monitor is None:
+            learner.end_epoch()
             return False
         self.processor.flush()
         if run.decide(self.processor.error is not None):
             self._stopped_by(0)  # launch reports the metrics thread's error
             return True
+        value = None
+        if monitor is not None:
+            mine = self.store.find_metric(monitor, epoch, Split.VALID) if self.main else None
+            value = run.decide(mine)
+        learner.end_epoch(value)  # the scheduler's new state goes into this epoch's checkpoint
         if plan.checkpointer is not None:
             self._checkpoint(plan.checkpointer, epoch)
         if plan.early_stopping is None:
@@ -242,7 +273,7 @@ class TrainingLoop:
             self.run.loaders,
             states,
             self.plan.early_stopping,
-            self.window.optimizer_steps,
+            self._loop_state(),
         )
         self._last_saved = (epoch, checkpointer.checkpoint(epoch, records, self.store))
 
@@ -268,9 +299,28 @@ class TrainingLoop:
         if checkpointer is None:
             raise ValueError(f"resuming at epoch {epoch + 1} needs checkpointers")
         run = self.run
-        self.window.optimizer_steps = restore_run(
+        loop = restore_run(
             checkpointer, epoch, self.learner, run.loaders, self.plan.early_stopping, run.rank
         )
+        window = self.window
+        steps = loop.get("optimizer_steps", 0)
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+            raise CheckpointError(
+                f"the checkpoint of epoch {epoch} in {checkpointer.directory} holds "
+                f"optimizer_steps={steps!r}, not a count"
+            )
+        window.optimizer_steps = steps
+        scaler_state = loop.get("grad_scaler")
+        if window.scaler is not None and isinstance(scaler_state, dict):
+            window.scaler.load_state_dict(scaler_state)
+
+    def _loop_state(self) -> dict[str, Any]:
+        """What the loop itself keeps in a checkpoint for an exact resume."""
+        window = self.window
+        state: dict[str, Any] = {"optimizer_steps": window.optimizer_steps}
+        if window.scaler is not None:
+            state["grad_scaler"] = window.scaler.state_dict()
+        return state
 
     def _check_same(self) -> None:
         """Every process must run the same training; a difference would hang a collective."""

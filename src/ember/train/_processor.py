@@ -244,7 +244,9 @@ class FullEventProcessorTraining:
                     f"{iteration} ({value}); training stopped and no checkpoint was "
                     "written from these weights"
                 )
-        metadata = MetricMetadata(training_item.progress, iteration, training_item.lr)
+        metadata = MetricMetadata(
+            training_item.progress, iteration, training_item.lr, training_item.grad_norm
+        )
         self._publish(split, self.metrics.update(split, item, metadata, loss))
         self.renderer.update_split(training_item.progress.items_processed)
 

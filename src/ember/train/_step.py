@@ -73,7 +73,9 @@ class StepContext:
     counts the optimizer steps taken before this one; ``batch`` is what ``train_step`` was given.
     ``accumulating`` is True for every batch of an accumulation window but the first: its
     backward adds to the gradients already in the ``.grad`` slots instead of replacing them.
-    ``loss_factor`` multiplies the loss before backward (None: the loss as it is).
+    ``loss_factor`` multiplies the loss before backward (None: the loss as it is); ``scaler``
+    (``precision("16-mixed")``) scales it after that. ``autocast`` is the ``(device type,
+    dtype)`` the forward pass runs under (mixed precision), or None.
     """
 
     epoch: int
@@ -82,6 +84,8 @@ class StepContext:
     batch: Any
     accumulating: bool = False
     loss_factor: float | None = None
+    scaler: torch.amp.GradScaler | None = None
+    autocast: tuple[str, torch.dtype] | None = None
 
 
 _CURRENT: contextvars.ContextVar[StepContext | None] = contextvars.ContextVar(
@@ -95,20 +99,28 @@ def current_step() -> StepContext | None:
 
 
 class step_context:  # noqa: N801  # used as a context manager, like contextlib's
-    """Make ``context`` the current step for the block (the loop's and strategies' tool)."""
+    """Make ``context`` the current step for the block, under its autocast if it has one (the
+    loop's and strategies' tool: a device thread enters the context it is handed)."""
 
-    __slots__ = ("_context", "_token")
+    __slots__ = ("_autocast", "_context", "_token")
 
     def __init__(self, context: StepContext) -> None:
         self._context = context
         self._token: contextvars.Token[StepContext | None] | None = None
+        self._autocast: torch.autocast | None = None
 
     def __enter__(self) -> StepContext:
         self._token = _CURRENT.set(self._context)
+        if self._context.autocast is not None:
+            device_type, dtype = self._context.autocast
+            self._autocast = torch.autocast(device_type, dtype)
+            self._autocast.__enter__()  # type: ignore[no-untyped-call]  # untyped in torch
         return self._context
 
     def __exit__(self, *exc: object) -> None:
         assert self._token is not None
+        if self._autocast is not None:
+            self._autocast.__exit__(None, None, None)
         _CURRENT.reset(self._token)
 
 
@@ -191,7 +203,8 @@ class TrainOutput(Generic[T_co]):
         The ``.grad`` slots are cleared first, so every step starts from zero exactly like
         ``optimizer.zero_grad(set_to_none=True)`` in a raw loop, except inside an accumulation
         window (:attr:`StepContext.accumulating`), whose batches add to the window's gradients.
-        The loop's :attr:`StepContext.loss_factor` multiplies the loss first.
+        The loop's :attr:`StepContext.loss_factor` multiplies the loss first, its gradient
+        scaler scales it; the backward pass runs outside autocast, as torch recommends.
         """
         if not isinstance(loss, torch.Tensor):
             raise TypeError(f"loss must be a torch.Tensor, got {type(loss).__name__}")
@@ -204,9 +217,18 @@ class TrainOutput(Generic[T_co]):
         if context is None or not context.accumulating:
             for _, param in trained_parameters(model):
                 param.grad = None
-        if context is not None and context.loss_factor is not None:
-            loss = loss * context.loss_factor
-        torch.autograd.backward(loss)
+        if context is None:
+            torch.autograd.backward(loss)
+        else:
+            if context.loss_factor is not None:
+                loss = loss * context.loss_factor
+            if context.scaler is not None:
+                loss = context.scaler.scale(loss)
+            if context.autocast is None:
+                torch.autograd.backward(loss)
+            else:
+                with torch.autocast(context.autocast[0], enabled=False):
+                    torch.autograd.backward(loss)
         return TrainOutput(GradientsParams.from_module(model), item)
 
 

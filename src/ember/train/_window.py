@@ -2,59 +2,157 @@
 
 With ``grads_accumulation(n)`` a window is n consecutive training batches of an epoch (the last
 window of an epoch that ends naturally may be shorter); without it, every batch is a window of
-one. Every strategy's batches go through one :class:`OptimizerWindow`, so the accumulation rule
-is written once::
+one. Every strategy's batches go through one :class:`OptimizerWindow`, so the rules are written
+once::
 
-    context = window.context(epoch, iteration, batch)   # before the batch's train_step
-        accumulating = not the window's first batch     # backward adds to the .grad slots
-    window.closes(progress)                              # True at the window's last batch:
-                                                         # n batches, or the split's end
-    window.step(learner)                                 # once the window's gradients are in
-        lr_step()                                        # the main model's .grad slots
-        optimizer_step(gradients in the .grad slots)     # through the model's optimize()
+    context = window.context(epoch, iteration, unit, items)   # before the unit's train_step
+        accumulating = not the window's first unit               # backward adds to .grad
+        loss_factor  = items / (n x the window's first items)    # mean=True only
+    window.closes(progress)          # True at the window's last unit: n, or the split's end
+    window.step(learner)             # the window's gradients are in the main model's .grad
+        lr_step()
+        unscale (16-mixed)           # the gradient scaler's unscale_
+        x nominal / real items       # mean=True and a window of other than n x first items
+        norm = total gradient norm   # when clipping by norm, a GradNormMetric or a scaler
+        clip by norm or by value
+        if the scaler saw inf/NaN: skip the step (the scale is lowered)
+        else optimizer_step(...)     # through the model's optimize()
+        scaler.update()
 
-Gradients are summed over the window's batches (the seed's rule: like one n times larger batch
-trained with an n times larger learning rate). The window is also where gradient clipping and
-loss scaling sit, once per optimizer step, on the gradients of the whole window.
+``mean=False`` (the seed's rule) sums the gradients of the window's batches: like one n times
+larger batch trained with an n times larger learning rate. ``mean=True`` weights each batch by
+its number of items, so that n batches of b items give exactly the gradient of one batch of
+n·b items (for a loss that averages over its batch), the window at the end of an epoch
+included, whatever its size.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
+
+import torch
+from torch.nn.utils import clip_grad_value_, clip_grads_with_norm_, get_total_norm
 
 from ember.data import Progress
 from ember.train._learner import Learner
-from ember.train._step import GradientsParams, StepContext
+from ember.train._step import GradientsParams, StepContext, trained_parameters
 
-__all__ = ["OptimizerWindow"]
+__all__ = ["Clipping", "OptimizerWindow"]
+
+log = logging.getLogger("ember.train")
+
+Clipping = tuple[str, float, float]
+"""``("norm", max_norm, norm_type)`` or ``("value", clip_value, 0.0)``."""
 
 
 class OptimizerWindow:
-    """Groups training batches into optimizer steps; counts the steps taken."""
+    """Groups training units into optimizer steps; counts the steps taken and skipped."""
 
-    __slots__ = ("_filled", "optimizer_steps", "size")
+    __slots__ = (
+        "_filled",
+        "_first_items",
+        "_items",
+        "autocast",
+        "clipping",
+        "mean",
+        "measure_norm",
+        "optimizer_steps",
+        "scaler",
+        "size",
+        "skipped_steps",
+    )
 
-    def __init__(self, size: int | None, optimizer_steps: int = 0) -> None:
+    def __init__(
+        self,
+        size: int | None,
+        *,
+        mean: bool = False,
+        clipping: Clipping | None = None,
+        scaler: torch.amp.GradScaler | None = None,
+        autocast: tuple[str, torch.dtype] | None = None,
+        measure_norm: bool = False,
+    ) -> None:
         self.size = size or 1
-        self.optimizer_steps = optimizer_steps
+        self.mean = mean and self.size > 1
+        self.clipping = clipping
+        self.scaler = scaler
+        self.autocast = autocast
+        self.measure_norm = (
+            measure_norm or scaler is not None or (clipping is not None and clipping[0] == "norm")
+        )
+        self.optimizer_steps = 0
+        self.skipped_steps = 0
         self._filled = 0
+        self._items = 0
+        self._first_items = 0
 
-    def context(self, epoch: int, iteration: int, batch: Any) -> StepContext:
-        """The step context of the window's next batch (see :class:`StepContext`)."""
-        return StepContext(epoch, iteration, self.optimizer_steps, batch, self._filled > 0)
+    def context(self, epoch: int, iteration: int, batch: Any, items: int) -> StepContext:
+        """The step context of the window's next unit, of ``items`` items."""
+        factor = None
+        if self.mean:
+            if self._filled == 0:
+                self._first_items = max(items, 1)
+            factor = items / (self.size * self._first_items)
+        self._items += items
+        return StepContext(
+            epoch,
+            iteration,
+            self.optimizer_steps,
+            batch,
+            self._filled > 0,
+            factor,
+            self.scaler,
+            self.autocast,
+        )
 
     def closes(self, progress: Progress) -> bool:
-        """Count the batch in; True when it is the window's last (full, or the split ended)."""
+        """Count the unit in; True when it is the window's last (full, or the split ended)."""
         self._filled += 1
         return self._filled == self.size or progress.is_completed
 
-    def step(self, learner: Learner[Any]) -> None:
-        """One optimizer step with the gradients in the learner's model's ``.grad`` slots."""
+    def step(self, learner: Learner[Any]) -> torch.Tensor | None:
+        """One optimizer step with the gradients in the main model's ``.grad`` slots (see the
+        module doc); returns the total gradient norm before clipping when it was measured."""
         learner.lr_step()
-        learner.optimizer_step(GradientsParams.from_module(learner.model))
+        model, scaler = learner.model, self.scaler
+        if scaler is not None:
+            scaler.unscale_(learner.optimizer)
+        params = [param for _, param in trained_parameters(model)]
+        if self.mean and self._items != self.size * self._first_items:
+            factor = self.size * self._first_items / self._items
+            for param in params:
+                if param.grad is not None:
+                    param.grad.mul_(factor)
+        norm = None
+        grads = [p.grad for p in params if p.grad is not None]
+        clipping = self.clipping
+        if self.measure_norm:
+            norm_type = clipping[2] if clipping is not None and clipping[0] == "norm" else 2.0
+            norm = get_total_norm(grads, norm_type)
+        if clipping is not None:
+            if clipping[0] == "value":
+                clip_grad_value_(params, clipping[1])
+            else:
+                assert norm is not None  # measure_norm is set when clipping by norm
+                clip_grads_with_norm_(params, clipping[1], norm)
+        if scaler is not None and norm is not None and not bool(torch.isfinite(norm)):
+            self.skipped_steps += 1  # the scaler lowers its scale in update()
+            log.info(
+                "Optimizer step %d skipped: non-finite gradients at loss scale %g",
+                self.optimizer_steps + 1,
+                scaler.get_scale(),
+            )
+            for param in params:
+                param.grad = None
+        else:
+            learner.optimizer_step(GradientsParams.from_module(model))
+        if scaler is not None:
+            scaler.update()
         self.optimizer_steps += 1
-        self._filled = 0
+        self._filled = self._items = 0
+        return norm
 
     def drop(self) -> None:
         """Forget a partial window (an interrupted split): its gradients are never applied."""
-        self._filled = 0
+        self._filled = self._items = 0

@@ -31,6 +31,7 @@ __all__ = [
     "model_record",
     "nested_record",
     "optimizer_record",
+    "plain_state_name",
     "state_record",
 ]
 
@@ -173,14 +174,24 @@ def _join(path: str, key: object) -> str:
 # --- model ----------------------------------------------------------------------------------------
 
 
+def plain_state_name(name: str) -> str:
+    """``name`` without the ``_orig_mod`` parts a ``torch.compile``'d submodule adds, so that a
+    checkpoint of a compiled model loads into an uncompiled one and back."""
+    if "_orig_mod" not in name:
+        return name
+    return ".".join(part for part in name.split(".") if part != "_orig_mod")
+
+
 def model_record(model: nn.Module) -> Record:
-    """A snapshot of ``model.state_dict()``: tensors under their names, cloned to CPU.
+    """A snapshot of ``model.state_dict()``: tensors under their names (see
+    :func:`plain_state_name`), cloned to CPU.
 
     Non-tensor entries (a module's ``get_extra_state``) go to ``metadata["extra_state"]``.
     """
     tensors: dict[str, torch.Tensor] = {}
     extra: dict[str, Any] = {}
-    for name, value in model.state_dict().items():
+    for key, value in model.state_dict().items():
+        name = plain_state_name(key)
         if isinstance(value, torch.Tensor):
             tensors[name] = snapshot(value)
         else:
@@ -194,7 +205,7 @@ def load_model_record(model: nn.Module, record: Record) -> None:
     Missing or unexpected names, or a shape or dtype that differs, raise CheckpointError naming
     the parameter and both values; nothing is copied then.
     """
-    expected = model.state_dict()
+    expected = {plain_state_name(name): value for name, value in model.state_dict().items()}
     extra_json = record.metadata.get("extra_state", {})
     if not isinstance(extra_json, dict):
         raise CheckpointError("model record has a malformed 'extra_state'")

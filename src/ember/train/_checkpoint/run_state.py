@@ -8,7 +8,8 @@ exactly the weights, optimizer state and metric logs of a run that was never int
 
 The state record's metadata::
 
-    {"format": "ember.training-state", "epoch": e, "optimizer_steps": steps taken so far,
+    {"format": "ember.training-state", "epoch": e,
+     "loop": {"optimizer_steps": steps taken so far, "grad_scaler": <its state> (16-mixed)},
      "rng": <this process's RNG state>, "ranks_rng": [<rank 0's>, <rank 1's>, ...],
      "loaders": {"train": <state>, "valid": <state>, ...},
      "early_stopping": <its state_dict()>}            (when early stopping is set)
@@ -46,13 +47,13 @@ def snapshot_run(
     loaders: Mapping[str, DataLoader[Any]],
     rng_states: Sequence[dict[str, Any]],
     early_stopping: EarlyStoppingStrategy | None,
-    optimizer_steps: int,
+    loop: dict[str, Any],
 ) -> TrainingRecords:
     """The records of the run after ``epoch``; ``rng_states`` are every process's, in rank order."""
     state: dict[str, Any] = {
         "format": _FORMAT,
         "epoch": epoch,
-        "optimizer_steps": optimizer_steps,
+        "loop": loop,
         "rng": rng_states[0],
         "loaders": {name: loader.state_dict() for name, loader in loaders.items()},
     }
@@ -63,7 +64,7 @@ def snapshot_run(
     return TrainingRecords(
         model_record(learner.model),
         optimizer_record(learner.optimizer),
-        state_record(learner.lr_scheduler.state_dict()),
+        state_record({} if learner.lr_scheduler is None else learner.lr_scheduler.state_dict()),
         state_record(state),
     )
 
@@ -75,9 +76,9 @@ def restore_run(
     loaders: Mapping[str, DataLoader[Any]],
     early_stopping: EarlyStoppingStrategy | None,
     rank: int = 0,
-) -> int:
+) -> dict[str, Any]:
     """Put the run back as it was after ``epoch`` (verified; never runs code); returns the
-    number of optimizer steps taken by then (0 for a checkpoint written before ember kept it).
+    loop's own state saved with it (``{}`` for a checkpoint written before ember kept it).
 
     ``rank`` picks this process's RNG state from a checkpoint of several processes; a
     checkpoint of fewer processes continues from rank 0's (a warning says the run then differs
@@ -93,7 +94,8 @@ def restore_run(
         )
     load_model_record(learner.model, records.model)
     load_optimizer_record(learner.optimizer, records.optim)
-    learner.lr_scheduler.load_state_dict(dict(records.scheduler.metadata))
+    if learner.lr_scheduler is not None:
+        learner.lr_scheduler.load_state_dict(dict(records.scheduler.metadata))
     saved_loaders = state.get("loaders", {})
     for name, loader in loaders.items():
         if name not in saved_loaders:
@@ -102,13 +104,13 @@ def restore_run(
     if early_stopping is not None and "early_stopping" in state:
         early_stopping.load_state_dict(state["early_stopping"])
     set_rng_state(_rng_of(state, rank, epoch))
-    steps = state.get("optimizer_steps", 0)
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+    loop = state.get("loop", {})
+    if not isinstance(loop, dict):
         raise CheckpointError(
-            f"the state file of epoch {epoch} in {checkpointer.directory} holds "
-            f"optimizer_steps={steps!r}, not a count"
+            f"the state file of epoch {epoch} in {checkpointer.directory} holds a loop state "
+            f"that is not a mapping: {loop!r}"
         )
-    return steps
+    return loop
 
 
 def _rng_of(state: Mapping[str, Any], rank: int, epoch: int) -> Any:

@@ -17,7 +17,7 @@ from torch.optim.lr_scheduler import LRScheduler
 from ember.train._lr_scheduler.schedules import ConstantLr
 from ember.train._lr_scheduler.torch_adapter import TorchLrScheduler
 
-__all__ = ["LrScheduler", "LrSchedulerLike", "as_scheduler"]
+__all__ = ["EpochLrScheduler", "GroupLrScheduler", "LrScheduler", "LrSchedulerLike", "as_scheduler"]
 
 
 @runtime_checkable
@@ -38,6 +38,30 @@ class LrScheduler(Protocol):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore counters from :meth:`state_dict`; the schedule goes on where it was saved."""
+        ...
+
+
+@runtime_checkable
+class GroupLrScheduler(LrScheduler, Protocol):
+    """A scheduler that gives every param group its own lr (torch's schedulers do)."""
+
+    def step_all(self) -> list[float]:
+        """Like ``step``, but the lr of every param group, in group order."""
+        ...
+
+
+@runtime_checkable
+class EpochLrScheduler(LrScheduler, Protocol):
+    """A scheduler that advances once per epoch, after validation (``interval="epoch"``,
+    ``ReduceLROnPlateau``); its ``step`` gives the current lr without advancing."""
+
+    @property
+    def monitor(self) -> str | None:
+        """The validation metric whose epoch value each advance is given, or None."""
+        ...
+
+    def end_epoch(self, value: float | None) -> None:
+        """Advance once: the epoch ended, with ``monitor``'s validation value (if any)."""
         ...
 
 

@@ -58,52 +58,86 @@ class TorchLrScheduler:
     *object* is saved through its ``__dict__``; a value that cannot be made JSON makes
     :meth:`state_dict` raise ``TypeError`` naming where it is.
 
-    ``ReduceLROnPlateau`` is not accepted: it needs a metric value at each step.
+    ``interval="epoch"`` advances the torch scheduler once per epoch, after validation, as
+    ``scheduler.step()`` at the end of each epoch of a raw loop (``StepLR(step_size=1)`` in
+    pytorch/examples' mnist); ``step()`` then gives the current lr. ``ReduceLROnPlateau`` is
+    always stepped that way, with ``monitor``: the name of a metric registered on the
+    validation split, whose epoch value each advance is given.
     """
 
-    __slots__ = ("_resumed", "_scheduler", "_step")
+    __slots__ = ("_interval", "_monitor", "_resumed", "_scheduler", "_step")
 
-    def __init__(self, scheduler: LRScheduler) -> None:
-        if isinstance(scheduler, ReduceLROnPlateau):
-            raise TypeError(
-                "ReduceLROnPlateau cannot be adapted: its step() needs a metric value, and ember "
-                "steps schedulers before each optimizer update without one"
-            )
-        if not isinstance(scheduler, LRScheduler):
+    def __init__(
+        self,
+        scheduler: LRScheduler | ReduceLROnPlateau,
+        interval: str = "step",
+        monitor: str | None = None,
+    ) -> None:
+        if not isinstance(scheduler, LRScheduler | ReduceLROnPlateau):
             raise TypeError(
                 "scheduler must be a torch.optim.lr_scheduler.LRScheduler, "
                 f"got {type(scheduler).__qualname__}"
             )
+        if interval not in ("step", "epoch"):
+            raise ValueError(f"interval must be 'step' or 'epoch', got {interval!r}")
+        plateau = isinstance(scheduler, ReduceLROnPlateau)
+        if plateau and not (isinstance(monitor, str) and monitor):
+            raise TypeError(
+                "ReduceLROnPlateau is stepped with a validation metric: give its name, e.g. "
+                "TorchLrScheduler(scheduler, monitor='Loss')"
+            )
+        if monitor is not None and not plateau:
+            raise ValueError(f"monitor is for ReduceLROnPlateau, not {type(scheduler).__name__}")
         self._scheduler = scheduler
+        self._interval = "epoch" if plateau else interval
+        self._monitor = monitor
         self._step = 0
         # True between load_state_dict() and the first advance after it (see _advance).
         self._resumed = False
 
     @property
-    def scheduler(self) -> LRScheduler:
+    def scheduler(self) -> LRScheduler | ReduceLROnPlateau:
         """The wrapped torch scheduler."""
         return self._scheduler
 
+    @property
+    def interval(self) -> str:
+        """``"step"`` (advanced before every optimizer step) or ``"epoch"``."""
+        return self._interval
+
+    @property
+    def monitor(self) -> str | None:
+        """The validation metric a ``ReduceLROnPlateau`` is stepped with, or None."""
+        return self._monitor
+
     def step(self) -> float:
         """Return the lr of param group 0 for the coming optimizer step (see the class doc)."""
-        if self._step > 0:
-            self._advance()
-        self._step += 1
+        if self._interval == "step":
+            if self._step > 0:
+                self._advance(None)
+            self._step += 1
         return float(self._scheduler.get_last_lr()[0])
+
+    def end_epoch(self, value: float | None) -> None:
+        """An epoch ended: advance an ``interval="epoch"`` scheduler (with ``value`` for a
+        ``ReduceLROnPlateau``); a per-step scheduler is left alone."""
+        if self._interval == "epoch":
+            self._advance(value)
+            self._step += 1
 
     def step_all(self) -> list[float]:
         """Like :meth:`step`, but return the lr of every param group, in group order."""
         self.step()
         return [float(lr) for lr in self._scheduler.get_last_lr()]
 
-    def _advance(self) -> None:
+    def _advance(self, value: float | None) -> None:
         # Chainable torch schedulers compute the next lr from group["lr"]: give them back their
         # own last value, whatever the Learner (or a ComposedLr) has written there since.
         groups = self._scheduler.optimizer.param_groups
         for group, lr in zip(groups, self._scheduler.get_last_lr(), strict=True):
             _set_group_lr(group, lr)
         if not self._resumed:
-            self._scheduler.step()
+            self._step_torch(value)
             return
         self._resumed = False
         # The optimizer step this advance follows happened before the checkpoint, so on a fresh
@@ -115,6 +149,17 @@ class TorchLrScheduler:
                 message=r"Detected call of `lr_scheduler\.step\(\)` before `optimizer\.step\(\)`",
                 category=UserWarning,
             )
+            self._step_torch(value)
+
+    def _step_torch(self, value: float | None) -> None:
+        if isinstance(self._scheduler, ReduceLROnPlateau):
+            if value is None:
+                raise ValueError(
+                    f"ReduceLROnPlateau needs the validation {self._monitor!r} of the epoch, "
+                    "and none was logged"
+                )
+            self._scheduler.step(value)
+        else:
             self._scheduler.step()
 
     def state_dict(self) -> dict[str, Any]:

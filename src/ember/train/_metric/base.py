@@ -66,6 +66,8 @@ class MetricMetadata:
     progress: Progress
     iteration: int | None
     lr: float | None
+    grad_norm: Any = None
+    """The gradient norm of the optimizer step the batch closed (a 0-dim tensor), or None."""
 
 
 @dataclass(frozen=True, slots=True)
