@@ -205,7 +205,9 @@ def load_model_record(model: nn.Module, record: Record) -> None:
     Missing or unexpected names, or a shape or dtype that differs, raise CheckpointError naming
     the parameter and both values; nothing is copied then.
     """
-    expected = {plain_state_name(name): value for name, value in model.state_dict().items()}
+    own = model.state_dict()
+    names = {plain_state_name(name): name for name in own}
+    expected = {plain: own[name] for plain, name in names.items()}
     extra_json = record.metadata.get("extra_state", {})
     if not isinstance(extra_json, dict):
         raise CheckpointError("model record has a malformed 'extra_state'")
@@ -233,7 +235,7 @@ def load_model_record(model: nn.Module, record: Record) -> None:
                     f"{tuple(target.shape)} {target.dtype}"
                 )
     with torch.no_grad():
-        model.load_state_dict(stored, strict=True)
+        model.load_state_dict({names[name]: value for name, value in stored.items()}, strict=True)
 
 
 # --- optimizer ------------------------------------------------------------------------------------

@@ -1,0 +1,148 @@
+"""The Learner's learning rates: per param group, without a scheduler, and schedulers that
+step per epoch or on a validation metric, each against a raw PyTorch loop."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ember.train import (
+    CliMetricsRenderer,
+    Learner,
+    LossMetric,
+    SupervisedTraining,
+    TorchLrScheduler,
+)
+from tests.train.fixtures import TinyRegressor, loader
+
+
+def grouped(model: TinyRegressor) -> torch.optim.SGD:
+    """SGD with the weight at 1e-3 and the bias at 1e-2 (a body and a head)."""
+    return torch.optim.SGD(
+        [{"params": [model.linear.weight], "lr": 1e-3}, {"params": [model.linear.bias], "lr": 1e-2}]
+    )
+
+
+def launch(directory: Path, model: TinyRegressor, optim: Any, lr: Any, epochs: int = 2) -> None:
+    result = (
+        SupervisedTraining(directory, loader(16, 4), loader(8, 4))
+        .renderer(CliMetricsRenderer(io.StringIO()))
+        .metrics(LossMetric())
+        .num_epochs(epochs)
+        .launch(Learner(model, optim, lr))
+    )
+    assert result.error is None, result.traceback
+
+
+def raw_sgd(groups: list[float], epochs: int = 2) -> TinyRegressor:
+    torch.manual_seed(0)
+    model = TinyRegressor()
+    optimizer = torch.optim.SGD(
+        [
+            {"params": [model.linear.weight], "lr": groups[0]},
+            {"params": [model.linear.bias], "lr": groups[1]},
+        ]
+    )
+    for _ in range(epochs):
+        for batch in loader(16, 4):
+            optimizer.zero_grad(set_to_none=True)
+            F.mse_loss(model(batch.x), batch.y).backward()
+            optimizer.step()
+    return model
+
+
+def test_without_a_scheduler_every_group_keeps_its_own_lr(tmp_path: Path) -> None:
+    """Learner(model, optim) trains each param group at the lr it was built with."""
+    torch.manual_seed(0)
+    model = TinyRegressor()
+    optim = grouped(model)
+    launch(tmp_path, model, optim, None)
+    assert [g["lr"] for g in optim.param_groups] == [1e-3, 1e-2]
+    expected = raw_sgd([1e-3, 1e-2])
+    assert torch.equal(model.linear.weight, expected.linear.weight)
+    assert torch.equal(model.linear.bias, expected.linear.bias)
+
+
+def test_a_constant_lr_is_group_0s_and_the_others_keep_their_ratio(tmp_path: Path) -> None:
+    """A float sets group 0's lr; group 1 keeps ten times it, as it was built."""
+    torch.manual_seed(0)
+    model = TinyRegressor()
+    optim = grouped(model)
+    launch(tmp_path, model, optim, 5e-4)
+    assert optim.param_groups[0]["lr"] == 5e-4
+    assert optim.param_groups[1]["lr"] == pytest.approx(5e-3)
+
+
+def test_step_lr_per_epoch_as_pytorch_examples_mnist(tmp_path: Path) -> None:
+    """TorchLrScheduler(StepLR(step_size=1), interval="epoch") halves the lr once per epoch,
+    as scheduler.step() at the end of each epoch of a raw loop."""
+    torch.manual_seed(0)
+    model = TinyRegressor()
+    optim = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(optim, step_size=1, gamma=0.5)
+    launch(tmp_path, model, optim, TorchLrScheduler(scheduler, interval="epoch"), epochs=3)
+    torch.manual_seed(0)
+    expected = TinyRegressor()
+    raw_optim = torch.optim.SGD(expected.parameters(), lr=0.1)
+    raw_scheduler = torch.optim.lr_scheduler.StepLR(raw_optim, step_size=1, gamma=0.5)
+    for _ in range(3):
+        for batch in loader(16, 4):
+            raw_optim.zero_grad(set_to_none=True)
+            F.mse_loss(expected(batch.x), batch.y).backward()
+            raw_optim.step()
+        raw_scheduler.step()
+    assert torch.equal(model.linear.weight, expected.linear.weight)
+    assert optim.param_groups[0]["lr"] == raw_optim.param_groups[0]["lr"] == 0.1 / 8
+
+
+def plateau_run(directory: Path, epochs: int, resume: int | None = None) -> TinyRegressor:
+    torch.manual_seed(0)
+    model = TinyRegressor()
+    optim = torch.optim.SGD(model.parameters(), lr=0.5)
+    plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(optim, factor=0.5, patience=0)
+    builder = (
+        SupervisedTraining(directory, loader(16, 4, shuffle=1), loader(8, 4))
+        .renderer(CliMetricsRenderer(io.StringIO()))
+        .metrics(LossMetric())
+        .num_epochs(epochs)
+        .with_default_checkpointers()
+    )
+    if resume is not None:
+        builder = builder.checkpoint(resume)
+    result = builder.launch(Learner(model, optim, TorchLrScheduler(plateau, monitor="Loss")))
+    assert result.error is None, result.traceback
+    return model
+
+
+def test_reduce_lr_on_plateau_steps_on_the_valid_loss_and_resumes_exactly(
+    tmp_path: Path,
+) -> None:
+    """ReduceLROnPlateau is stepped after each validation with the epoch's valid Loss; a
+    resume restores its state and ends as an uninterrupted run."""
+    straight = plateau_run(tmp_path / "a", 5)
+    plateau_run(tmp_path / "b", 2)
+    resumed = plateau_run(tmp_path / "b", 5, resume=2)
+    assert torch.equal(straight.linear.weight, resumed.linear.weight)
+
+
+def test_plateau_scheduler_needs_a_registered_valid_metric(tmp_path: Path) -> None:
+    """Without monitor: a TypeError naming it; a monitor not on the valid split: refused at
+    launch, before training, listing the registered names."""
+    torch.manual_seed(0)
+    model = TinyRegressor()
+    optim = torch.optim.SGD(model.parameters(), lr=0.5)
+    plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(optim)
+    with pytest.raises(TypeError, match="monitor='Loss'"):
+        Learner(model, optim, plateau)
+    learner = Learner(model, optim, TorchLrScheduler(plateau, monitor="Acuracy"))
+    builder = SupervisedTraining(tmp_path, loader(4), loader(4)).metrics(LossMetric())
+    with pytest.raises(ValueError, match=r"'Acuracy'.*registered: \['Loss'\]"):
+        builder.launch(learner)
+    assert not (tmp_path / "train").exists()
+    with pytest.raises(ValueError, match="interval must be 'step' or 'epoch', got 'batch'"):
+        TorchLrScheduler(torch.optim.lr_scheduler.StepLR(optim, 1), interval="batch")
