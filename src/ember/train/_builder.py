@@ -29,6 +29,7 @@ from ember.train._checkpoint.strategy import CheckpointingStrategy
 from ember.train._config import DEFAULT_CHECKPOINTERS, TrainingConfig
 from ember.train._early_stopping import EarlyStoppingStrategy
 from ember.train._gradient_checkpointing import check_module_names
+from ember.train._hooks import Stateful, TrainingHooks
 from ember.train._interrupter import Interrupter
 from ember.train._launch import launch
 from ember.train._learner import Learner
@@ -168,6 +169,22 @@ class SupervisedTraining:
         ``docs/strategies.md``."""
         names = () if modules is None else check_module_names(modules)
         return self._set(gradient_checkpointing=names)
+
+    def with_hooks(self, hooks: TrainingHooks) -> SupervisedTraining:
+        """Call ``hooks`` at every epoch and split start and end (a model that implements
+        ``TrainingHooks`` is called without this); subclass ``Hooks``."""
+        check_protocol(hooks, TrainingHooks, "hooks")
+        return self._set(hooks=(*self._config.hooks, hooks))
+
+    def with_stateful(self, name: str, state: Stateful) -> SupervisedTraining:
+        """Keep ``state`` (``state_dict``/``load_state_dict``: a counter, an EMA of the weights)
+        in every checkpoint under ``name``, restored on resume."""
+        check_protocol(state, Stateful, "state")
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"name must be a non-empty str, got {name!r}")
+        if any(name == known for known, _ in self._config.stateful):
+            raise ValueError(f"a state named {name!r} is already kept; names must be unique")
+        return self._set(stateful=(*self._config.stateful, (name, state)))
 
     def with_training_strategy(self, strategy: SupervisedLearningStrategy) -> SupervisedTraining:
         """Run the epochs with ``strategy`` (default: ``SingleDevice``)."""

@@ -16,6 +16,7 @@ from ember.data import DataLoader
 from ember.train._checkpoint.learning import RunCheckpointer
 from ember.train._checkpoint.strategy import CheckpointingStrategy
 from ember.train._early_stopping import EarlyStoppingStrategy
+from ember.train._hooks import Stateful, TrainingHooks
 from ember.train._interrupter import Interrupter
 from ember.train._logger.base import MetricLogger
 from ember.train._metric.base import Metric
@@ -51,6 +52,8 @@ class TrainingConfig:
     clipping: Clipping | None = None
     compile_options: dict[str, Any] | None = None
     """``nn.Module.compile`` keyword arguments, or None: not compiled."""
+    hooks: tuple[TrainingHooks, ...] = ()
+    stateful: tuple[tuple[str, Stateful], ...] = ()
     gradient_checkpointing: tuple[str, ...] | None = None
     """Dotted submodule names; ``()`` means the model's direct children; None: off."""
     renderer: MetricsRenderer | None = None

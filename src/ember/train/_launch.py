@@ -36,6 +36,7 @@ from ember.train._checkpoint.strategy import default_checkpointing_strategy
 from ember.train._config import DEFAULT_CHECKPOINTERS, TrainingConfig
 from ember.train._events import End
 from ember.train._gradient_checkpointing import checkpointed_modules
+from ember.train._hooks import TrainingHooks
 from ember.train._learner import Learner
 from ember.train._logger.file import FileMetricLogger
 from ember.train._loop import LoopPlan, LoopResult, TrainingLoop
@@ -102,6 +103,10 @@ def launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
             clipping=config.clipping,
             mean_accumulation=config.mean_accumulation,
             measure_grad_norm=any(isinstance(m, GradNormMetric) for _, m in config.metrics),
+            hooks=(learner.model, *config.hooks)
+            if isinstance(learner.model, TrainingHooks)
+            else config.hooks,
+            stateful=dict(config.stateful),
         )
         error: BaseException | None = None
         result = LoopResult(starting_epoch - 1)

@@ -10,7 +10,7 @@ up the run directory, the logs, the renderer and ``train-worker`` around it. The
         restore model, optimizer, scheduler, loaders, RNG states, early stopping and the
         checkpointing strategy from the checkpoint of epoch r
     Start(num_epochs, r + 1)
-    for epoch in r + 1 .. num_epochs:
+    for epoch in r + 1 .. num_epochs:                   (hooks: _hooks.py, at each boundary)
         StartSplit(epoch, train items) ; every replica in train mode
         for unit, progress in run.train_pass():
             with the window's step context (epoch, iteration, optimizer steps, the unit;
@@ -50,7 +50,8 @@ metrics thread does.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -62,6 +63,7 @@ from ember.train._checkpoint.run_state import restore_run, snapshot_run
 from ember.train._early_stopping import EarlyStoppingStrategy
 from ember.train._events import EndEpoch, EndSplit, ProcessedItem, Start, StartSplit, TrainingItem
 from ember.train._gradient_checkpointing import checkpointed
+from ember.train._hooks import Stateful, TrainingHooks
 from ember.train._interrupter import Interrupter
 from ember.train._learner import Learner
 from ember.train._metric.store import EventStore
@@ -92,6 +94,9 @@ class LoopPlan:
     clipping: Clipping | None = None
     mean_accumulation: bool = False
     measure_grad_norm: bool = False
+    hooks: tuple[TrainingHooks, ...] = ()
+    stateful: Mapping[str, Stateful] = field(default_factory=dict)
+    """User state that joins every checkpoint, by name (``with_stateful``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +155,8 @@ class TrainingLoop:
         last = plan.starting_epoch - 1
         with checkpointed(plan.gradient_checkpointing, *self.run.replicas):
             for epoch in range(plan.starting_epoch, plan.num_epochs + 1):
+                for hooks in plan.hooks:
+                    hooks.on_epoch_start(epoch)
                 self._train_pass(epoch)
                 if self._stop_reason is not None:
                     break
@@ -172,6 +179,8 @@ class TrainingLoop:
     def _train_pass(self, epoch: int) -> None:
         learner, run, window, processor = self.learner, self.run, self.window, self.processor
         processor.process_train(StartSplit(epoch, run.loaders["train"].num_items()))
+        for hooks in self.plan.hooks:
+            hooks.on_split_start(Split.TRAIN, epoch)
         for replica in run.replicas:
             replica.train()
         iteration = consumed = 0
@@ -197,10 +206,14 @@ class TrainingLoop:
                 self._stopped_by(stopper)
                 break
         processor.process_train(EndSplit(epoch))
+        for hooks in self.plan.hooks:
+            hooks.on_split_end(Split.TRAIN, epoch)
 
     def _valid_pass(self, epoch: int) -> None:
         run, processor = self.run, self.processor
         processor.process_valid(StartSplit(epoch, run.loaders["valid"].num_items()))
+        for hooks in self.plan.hooks:
+            hooks.on_split_start(Split.VALID, epoch)
         model = self.learner.model
         model.eval()
         autocast = self.window.autocast
@@ -223,7 +236,11 @@ class TrainingLoop:
                     self._stopped_by(stopper)
                     break
         processor.process_valid(EndSplit(epoch))
+        for hooks in self.plan.hooks:
+            hooks.on_split_end(Split.VALID, epoch)
         processor.process_train(EndEpoch(epoch))
+        for hooks in self.plan.hooks:
+            hooks.on_epoch_end(epoch)
 
     # --- the end of an epoch ------------------------------------------------------------------
 
@@ -274,6 +291,7 @@ class TrainingLoop:
             states,
             self.plan.early_stopping,
             self._loop_state(),
+            self.plan.stateful,
         )
         self._last_saved = (epoch, checkpointer.checkpoint(epoch, records, self.store))
 
@@ -300,7 +318,13 @@ class TrainingLoop:
             raise ValueError(f"resuming at epoch {epoch + 1} needs checkpointers")
         run = self.run
         loop = restore_run(
-            checkpointer, epoch, self.learner, run.loaders, self.plan.early_stopping, run.rank
+            checkpointer,
+            epoch,
+            self.learner,
+            run.loaders,
+            self.plan.early_stopping,
+            run.rank,
+            self.plan.stateful,
         )
         window = self.window
         steps = loop.get("optimizer_steps", 0)

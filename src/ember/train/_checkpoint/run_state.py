@@ -12,7 +12,8 @@ The state record's metadata::
      "loop": {"optimizer_steps": steps taken so far, "grad_scaler": <its state> (16-mixed)},
      "rng": <this process's RNG state>, "ranks_rng": [<rank 0's>, <rank 1's>, ...],
      "loaders": {"train": <state>, "valid": <state>, ...},
-     "early_stopping": <its state_dict()>}            (when early stopping is set)
+     "early_stopping": <its state_dict()>,            (when early stopping is set)
+     "user": {name: <state_dict() of with_stateful(name, ...)>}}   (tensors in the record)
 """
 
 from __future__ import annotations
@@ -21,10 +22,15 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import torch
+
 from ember._errors import CheckpointError
 from ember.data import DataLoader
 from ember.train._checkpoint.learning import RunCheckpointer, TrainingRecords
 from ember.train._checkpoint.record import (
+    Record,
+    decode,
+    encode,
     load_model_record,
     load_optimizer_record,
     model_record,
@@ -33,6 +39,7 @@ from ember.train._checkpoint.record import (
 )
 from ember.train._checkpoint.rng import set_rng_state
 from ember.train._early_stopping import EarlyStoppingStrategy
+from ember.train._hooks import Stateful
 from ember.train._learner import Learner
 
 __all__ = ["restore_run", "snapshot_run"]
@@ -48,6 +55,7 @@ def snapshot_run(
     rng_states: Sequence[dict[str, Any]],
     early_stopping: EarlyStoppingStrategy | None,
     loop: dict[str, Any],
+    user: Mapping[str, Stateful],
 ) -> TrainingRecords:
     """The records of the run after ``epoch``; ``rng_states`` are every process's, in rank order."""
     state: dict[str, Any] = {
@@ -61,11 +69,17 @@ def snapshot_run(
         state["ranks_rng"] = list(rng_states)
     if early_stopping is not None:
         state["early_stopping"] = early_stopping.state_dict()
+    record = state_record(state)
+    if user:
+        tensors: dict[str, torch.Tensor] = {}
+        states = {name: stateful.state_dict() for name, stateful in user.items()}
+        metadata = {**record.metadata, "user": encode(states, "user", tensors)}
+        record = Record(tensors=tensors, metadata=metadata)
     return TrainingRecords(
         model_record(learner.model),
         optimizer_record(learner.optimizer),
         state_record({} if learner.lr_scheduler is None else learner.lr_scheduler.state_dict()),
-        state_record(state),
+        record,
     )
 
 
@@ -76,6 +90,7 @@ def restore_run(
     loaders: Mapping[str, DataLoader[Any]],
     early_stopping: EarlyStoppingStrategy | None,
     rank: int = 0,
+    user: Mapping[str, Stateful] | None = None,
 ) -> dict[str, Any]:
     """Put the run back as it was after ``epoch`` (verified; never runs code); returns the
     loop's own state saved with it (``{}`` for a checkpoint written before ember kept it).
@@ -103,6 +118,15 @@ def restore_run(
         loader.load_state_dict(saved_loaders[name])
     if early_stopping is not None and "early_stopping" in state:
         early_stopping.load_state_dict(state["early_stopping"])
+    if user:
+        saved = decode(state.get("user", {}), records.state.tensors, "the checkpoint's user state")
+        for name, stateful in user.items():
+            if name not in saved:
+                raise CheckpointError(
+                    f"the checkpoint of epoch {epoch} in {checkpointer.directory} holds no state "
+                    f"named {name!r} (it has {sorted(saved)})"
+                )
+            stateful.load_state_dict(saved[name])
     set_rng_state(_rng_of(state, rank, epoch))
     loop = state.get("loop", {})
     if not isinstance(loop, dict):
