@@ -7,7 +7,7 @@ SHA-256 manifest written on the ``checkpoint-writer`` thread). Epochs of 200 ste
 ten seconds here; a checkpoint costs the training thread ~20 ms (the snapshot) and the writer
 about a second on the other core, so with 2-second epochs (``--steps 40``) the ratio is ~1.1x.
 ``launch`` returns only once the last checkpoint is on disk, so that write is part of the
-time. One intra-op thread, runs alternated, medians reported. Target (DESIGN §10): <= 1.03x.
+time. One intra-op thread, runs alternated, medians reported. Target (docs/design.md): <= 1.03x.
 Not a test: it prints.
 
     python benchmarks/checkpoint.py [--quick] [--steps N]

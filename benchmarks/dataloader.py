@@ -1,4 +1,4 @@
-"""Data loader throughput, measured side by side in one run (DESIGN §10; not a test).
+"""Data loader throughput, measured side by side in one run (targets: docs/design.md; not a test).
 
 1. ``BatchDataLoader`` against ``torch.utils.data.DataLoader(num_workers=0)`` on the same rows
    (a 4-float tensor and a float each), batch 32, shuffled: first torch with its default
@@ -140,7 +140,7 @@ def compare_with_torch(rows: list[Row], repeats: int) -> None:
                 f"({_us_per_batch(measured[name]):5.1f} us/batch)"
             )
         print(f"     ratio {ratio:.2f}x")
-    print("   target (DESIGN §10): >= 3x against torch's loader as torch users run it")
+    print("   target (docs/design.md): >= 3x against torch's loader as torch users run it")
 
 
 def plain_threads(batcher: MatmulBatcher, matmuls: int, threads: int) -> Callable[[], None]:

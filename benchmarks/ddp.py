@@ -1,4 +1,4 @@
-"""DistributedDataParallel: 2 processes (gloo, CPU) against 1, on the medium MLP (DESIGN §10, B9).
+"""DistributedDataParallel: 2 gloo processes against 1 on the medium MLP (targets: docs/design.md).
 
 The medium MLP (784-256-256-10, Adam) trains on synthetic data with a global batch of 128: in
 one process (the Learner on one device), and in 2 processes started by

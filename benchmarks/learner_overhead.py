@@ -1,4 +1,4 @@
-"""Learner overhead against a raw PyTorch loop doing the same work (DESIGN §10).
+"""Learner overhead against a raw PyTorch loop doing the same work (targets: docs/design.md).
 
 Both loops train the same model from the same weights on batches from identical ember loaders,
 with the same optimizer, and validate every epoch; the raw loop reads the loss once per epoch,

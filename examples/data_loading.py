@@ -72,7 +72,7 @@ def main() -> None:
     print(f"\nstate after 3 batches of epoch 3: {state}")
     rest = [batch.y for batch in iterator]
 
-    resumed = build(workers=0)  # another worker count: the batches are the same (B1, B4)
+    resumed = build(workers=0)  # other worker count, same batches ("same batches", "exact resume")
     resumed.load_state_dict(json.loads(state))
     resumed_iterator = iter(resumed)
     again = [batch.y for batch in resumed_iterator]

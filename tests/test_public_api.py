@@ -1,4 +1,4 @@
-"""The public surface: the names of DESIGN.md are exported, and only on purpose."""
+"""The public surface: the names users write are exported, and only on purpose."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import sys
 import ember
 import ember.train
 
-DESIGN_NAMES_TRAIN = {
-    # DESIGN §2 and §4: the names users' code and outside checks are written against
+DOCUMENTED_NAMES_TRAIN = {
+    # docs/design.md's concept map: the names users' code and outside checks are written against
     "TrainStep",
     "InferenceStep",
     "LearnerModel",
@@ -45,8 +45,8 @@ DESIGN_NAMES_TRAIN = {
 
 
 def test_design_names_are_exported_from_ember_train() -> None:
-    """Every name DESIGN.md fixes for ember.train is importable from it and listed in __all__."""
-    missing = sorted(DESIGN_NAMES_TRAIN - set(ember.train.__all__))
+    """Every concept-map name of ember.train is importable from it and listed in __all__."""
+    missing = sorted(DOCUMENTED_NAMES_TRAIN - set(ember.train.__all__))
     assert missing == []
     for name in ember.train.__all__:
         assert hasattr(ember.train, name), name
@@ -87,7 +87,7 @@ def test_top_level_exports_are_pinned() -> None:
 
 
 def test_import_starts_no_thread_and_loads_no_extra() -> None:
-    """`import ember` starts no thread and imports no optional dependency (B10)."""
+    """`import ember` starts no thread and imports no optional dependency ("light import")."""
     code = (
         "import threading, sys, ember;"
         "print(threading.active_count());"

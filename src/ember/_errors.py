@@ -5,8 +5,8 @@
     EmberError                  anything ember raises on purpose
     ├── DataLoaderError         a loader cannot go on (bad state, closed loader)
     ├── CheckpointError         a checkpoint is missing, incomplete, corrupted or does not fit
-    ├── NonFiniteLossError      a training loss became NaN or infinite (B8)
-    └── DistributedError        a rank of a data-parallel job failed or died (B9)
+    ├── NonFiniteLossError      a training loss became NaN or infinite ("finite only")
+    └── DistributedError        a rank of a data-parallel job failed or died ("data parallel")
 
 Bad arguments raise the built-in ``ValueError`` / ``TypeError``; errors raised by the user's
 own code (a dataset, a batcher, a step) keep their original type. Stopping early or on user

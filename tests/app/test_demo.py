@@ -1,4 +1,4 @@
-"""The demo (ember's main job): the hand loop and the Learner agree bit for bit (B1, B2)."""
+"""The demo (ember's main job): the hand loop and the Learner agree bit for bit ("same batches")."""
 
 from __future__ import annotations
 

@@ -107,7 +107,7 @@ def test_shuffling_leaves_global_random_states_alone() -> None:
 def test_to_device_keeps_the_batches_and_does_not_advance_the_original(
     n: int, batch_size: int, seed: int | None, epochs_before: int
 ) -> None:
-    """A moved loader yields exactly the original's next epochs, on its device (B2)."""
+    """A moved loader yields exactly the original's next epochs, on its device ("stable stream")."""
     original, twin = loader(n, batch_size, seed), loader(n, batch_size, seed)
     epochs_of(original, epochs_before)
     epochs_of(twin, epochs_before)

@@ -41,7 +41,7 @@ def worker_threads() -> list[threading.Thread]:
 def test_batches_equal_the_single_thread_loader(
     n: int, batch_size: int, workers: int, seed: int | None
 ) -> None:
-    """For 1, 2 and 3 workers the batch sequence over several epochs is BatchDataLoader's (B1)."""
+    """For 1, 2 and 3 workers the batch sequence over several epochs is BatchDataLoader's."""
     dataset = InMemDataset(range(n))
     single = BatchDataLoader(dataset, item_batcher, batch_size=batch_size, seed=seed)
     with threaded(dataset, workers, batch_size, seed) as multi:

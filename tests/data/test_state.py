@@ -1,4 +1,4 @@
-"""Tests for loader state: JSON round trips that resume exactly, across worker counts (B4)."""
+"""Loader state: JSON round trips that resume exactly, across worker counts ("exact resume")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Checkpoints in the loop: exact resume (B4), graceful stops (B7), non-finite loss (B8)."""
+"""Checkpoints in the loop: "exact resume", "graceful stop", non-finite loss ("finite only")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The learner summary table (reference §4.8) and describe_model."""
+"""The learner summary table (docs/design.md) and describe_model."""
 
 from __future__ import annotations
 

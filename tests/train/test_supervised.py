@@ -194,7 +194,7 @@ def test_event_lr_is_the_lr_the_optimizer_used(run_dir: Path) -> None:
 
 
 def test_loss_log_lines_and_final_mean(model: TinyRegressor, run_dir: Path) -> None:
-    """Loss.log has one 'value,1' line per batch and 'mean,final' last (DESIGN §6)."""
+    """Loss.log has one 'value,1' line per batch and 'mean,final' last (docs/design.md)."""
     result = (
         quiet(run_dir, loader(27, 4), loader(9, 4))
         .metric_train_numeric(LossMetric())

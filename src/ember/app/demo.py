@@ -1,4 +1,4 @@
-"""The seed's experiment (DESIGN §1): a hand-written loop and the Learner, compared bit for bit.
+"""The seed experiment (``docs/design.md``): a hand-written loop and the Learner, bit for bit.
 
 A two-layer MLP regression (``Linear(4,16) → ReLU → Linear(16,1)``, MSE, Adam, lr 1e-2) on 200
 training and 64 validation samples, batch 32. Both runs start from the same weights and read

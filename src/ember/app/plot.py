@@ -1,9 +1,9 @@
 """Reading a finished run back from its metric logs, and drawing its curves (``ember plot``).
 
-A run directory holds ``{train,valid}/epoch-{N}/{Name}.log`` (DESIGN §6). :func:`read_run`
-finds every numeric metric in it (file stems, ``_`` read as a space) and its epoch values;
-:func:`load_summary` gives the summary table (``summary.json``, or rebuilt from the logs);
-:func:`plot_run` draws one subplot per metric, train and valid, against the epoch.
+A run directory holds ``{train,valid}/epoch-{N}/{Name}.log`` (``docs/design.md``, "Metric logs").
+:func:`read_run` finds every numeric metric in it (file stems, ``_`` read as a space) and its
+epoch values; :func:`load_summary` gives the summary table (``summary.json``, or rebuilt from
+the logs); :func:`plot_run` draws one subplot per metric, train and valid, against the epoch.
 
 Drawing needs matplotlib (the ``ember[plot]`` extra), imported only by :func:`plot_run`; it
 renders with the Agg backend and never opens a window.

@@ -1,9 +1,10 @@
 """ember's data layer: datasets, batchers and deterministic data loaders (Burn's, on PyTorch).
 
 ``DataLoaderBuilder(batcher).batch_size(32).shuffle(7).num_workers(2).build(dataset)`` is the
-usual entry point. Loaders yield the same batches whatever the number of worker threads (B1),
-keep their shuffle stream when moved to a device (B2), and save and restore their position
-exactly (B4); see ``docs/data.md``. This package never imports ``ember.train``.
+usual entry point. Loaders yield the same batches whatever the number of worker threads
+("same batches"), keep their shuffle stream when moved to a device ("stable stream"), and save
+and restore their position exactly ("exact resume"); see ``docs/data.md``. This package never
+imports ``ember.train``.
 """
 
 from ember._errors import DataLoaderError

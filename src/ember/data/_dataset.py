@@ -316,7 +316,7 @@ class SamplerDataset(Generic[T]):
             table = generator.integers(0, max(source, 1), size)
         else:
             copies, rest = divmod(size, source) if source else (0, 0)
-            import numpy as np  # lazy: keeps `import ember` fast (B10)
+            import numpy as np  # lazy: keeps `import ember` fast ("light import")
 
             table = np.concatenate(
                 [np.tile(np.arange(source), copies), generator.choice(source, rest, replace=False)]

@@ -9,8 +9,8 @@ builds them on the caller's thread; ``MultiThreadDataLoader`` (``multithread.py`
   state, and close/context-manager handling; ``PassIterator`` counts what its pass yields;
 * the epoch plan of ``BatchDataLoader``: pass ``k`` reads the loader's item range in order, or
   shuffled by ``rng.epoch_permutation(seed, stream, k)``, cut into batches of ``batch_size``
-  with one short tail batch; ``to_device`` keeps the stream and position (B2), ``slice`` forks
-  the stream, ``load_state_dict`` restores the position (B4).
+  with one short tail batch; ``to_device`` keeps the stream and position ("stable stream"),
+  ``slice`` forks the stream, ``load_state_dict`` restores the position ("exact resume").
 
 A loader is meant to be iterated by one consumer thread at a time.
 """
@@ -306,7 +306,7 @@ class BatchDataLoader(PassTracker, Generic[ItemT, BatchT]):
 
     def _epoch_batches(self, epoch: int) -> list[list[int]]:
         """The dataset indexes of every batch of pass ``epoch``."""
-        import numpy as np  # lazy: keeps `import ember` fast (B10)
+        import numpy as np  # lazy: keeps `import ember` fast ("light import")
 
         n, size = self._end - self._start, self._batch_size
         if self._seed is None:
@@ -351,7 +351,7 @@ class BatchDataLoader(PassTracker, Generic[ItemT, BatchT]):
         return self._device
 
     def to_device(self, device: DeviceLike) -> Self:
-        """A loader on ``device`` with the same data, seed, stream and position (B2).
+        """A loader on ``device`` with the same data, seed, stream and position ("stable stream").
 
         It yields exactly the batches this one would yield next; this one is not advanced.
         """

@@ -3,7 +3,7 @@
 Burn's multi-thread loader hands each worker a fixed part of the data and yields batches in the
 order the threads finish them, so its batch sequence depends on scheduling. Here the consumer
 keeps the epoch plan of ``BatchDataLoader`` and only the *building* of each batch (fetching the
-items and calling the batcher) moves to the threads (B1)::
+items and calling the batcher) moves to the threads ("same batches")::
 
     consumer (iter/next)                               threads dataloader-0 .. dataloader-{n-1}
     plan = the BatchDataLoader epoch plan
@@ -195,7 +195,7 @@ class _ThreadedBatches(Generic[BatchT]):
 
 
 class MultiThreadDataLoader(BatchDataLoader[ItemT, BatchT]):
-    """A ``BatchDataLoader`` whose batches are built by ``num_workers`` threads (B1).
+    """A ``BatchDataLoader`` whose batches are built by ``num_workers`` threads ("same batches").
 
     It yields exactly the batches of ``BatchDataLoader`` with the same dataset, batcher, batch
     size and seed, in the same order, and has the same state format. At most ``prefetch``

@@ -6,7 +6,7 @@ stream ``p`` is shuffled by ``Generator(PCG64(SeedSequence(entropy=s, spawn_key=
 
 * every epoch gets a different permutation and a whole run is reproducible from the seed;
 * ``to_device`` and a restored checkpoint only need to copy ``(seed, stream, epoch)`` to
-  continue exactly where the original would (B2, B4);
+  continue exactly where the original would ("stable stream", "exact resume");
 * ``slice`` derives a child stream ``(*p, SLICE, start, end)``, independent of its parent and of
   its siblings, without advancing anything (Burn's fork advances the parent);
 * the global torch/numpy/python random states are never read or touched.
@@ -43,7 +43,7 @@ _SLICE = 1  # marks a child stream made by slice(); epoch counters are appended 
 
 def generator(seed: int | None, stream: Stream) -> np.random.Generator:
 
-    import numpy as np  # lazy: keeps `import ember` fast (B10)
+    import numpy as np  # lazy: keeps `import ember` fast ("light import")
 
     """A private generator for ``(seed, stream)``; ``seed=None`` draws fresh OS entropy."""
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=stream)))

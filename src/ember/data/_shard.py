@@ -1,4 +1,4 @@
-"""One rank's view of a loader in a data-parallel job: its share of every global batch (B9).
+"""One rank's view of a loader in a data-parallel job: its share of every global batch.
 
 In data-parallel training the loader the user builds keeps its meaning: its batch size is the
 **global** batch, and every rank follows its epoch plan (the same permutation, the same global

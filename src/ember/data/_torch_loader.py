@@ -154,7 +154,7 @@ class TorchDataLoader(PassTracker, Generic[BatchT]):
             )
         generator = None
         if loader.generator is not None:
-            import numpy as np  # lazy: keeps `import ember` fast (B10)
+            import numpy as np  # lazy: keeps `import ember` fast ("light import")
 
             seed = np.random.SeedSequence(
                 loader.generator.initial_seed(), spawn_key=(start, end)

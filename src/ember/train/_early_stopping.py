@@ -1,4 +1,4 @@
-"""Early stopping: end training when a metric stops improving (reference §8)."""
+"""Early stopping: end training when a metric stops improving (``docs/design.md``)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The events the training loop emits; the metrics thread turns them into numbers and lines.
 
-Order for one run (single device, no interrupt; reference §3.3)::
+Order for one run (single device, no interrupt; ``docs/design.md``, "Event order")::
 
     train: Start(total_epochs, starting_epoch)
     for each epoch e:

@@ -3,8 +3,8 @@
 :class:`FullEventProcessorTraining` turns events into metric values, log lines and renderer
 calls. :class:`AsyncProcessorTraining` runs it on one thread named ``train-worker``, fed through
 a queue of capacity 1 as in Burn, but carrying *chunks* of events: handing each event over alone
-costs 25-30 % of a small model's step in GIL switches (DESIGN §4), a chunk of up to 256 events
-(or 50 ms of them) a few percent. Order and backpressure are kept;
+costs 25-30 % of a small model's step in GIL switches (``docs/design.md``, "The metrics thread"),
+a chunk of up to 256 events (or 50 ms of them) a few percent. Order and backpressure are kept;
 :meth:`AsyncProcessorTraining.flush` hands over what is pending.
 """
 
@@ -215,8 +215,8 @@ class FullEventProcessorTraining:
         self.process_chunk([(Split.VALID, event)])
 
     def process_chunk(self, chunk: Sequence[tuple[Split, LearnerEvent]]) -> None:
-        """Handle events in order (reference §4.3), the chunk's losses read back together first
-        (see ``_host_values``)."""
+        """Handle events in order (``docs/design.md``, "The metrics thread"), the chunk's losses
+        read back together first (see ``_host_values``)."""
         items = [
             _synced(event.item.item) if type(event) is ProcessedItem else None for _, event in chunk
         ]
@@ -236,7 +236,7 @@ class FullEventProcessorTraining:
         self._iterations[split] = (*first, self._epoch, iteration)
         if split is Split.TRAIN and loss is not None:
             value = loss.host_value()
-            if loss.value is None:  # a per-sample loss: its mean, once for B8 and the metric
+            if loss.value is None:  # a per-sample loss: its mean, once for the check and the metric
                 loss = LossInput(loss.tensor, value)
             if not math.isfinite(value):
                 raise NonFiniteLossError(
@@ -279,7 +279,7 @@ class FullEventProcessorTraining:
 
     def _read_losses(self, items: Sequence[Any]) -> list[LossInput | None]:
         """The loss of every item that has one, one-element ones read to the host together
-        (B8 checks them)."""
+        ("finite only" checks them)."""
         tensors: list[torch.Tensor | None] = []
         for item in items:
             tensor = None

@@ -1,4 +1,4 @@
-"""Graceful stop on Ctrl-C / SIGTERM while ``launch`` runs (B7).
+"""Graceful stop on Ctrl-C / SIGTERM while ``launch`` runs ("graceful stop").
 
 The first SIGINT or SIGTERM asks the interrupter to stop: the current step finishes, the last
 epoch boundary is kept on disk, the logs are flushed and ``launch`` returns with the reason.

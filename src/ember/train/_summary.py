@@ -1,7 +1,7 @@
 """The learner summary: the model, and each numeric metric's best and worst epochs.
 
 Built at the end of training from the logged epoch values (so epochs from before a resume count
-too), printed as Burn's table (reference §4.8) and written to ``summary.json``.
+too), printed as Burn's table and written to ``summary.json`` (both in ``docs/design.md``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""No code under src/ can load pickle or run strings as code (B5: loading never runs code)."""
+"""No code under src/ can load pickle or run strings as code ("verified checkpoints")."""
 
 from __future__ import annotations
 

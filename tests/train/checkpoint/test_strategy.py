@@ -1,4 +1,4 @@
-"""Checkpointing strategies: Burn's rules (reference §7.1) and state that survives a resume (B4)."""
+"""Checkpointing strategies: Burn's rules and state that survives a resume ("exact resume")."""
 
 from __future__ import annotations
 
@@ -158,7 +158,7 @@ def test_restored_strategy_makes_the_same_decisions(
 
 
 def test_fresh_strategy_after_resume_differs_like_burn() -> None:
-    """Without its state a resumed strategy leaks an epoch (Burn's behaviour, which B4 fixes)."""
+    """Without its state a resumed strategy leaks an epoch (Burn's behaviour; "exact resume")."""
     losses = [3.0, 2.0, 1.0, 0.5]
     fresh = run(default_checkpointing_strategy(), losses, start=3)
     assert fresh != run(default_checkpointing_strategy(), losses)[2:]

@@ -1,4 +1,4 @@
-"""The CLI renderer: readable lines, rate-limited progress, values at split end (B6)."""
+"""The CLI renderer: readable lines, rate-limited progress, split-end values ("readable output")."""
 
 from __future__ import annotations
 

@@ -318,7 +318,7 @@ def test_interrupt_stops_after_the_round(tmp_path: Path, model: TinyRegressor) -
 
 
 def test_resume_is_bit_identical(tmp_path: Path) -> None:
-    """Checkpoint after epoch 2 and resume: the weights equal an uninterrupted run's (B4)."""
+    """Checkpoint after epoch 2, resume: weights equal an uninterrupted run's ("exact resume")."""
 
     def run(directory: Path, epochs: int, resume: int | None) -> nn.Module:
         torch.manual_seed(0)

@@ -5,11 +5,11 @@ Layout of ``directory`` (the builder passes ``{run_dir}/checkpoint``)::
     model-{e}.safetensors       model_record(model)
     optim-{e}.safetensors       optimizer_record(optim)
     scheduler-{e}.safetensors   the LR scheduler's state (state_record)
-    state-{e}.safetensors       ember's training state (B4): counters, RNG, loaders, early stopping,
+    state-{e}.safetensors       ember's training state: counters, RNG, loaders, early stopping,
                                 and "checkpointing_strategy" (added here, see below)
     manifest-{e}.json           written last: the epoch is complete once it exists and verifies
 
-How the strategy's state is kept (B4). :meth:`LearningCheckpointer.checkpoint` first asks the
+How the strategy's state is kept. :meth:`LearningCheckpointer.checkpoint` first asks the
 strategy for this epoch's actions, then adds ``"checkpointing_strategy":
 strategy.state_dict()`` to the state record's metadata. The saved state therefore already
 includes this epoch's decision: a run resumed from epoch ``e`` continues exactly as one that was

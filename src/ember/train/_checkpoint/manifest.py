@@ -1,4 +1,4 @@
-"""Per-epoch manifests: which files make up a checkpoint, with their sizes and SHA-256 (B5).
+"""Per-epoch manifests: which files make up a checkpoint, with their sizes and SHA-256.
 
 ``{directory}/manifest-{epoch}.json`` is written last, atomically, after every file of the epoch::
 

@@ -1,4 +1,4 @@
-"""Global random-number-generator states as JSON, for bit-identical resume (B4).
+"""Global random-number-generator states as JSON, for bit-identical resume ("exact resume").
 
 :func:`rng_state` captures torch's CPU generator, every CUDA device's generator (when CUDA is
 available), numpy's global ``RandomState`` and python's :mod:`random`; :func:`set_rng_state`
@@ -43,7 +43,7 @@ def rng_state() -> dict[str, Any]:
 
 def set_rng_state(state: dict[str, Any]) -> None:
 
-    import numpy as np  # lazy: keeps `import ember` fast (B10)
+    import numpy as np  # lazy: keeps `import ember` fast ("light import")
 
     """Restore states captured by :func:`rng_state`; CheckpointError if ``state`` is malformed.
 
@@ -82,7 +82,7 @@ def _tensor(text: object) -> torch.Tensor:
 
 def _numpy_state() -> dict[str, Any]:
 
-    import numpy as np  # lazy: keeps `import ember` fast (B10)
+    import numpy as np  # lazy: keeps `import ember` fast ("light import")
 
     name, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
     return {
@@ -96,7 +96,7 @@ def _numpy_state() -> dict[str, Any]:
 
 def _parse_numpy(value: Any) -> tuple[str, np.ndarray[Any, Any], int, int, float]:
 
-    import numpy as np  # lazy: keeps `import ember` fast (B10)
+    import numpy as np  # lazy: keeps `import ember` fast ("light import")
 
     keys = np.frombuffer(base64.b64decode(value["keys"], validate=True), dtype="<u4")
     if keys.shape != (624,):

@@ -1,4 +1,4 @@
-"""Checkpointing strategies: which epochs to save and which to delete (reference §7.1).
+"""Checkpointing strategies: which epochs to save and which to delete (Burn's rules).
 
 After each epoch the training loop asks ``strategy.checkpointing(epoch, query)`` and gets a list
 of actions: :class:`Save` (checkpoint this epoch) and :class:`Delete` (remove an older one). The
@@ -9,7 +9,7 @@ rules are Burn's:
 * :class:`ComposedCheckpointingStrategy` saves when *any* strategy wants to and deletes an epoch
   only once *every* strategy has flagged it (a Delete, or no action at all for that epoch).
 
-Beyond Burn (B4), strategies are stateful in a way that survives a resume: ``state_dict()``
+Beyond Burn, strategies are stateful in a way that survives a resume: ``state_dict()``
 returns JSON and ``load_state_dict()`` restores it, so a resumed run makes the decisions an
 uninterrupted one would have made (Burn forgets the best epoch and the flags, and leaks files).
 """
@@ -54,7 +54,7 @@ CheckpointingAction: TypeAlias = Save | Delete
 
 
 class CheckpointingStrategy(Protocol):
-    """Decides, after each epoch, what to save and delete; its state is JSON (B4)."""
+    """Decides, after each epoch, what to save and delete; its state is JSON ("exact resume")."""
 
     def checkpointing(self, epoch: int, query: MetricQuery) -> list[CheckpointingAction]:
         """The actions for the end of ``epoch``; ``query`` reads the logged metric values."""

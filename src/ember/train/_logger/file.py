@@ -1,4 +1,4 @@
-"""Metric logs as text files, one per metric, split and epoch (Burn's layout, DESIGN §6).
+"""Metric logs as text files, one per metric, split and epoch (Burn's layout).
 
 ``{directory}/{train|valid}/epoch-{N}/{Name}.log`` where ``Name`` is the metric name with
 spaces replaced by ``_``. A numeric metric writes one ``value,weight`` line per batch and a last

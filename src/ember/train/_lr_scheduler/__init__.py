@@ -3,10 +3,10 @@
 A scheduler is anything with ``step() -> float``, ``state_dict()`` and ``load_state_dict()``
 (:class:`LrScheduler`). ``step()`` advances the schedule and returns the lr to use *now*; the first
 call is step 1. The Learner calls it once right before each optimizer update and writes the value
-into every param group of the optimizer (DESIGN §2); a bare float is a constant schedule
+into every param group of the optimizer; a bare float is a constant schedule
 (:func:`as_scheduler`).
 
-Shipped schedules (Burn's, reference §9), for step ``k = 1, 2, …``::
+Shipped schedules (Burn's), for step ``k = 1, 2, …``::
 
     ConstantLr(lr)                                   lr
     LinearLr(initial_lr, final_lr, num_iters)        initial_lr at k = 1, moving linearly to

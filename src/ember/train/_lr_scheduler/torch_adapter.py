@@ -1,7 +1,7 @@
 """Any ``torch.optim.lr_scheduler.LRScheduler`` as an ember scheduler, with a JSON state.
 
 :class:`TorchLrScheduler` reconciles torch's "lr after the optimizer step" with ember's "lr
-before it" (see the class doc). Its state goes into checkpoints as JSON, never pickled (B5), so
+before it" (see the class doc). Its state goes into checkpoints as JSON, never pickled, so
 torch's state dict is encoded here: tensors, ``Counter`` objects and dicts with non-string keys
 get tagged forms that :func:`_from_json` turns back.
 """

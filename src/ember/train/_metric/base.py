@@ -53,7 +53,7 @@ def format_number(value: float) -> str:
             return "NaN"
         if math.isinf(value):
             return "inf" if value > 0 else "-inf"
-        import numpy as np  # lazy: keeps `import ember` fast (B10)
+        import numpy as np  # lazy: keeps `import ember` fast ("light import")
 
         return str(np.format_float_positional(value, unique=True, trim="-"))
     return text[:-2] if text.endswith(".0") else text
@@ -139,7 +139,7 @@ class MetricEntry:
 class NumericEntry:
     """A number in a metric log: a plain value, a value with its weight, or an epoch value.
 
-    Serialized as ``value``, ``value,weight`` or ``value,final`` (reference §5.1).
+    Serialized as ``value``, ``value,weight`` or ``value,final`` (``docs/design.md``).
     """
 
     value: float

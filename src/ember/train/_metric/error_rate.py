@@ -53,7 +53,7 @@ def edit_distances(
     row, the insertion chain ``D[i, j] = min_k (T[k] + j - k)`` is a running minimum, so each
     step is a few array operations instead of a loop over hypothesis positions.
     """
-    import numpy as np  # lazy: keeps `import ember` fast (B10)
+    import numpy as np  # lazy: keeps `import ember` fast ("light import")
 
     batch, width = hypotheses.shape
     columns = np.arange(width + 1, dtype=np.int64)
@@ -72,7 +72,7 @@ def edit_distances(
 
 
 def _lengths(tokens: IntArray, pad_token: int | None) -> IntArray:
-    import numpy as np  # lazy: keeps `import ember` fast (B10)
+    import numpy as np  # lazy: keeps `import ember` fast ("light import")
 
     width = tokens.shape[1]
     if pad_token is None:

@@ -3,7 +3,7 @@
 Checkpointing strategies, early stopping and the summary ask it questions such as "which epoch
 had the lowest mean valid Loss?" through the :class:`MetricQuery` protocol. The epoch value of a
 metric is the ``final`` line its logger wrote at the end of the split, or, without one, the
-weighted mean of its batch values (reference §4.4).
+weighted mean of its batch values (``docs/design.md``, "Epoch values").
 """
 
 from __future__ import annotations

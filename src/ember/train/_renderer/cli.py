@@ -1,4 +1,4 @@
-"""A renderer for logs and pipes: a few readable lines per split, never one per batch (B6)."""
+"""A renderer for logs and pipes: a few readable lines per split, never one per batch."""
 
 from __future__ import annotations
 

@@ -40,7 +40,7 @@ def default_renderer(
         return CliMetricsRenderer(stream)
     if interrupter is None:
         raise ValueError(f"{_RENDERER_ENV}=tui needs the run's interrupter, got None")
-    # imported here: rich's layout machinery is not needed by `import ember` (B10)
+    # imported here: rich's layout machinery is not needed by `import ember` ("light import")
     from rich.console import Console
 
     from ember.train._renderer.tui.renderer import TuiMetricsRenderer

@@ -1,5 +1,5 @@
 """What the TUI's plot pane shows: each numeric metric's values per split, kept in bounded
-memory, and a braille raster to draw them with (reference §4.7).
+memory, and a braille raster to draw them with (see ``docs/renderers.md``).
 
 Pure data, no terminal: :class:`MetricPlot` records values as they arrive on the metrics thread
 (an append, never any text formatting); :class:`BrailleCanvas` turns point lists into

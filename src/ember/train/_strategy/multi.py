@@ -1,4 +1,4 @@
-"""Training on several devices of one process (Burn's multi-device strategy, reference §2.2).
+"""Training on several devices of one process (Burn's multi-device strategy).
 
 ``MultiDevice(["cuda:0", "cuda:1"])`` trains one replica of the model per device, each on its own
 worker thread, and takes one optimizer step on the main device (the first one) per round::

@@ -1,4 +1,4 @@
-"""The TUI renderer driven through its protocol on an in-memory terminal (reference §4.7)."""
+"""The TUI renderer driven through its protocol on an in-memory terminal (Burn's layout)."""
 
 from __future__ import annotations
 

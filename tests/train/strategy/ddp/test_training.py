@@ -1,4 +1,4 @@
-"""DistributedDataParallel over 2 gloo processes on the CPU (B9)."""
+"""DistributedDataParallel over 2 gloo processes on the CPU ("data parallel")."""
 
 from __future__ import annotations
 

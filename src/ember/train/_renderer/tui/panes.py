@@ -212,7 +212,7 @@ def _quit_popup() -> Panel:
 
 
 def render_frame(frame: Frame) -> RenderableType:
-    """The whole screen for ``frame``: the layout of reference §4.7."""
+    """The whole screen for ``frame``: Burn's layout (``docs/renderers.md``)."""
     layout = Layout()
     layout.split_column(
         Layout(name="top", ratio=1, minimum_size=16),

@@ -1,11 +1,11 @@
-"""A full-screen renderer for terminals (reference §4.7), drawn with rich on the alternate screen.
+"""A full-screen renderer for terminals (Burn's layout), drawn with rich on the alternate screen.
 
 Panes: Controls, Metrics (each metric's text per split), Status (mode, epochs, items,
 iteration, items/s, ETA), Plots (live braille plots of the numeric metrics) and Progress (the split
 and the whole run, with an ETA). Keys: ``q`` opens the Quit popup (``s`` stops training
 through the interrupter, ``c``/Esc cancels), ←/→ switch the plotted metric, ↑/↓ the plot kind.
 Ctrl-C keeps working (cbreak mode, not raw): during ``launch`` the first one stops gracefully,
-a second one aborts (B7). There is no "kill" key: it would only be another Ctrl-C.
+a second one aborts ("graceful stop"). There is no "kill" key: it would only be another Ctrl-C.
 
 Threads: the protocol methods run on ``train-worker`` (``on_error`` and ``close`` on the
 caller's thread) and only update state under a lock, never formatting text. A thread named
