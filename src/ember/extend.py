@@ -27,6 +27,7 @@ from ember.train._events import (
     StartSplit,
     TrainingItem,
 )
+from ember.train._hooks import Stateful, TrainingHooks
 from ember.train._logger.base import MetricLogger
 from ember.train._metric.accuracy import AccuracyInput
 from ember.train._metric.base import (
@@ -109,10 +110,12 @@ __all__ = [
     "Split",
     "Start",
     "StartSplit",
+    "Stateful",
     "StepContext",
     "StrategyRun",
     "SupervisedLearningStrategy",
     "TopKAccuracyInput",
+    "TrainingHooks",
     "TrainingItem",
     "TrainingProgressLogger",
     "TrainingRecords",

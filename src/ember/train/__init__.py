@@ -18,6 +18,7 @@ from ember.train._checkpoint.strategy import (
 from ember.train._early_stopping import MetricEarlyStoppingStrategy, StoppingCondition
 from ember.train._events import TrainingItem
 from ember.train._gradient_checkpointing import GradientCheckpointing, apply_gradient_checkpointing
+from ember.train._hooks import Hooks, Stateful, TrainingHooks
 from ember.train._interrupter import Interrupter
 from ember.train._learner import Learner
 from ember.train._logger.csv import CsvMetricLogger
@@ -112,6 +113,7 @@ __all__ = [
     "GradientsAccumulator",
     "GradientsParams",
     "HammingScore",
+    "Hooks",
     "InMemoryMetricLogger",
     "InferenceStep",
     "Interrupter",
@@ -142,6 +144,7 @@ __all__ = [
     "SequentialLr",
     "SingleDevice",
     "Split",
+    "Stateful",
     "StepContext",
     "StepLr",
     "StoppingCondition",
@@ -153,6 +156,7 @@ __all__ = [
     "TorchMetric",
     "TrainOutput",
     "TrainStep",
+    "TrainingHooks",
     "TrainingItem",
     "TuiMetricsRenderer",
     "WordErrorRate",
