@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
 import torch
@@ -18,6 +18,7 @@ from ember.train._lr_scheduler.base import (
 from ember.train._step import (
     GradientsParams,
     InferenceStep,
+    LearnerModel,
     OptimizeStep,
     TrainOutput,
     TrainStep,
@@ -25,10 +26,11 @@ from ember.train._step import (
     trained_parameters,
 )
 
-__all__ = ["Learner", "OptimizerFactory"]
+__all__ = ["Learner", "OptimizerFactory", "OptimizerLike"]
 
 M = TypeVar("M", bound=nn.Module)
 OptimizerFactory = Callable[[Iterator[nn.Parameter]], torch.optim.Optimizer]
+OptimizerLike = torch.optim.Optimizer | OptimizerFactory
 
 
 class Learner(Generic[M]):
@@ -47,12 +49,19 @@ class Learner(Generic[M]):
       group's lr itself, as in a raw torch loop, per optimizer step or per epoch.
 
     The lrs are written into the param groups right before every optimizer step.
+
+    Several optimizers (a GAN's generator and discriminator) come as a mapping of names to
+    optimizers or factories; each keeps its own lrs (no ``lr_scheduler``: drive them with torch
+    schedulers inside ``optimize``), and the model's own ``optimize(optimizers, lr, grads)``
+    receives the mapping and steps them as it needs (``LearnerModel``'s default cannot know
+    how). An optimizer whose ``step`` needs a closure (``torch.optim.LBFGS``) also needs the
+    model's own ``optimize``, which builds the closure from ``current_step().batch``.
     """
 
     def __init__(
         self,
         model: M,
-        optim: torch.optim.Optimizer | OptimizerFactory,
+        optim: OptimizerLike | Mapping[str, OptimizerLike],
         lr_scheduler: LrScheduler | float | torch.optim.lr_scheduler.LRScheduler | None = None,
     ) -> None:
         if not isinstance(model, nn.Module):
@@ -70,17 +79,32 @@ class Learner(Generic[M]):
                     f"model {type(model).__name__} has no {method}(batch) method: subclass "
                     "ember.train.LearnerModel and implement train_step and inference_step"
                 )
-        self._optim: torch.optim.Optimizer | None = None
-        self._factory: OptimizerFactory | None = None
-        if isinstance(optim, torch.optim.Optimizer):
-            self._optim = optim
-        elif callable(optim):
-            self._factory = optim
-        else:
+        self._several = isinstance(optim, Mapping)
+        given = dict(optim) if isinstance(optim, Mapping) else {"optimizer": optim}
+        if not given:
+            raise ValueError("optim must name at least one optimizer, got an empty mapping")
+        for name, value in given.items():
+            if not isinstance(name, str) or not name:
+                raise TypeError(f"optimizer names must be non-empty str, got {name!r}")
+            if not isinstance(value, torch.optim.Optimizer) and not callable(value):
+                raise TypeError(
+                    "optim must be a torch.optim.Optimizer, a factory called with the model's "
+                    f"parameters, or a mapping of names to those, got {type(value).__name__}"
+                )
+        self._optims: dict[str, OptimizerLike] = given
+        own_optimize = _own_optimize(model)
+        if self._several and not own_optimize:
             raise TypeError(
-                "optim must be a torch.optim.Optimizer or a factory called with the model's "
-                f"parameters, got {type(optim).__name__}"
+                f"{type(model).__name__} trains {len(given)} optimizers ({', '.join(given)}): "
+                "override optimize(self, optimizers, lr, grads) to step them (it receives the "
+                "mapping); see docs/training.md, 'Several optimizers'"
             )
+        if self._several and lr_scheduler is not None:
+            raise TypeError(
+                "with several optimizers each keeps its own lrs: pass no lr_scheduler and step "
+                "torch schedulers inside your optimize(...)"
+            )
+        self._check_closures(own_optimize)
         self._model = model
         self._step: TrainStep[Any, Any] = model  # type: ignore[assignment]  # checked above
         self._scheduler = None if lr_scheduler is None else as_scheduler(lr_scheduler)
@@ -94,17 +118,44 @@ class Learner(Generic[M]):
 
     @property
     def optimizer(self) -> torch.optim.Optimizer:
-        """The optimizer; a factory is called on first use."""
-        if self._optim is None:
-            assert self._factory is not None
-            optim = self._factory(self._model.parameters())
-            if not isinstance(optim, torch.optim.Optimizer):
+        """The optimizer (built from its factory on first use); see :attr:`optimizers` for a
+        Learner with several."""
+        if self._several:
+            raise TypeError(
+                f"this Learner has several optimizers ({', '.join(self._optims)}): use "
+                "learner.optimizers"
+            )
+        return self.optimizers["optimizer"]
+
+    @property
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        """Every optimizer by name (``{"optimizer": ...}`` for a single one); factories are
+        called on first use."""
+        for name, value in self._optims.items():
+            if not isinstance(value, torch.optim.Optimizer):
+                built = value(self._model.parameters())
+                if not isinstance(built, torch.optim.Optimizer):
+                    raise TypeError(
+                        f"the optimizer factory {name!r} returned {type(built).__name__}, "
+                        "not a torch.optim.Optimizer"
+                    )
+                self._optims[name] = built
+        self._check_closures(_own_optimize(self._model))
+        return self._optims  # type: ignore[return-value]  # every factory was called above
+
+    @property
+    def several_optimizers(self) -> bool:
+        """True when the optimizers came as a mapping."""
+        return self._several
+
+    def _check_closures(self, own_optimize: bool) -> None:
+        for value in self._optims.values():
+            if isinstance(value, torch.optim.LBFGS) and not own_optimize:
                 raise TypeError(
-                    f"the optimizer factory returned {type(optim).__name__}, "
-                    "not a torch.optim.Optimizer"
+                    "torch.optim.LBFGS steps with a closure that recomputes the loss: override "
+                    "optimize(self, optim, lr, grads) and call optim.step(closure), the closure "
+                    "built from current_step().batch; see docs/training.md, 'Closures'"
                 )
-            self._optim = optim
-        return self._optim
 
     @property
     def lr_scheduler(self) -> LrScheduler | None:
@@ -120,7 +171,7 @@ class Learner(Generic[M]):
         """Move the model to ``device``, then build the optimizer if it came as a factory."""
         self._model.to(device)
         trained_parameters(self._model, refresh=True)
-        _ = self.optimizer
+        _ = self.optimizers
         if self._scheduler is not None and not isinstance(self._scheduler, GroupLrScheduler):
             self._group_ratios()  # the groups' lrs as built, before any step writes them
 
@@ -131,7 +182,7 @@ class Learner(Generic[M]):
     def lr_step(self) -> float:
         """Advance the scheduler and write the lrs into the param groups (see the class doc);
         returns param group 0's lr."""
-        groups = self.optimizer.param_groups
+        groups = next(iter(self.optimizers.values())).param_groups
         scheduler = self._scheduler
         if scheduler is None:
             lr = float(groups[0]["lr"])
@@ -173,7 +224,14 @@ class Learner(Generic[M]):
 
     def optimizer_step(self, grads: GradientsParams) -> None:
         """One optimizer step with ``grads``, through the model's ``optimize`` if it has one."""
-        if isinstance(self._model, OptimizeStep):
+        if self._several:
+            self._model.optimize(self.optimizers, self._lr_current, grads)  # type: ignore[operator]
+        elif isinstance(self._model, OptimizeStep):
             self._model.optimize(self.optimizer, self._lr_current, grads)
         else:
             default_optimize(self._model, self.optimizer, grads)
+
+
+def _own_optimize(model: nn.Module) -> bool:
+    """Whether ``model`` steps its optimizers itself (not ``LearnerModel``'s default)."""
+    return isinstance(model, OptimizeStep) and type(model).optimize is not LearnerModel.optimize

@@ -117,7 +117,8 @@ class OptimizerWindow:
         learner.lr_step()
         model, scaler = learner.model, self.scaler
         if scaler is not None:
-            scaler.unscale_(learner.optimizer)
+            for optimizer in learner.optimizers.values():
+                scaler.unscale_(optimizer)
         params = [param for _, param in trained_parameters(model)]
         if self.mean and self._items != self.size * self._first_items:
             factor = self.size * self._first_items / self._items

@@ -28,9 +28,11 @@ __all__ = [
     "load_model_record",
     "load_nested_record",
     "load_optimizer_record",
+    "load_optimizers_record",
     "model_record",
     "nested_record",
     "optimizer_record",
+    "optimizers_record",
     "plain_state_name",
     "state_record",
 ]
@@ -287,6 +289,36 @@ def load_optimizer_record(optim: torch.optim.Optimizer, record: Record) -> None:
         raise CheckpointError(
             f"optimizer checkpoint does not fit the optimizer: {error}"
         ) from error
+
+
+def optimizers_record(optims: Mapping[str, torch.optim.Optimizer]) -> Record:
+    """One record of several optimizers: each one's :func:`optimizer_record` under its name."""
+    tensors: dict[str, torch.Tensor] = {}
+    metadata: dict[str, Any] = {}
+    for name, optim in optims.items():
+        record = optimizer_record(optim)
+        tensors.update({f"{name}/{key}": tensor for key, tensor in record.tensors.items()})
+        metadata[name] = record.metadata
+    return Record(tensors=tensors, metadata={"optimizers": metadata})
+
+
+def load_optimizers_record(optims: Mapping[str, torch.optim.Optimizer], record: Record) -> None:
+    """Load a record of :func:`optimizers_record` into the optimizers of the same names."""
+    saved = record.metadata.get("optimizers")
+    if not isinstance(saved, dict) or sorted(saved) != sorted(optims):
+        found = sorted(saved) if isinstance(saved, dict) else None
+        raise CheckpointError(
+            f"the optimizer checkpoint holds the optimizers {found}, the Learner has "
+            f"{sorted(optims)}"
+        )
+    for name, optim in optims.items():
+        prefix = f"{name}/"
+        tensors = {
+            key[len(prefix) :]: tensor
+            for key, tensor in record.tensors.items()
+            if key.startswith(prefix)
+        }
+        load_optimizer_record(optim, Record(tensors=tensors, metadata=saved[name]))
 
 
 def _check_param_shapes(optim: torch.optim.Optimizer, shapes: object) -> None:

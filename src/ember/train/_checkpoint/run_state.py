@@ -33,8 +33,10 @@ from ember.train._checkpoint.record import (
     encode,
     load_model_record,
     load_optimizer_record,
+    load_optimizers_record,
     model_record,
     optimizer_record,
+    optimizers_record,
     state_record,
 )
 from ember.train._checkpoint.rng import set_rng_state
@@ -77,7 +79,9 @@ def snapshot_run(
         record = Record(tensors=tensors, metadata=metadata)
     return TrainingRecords(
         model_record(learner.model),
-        optimizer_record(learner.optimizer),
+        optimizers_record(learner.optimizers)
+        if learner.several_optimizers
+        else optimizer_record(learner.optimizer),
         state_record({} if learner.lr_scheduler is None else learner.lr_scheduler.state_dict()),
         record,
     )
@@ -108,7 +112,10 @@ def restore_run(
             f"epoch {state.get('epoch')!r})"
         )
     load_model_record(learner.model, records.model)
-    load_optimizer_record(learner.optimizer, records.optim)
+    if learner.several_optimizers:
+        load_optimizers_record(learner.optimizers, records.optim)
+    else:
+        load_optimizer_record(learner.optimizer, records.optim)
     if learner.lr_scheduler is not None:
         learner.lr_scheduler.load_state_dict(dict(records.scheduler.metadata))
     saved_loaders = state.get("loaders", {})
