@@ -54,11 +54,12 @@ def loader(
 
 
 class TinyRegressor(LearnerModel):
-    """``Linear(3, 1)`` with MSE; hooks let a test see or break each step."""
+    """``Linear(3, 1)`` (or ``layer``, any module of 3 inputs and 1 output) with MSE; hooks let a
+    test see or break each step."""
 
-    def __init__(self) -> None:
+    def __init__(self, layer: nn.Module | None = None) -> None:
         super().__init__()
-        self.linear = nn.Linear(3, 1)
+        self.linear: nn.Module = nn.Linear(3, 1) if layer is None else layer
         self.on_train_step: Callable[[Batch], None] | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

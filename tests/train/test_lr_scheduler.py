@@ -284,7 +284,7 @@ def _train(
 ) -> None:
     loss = (weight * torch.arange(1.0, 4.0)).pow(2).sum()
     optimizer.zero_grad()
-    loss.backward()
+    torch.autograd.backward(loss)  # typed, unlike Tensor.backward
     before_step()
     optimizer.step()
 
@@ -570,7 +570,10 @@ def test_shipped_schedulers_satisfy_the_protocol() -> None:
         (lambda: NoamLr(1.0, warmup_steps=0), "warmup_steps must be >= 1, got 0"),
         (lambda: NoamLr(1.0, model_size=0), "model_size must be >= 1, got 0"),
         (lambda: ComposedLr([]), "schedulers must not be empty"),
-        (lambda: ComposedLr([0.1], reduction="max"), "reduction must be one of .* got 'max'"),
+        (
+            lambda: ComposedLr([0.1], reduction="max"),  # type: ignore[arg-type]
+            "reduction must be one of .* got 'max'",
+        ),
         (lambda: SequentialLr([], []), "schedulers must not be empty"),
         (lambda: SequentialLr([0.1, 0.2], []), "milestones must have .* 1 entries, got 0"),
         (lambda: SequentialLr([0.1, 0.2], [0]), r"milestones\[0\] must be >= 1, got 0"),
@@ -586,11 +589,21 @@ def test_invalid_arguments_raise_naming_them(build: Callable[[], object], messag
 @pytest.mark.parametrize(
     ("build", "message"),
     [
-        (lambda: LinearLr(0.1, 0.0, 2.5), r"num_iters must be an int, got 2.5 \(float\)"),
+        # each call is ill-typed on purpose: the runtime check is what is under test
+        (
+            lambda: LinearLr(0.1, 0.0, 2.5),  # type: ignore[arg-type]
+            r"num_iters must be an int, got 2.5 \(float\)",
+        ),
         (lambda: StepLr(0.1, True), r"step_size must be an int, got True \(bool\)"),
-        (lambda: ExponentialLr("0.1", 0.5), r"initial_lr must be a real number, got '0.1' \(str\)"),
-        (lambda: ComposedLr(ConstantLr(0.1)), "schedulers must be a list"),
-        (lambda: ComposedLr(["0.1"]), "cannot use a str"),
+        (
+            lambda: ExponentialLr("0.1", 0.5),  # type: ignore[arg-type]
+            r"initial_lr must be a real number, got '0.1' \(str\)",
+        ),
+        (
+            lambda: ComposedLr(ConstantLr(0.1)),  # type: ignore[arg-type]
+            "schedulers must be a list",
+        ),
+        (lambda: ComposedLr(["0.1"]), "cannot use a str"),  # type: ignore[list-item]
     ],
 )
 def test_wrong_argument_types_raise_type_error(build: Callable[[], object], message: str) -> None:

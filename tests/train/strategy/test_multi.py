@@ -173,7 +173,7 @@ def test_shuffled_slices_equal_a_hand_loop_with_summed_mean_losses(
         for first, second in zip(*slices, strict=True):
             optim.zero_grad(set_to_none=True)
             pair = [reference.regression(first).loss, reference.regression(second).loss]
-            (pair[0] + pair[1]).backward()
+            torch.autograd.backward(pair[0] + pair[1])
             optim.step()
             losses += [loss.item() for loss in pair]
     for a, b in zip(model.parameters(), reference.parameters(), strict=True):
@@ -346,22 +346,17 @@ def test_resume_is_bit_identical(tmp_path: Path) -> None:
 def test_buffers_follow_the_main_model(tmp_path: Path) -> None:
     """Every round starts with the main model's buffers on every replica (BatchNorm running
     statistics follow the main device's batches)."""
-
-    class Normed(TinyRegressor):
-        def __init__(self) -> None:
-            super().__init__()
-            self.linear = nn.Sequential(nn.BatchNorm1d(3), nn.Linear(3, 1))
-
     torch.manual_seed(0)
-    model = Normed()
+    norm = nn.BatchNorm1d(3)
+    model = TinyRegressor(nn.Sequential(norm, nn.Linear(3, 1)))
     seen: dict[str, list[torch.Tensor]] = {"train-device-0": [], "train-device-1": []}
 
     def record(module: nn.Module, args: Any) -> None:
         name = threading.current_thread().name
         if name in seen:
-            seen[name].append(module.running_mean.clone())
+            seen[name].append(module.get_buffer("running_mean").clone())
 
-    model.linear[0].register_forward_pre_hook(record)  # copied to the replica with the module
+    norm.register_forward_pre_hook(record)  # copied to the replica with the module
     result = (
         quiet(tmp_path / "run", loader(ITEMS, BATCH, shuffle=2), loader(8), epochs=2)
         .with_training_strategy(MultiDevice(["cpu", "cpu"]))
@@ -371,9 +366,7 @@ def test_buffers_follow_the_main_model(tmp_path: Path) -> None:
     assert len(seen["train-device-0"]) == len(seen["train-device-1"]) == 6
     for main, replica in zip(seen["train-device-0"], seen["train-device-1"], strict=True):
         assert torch.equal(main, replica)
-    norm = model.linear[0]
-    assert isinstance(norm, nn.BatchNorm1d)
-    assert norm.num_batches_tracked.item() == 6  # the main device's batches
+    assert norm.get_buffer("num_batches_tracked").item() == 6  # the main device's batches
 
 
 @pytest.mark.parametrize(
