@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,11 +15,13 @@ from torch import nn
 from ember.data import DataLoader, DataLoaderBuilder, InMemDataset
 from ember.extend import SupervisedLearningStrategy
 from ember.train import (
+    CliMetricsRenderer,
     InMemoryMetricLogger,
     Interrupter,
     Learner,
     LearnerModel,
     RegressionOutput,
+    SupervisedTraining,
     TrainOutput,
 )
 from ember.train._loop import LoopPlan, LoopResult, TrainingLoop
@@ -78,6 +81,11 @@ class TinyRegressor(LearnerModel):
 
     def inference_step(self, batch: Batch) -> RegressionOutput:
         return self.regression(batch)
+
+
+def quiet(directory: Path, train: Any, valid: Any) -> SupervisedTraining:
+    """A run whose renderer prints to a buffer nobody reads (the tests read the files)."""
+    return SupervisedTraining(directory, train, valid).renderer(CliMetricsRenderer(io.StringIO()))
 
 
 def read_lines(path: Path) -> list[str]:
