@@ -187,6 +187,13 @@ def test_find_cycle_reports_a_cycle() -> None:
     assert find_cycle({"a": frozenset({"b"}), "b": frozenset()}) is None
 
 
+def test_relative_imports_are_resolved() -> None:
+    """A relative import counts as importing the module it names."""
+    tree = ast.parse("from .._vocabulary import Split\nfrom . import base\n")
+    store = Module("ember.train._metric.store", SRC / "ember/train/_metric/store.py", tree)
+    assert set(imported(store)) == {"ember.train._vocabulary", "ember.train._metric.base"}
+
+
 @pytest.mark.parametrize("name", [n for n in NAMES if modules()[n].within("ember.data")])
 def test_data_never_imports_train(name: str) -> None:
     """The data layer stands alone: no module of ember.data imports ember.train."""

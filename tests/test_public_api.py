@@ -12,7 +12,6 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
@@ -254,10 +253,6 @@ DESIGN_NAMES_TRAIN = {
 OPTIONAL_EXTRAS = ("tensorboard", "matplotlib", "torchmetrics", "sklearn", "rich")
 
 
-def namespace(name: str) -> ModuleType:
-    return importlib.import_module(name)
-
-
 def api_page_sections() -> dict[str, dict[str, str]]:
     """``docs/api.md`` read back: for each ``## `namespace``` section, its names and summaries."""
     sections: dict[str, dict[str, str]] = {}
@@ -276,7 +271,7 @@ def api_page_sections() -> dict[str, dict[str, str]]:
 @pytest.mark.parametrize("name", sorted(PUBLIC))
 def test_all_is_pinned(name: str) -> None:
     """Each public namespace's ``__all__`` is exactly the set written here, without repeats."""
-    exported = namespace(name).__all__
+    exported = importlib.import_module(name).__all__
     assert len(exported) == len(set(exported)), f"{name}.__all__ lists a name twice"
     assert set(exported) - PUBLIC[name] == set(), f"{name} exports names not pinned here"
     assert PUBLIC[name] - set(exported) == set(), f"{name} no longer exports pinned names"
@@ -285,7 +280,7 @@ def test_all_is_pinned(name: str) -> None:
 @pytest.mark.parametrize("name", sorted(PUBLIC))
 def test_every_name_is_importable_and_documented(name: str) -> None:
     """Every exported name exists; every class and function has a docstring of its own."""
-    module = namespace(name)
+    module = importlib.import_module(name)
     for public in PUBLIC[name]:
         value = getattr(module, public)  # AttributeError names the missing one
         if inspect.isclass(value) or inspect.isfunction(value):
@@ -319,7 +314,7 @@ def test_a_name_exported_twice_is_the_same_object() -> None:
     """A name in several namespaces (``ember`` re-exports, ``Direction``...) is one object."""
     homes: dict[str, tuple[str, object]] = {}
     for name in sorted(PUBLIC):
-        module = namespace(name)
+        module = importlib.import_module(name)
         for public in sorted(PUBLIC[name]):
             value = getattr(module, public)
             first = homes.setdefault(public, (name, value))
