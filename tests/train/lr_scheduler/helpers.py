@@ -14,11 +14,7 @@ from ember.train import LrScheduler, TorchLrScheduler
 # A scheduler plus what the Learner does with each lr it hands out (write it into the optimizer's
 # param groups, then step the optimizer); for ember's own schedulers there is no optimizer.
 AfterStep = Callable[[float], None]
-
-
 Harness = tuple[LrScheduler, AfterStep]
-
-
 Factory = Callable[[], Harness]
 
 

@@ -150,8 +150,6 @@ def _composite(
 
 
 lrs_ = st.floats(1e-4, 5.0)
-
-
 iters = st.integers(1, 12)
 
 

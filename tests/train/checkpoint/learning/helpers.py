@@ -14,8 +14,6 @@ from ember.train._checkpoint.learning import TrainingRecords
 from ember.train._checkpoint.record import model_record, optimizer_record, state_record
 
 NAMES = ("model", "optim", "scheduler", "state")
-
-
 TIMEOUT = 30.0  # seconds; only reached when something hangs
 
 

@@ -23,8 +23,6 @@ from ember.train import (
 from tests.train.fixtures import Batch, quiet, read_lines
 
 ITEMS = 23  # slices of 11 and 12 items: batches 4,4,3 and 4,4,4 with batch size 4
-
-
 BATCH = 4
 
 
