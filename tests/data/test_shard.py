@@ -130,7 +130,10 @@ def test_refuses_bad_arguments() -> None:
         ShardedDataLoader(loader, 2, 2)
     with pytest.raises(ValueError, match="world_size"):
         ShardedDataLoader(loader, 0, 0)
-    torch_loader = TorchDataLoader(torch.utils.data.DataLoader(list(range(8)), batch_size=4))
+    dataset = torch.utils.data.TensorDataset(torch.arange(8))
+    torch_loader: TorchDataLoader[list[torch.Tensor]] = TorchDataLoader(
+        torch.utils.data.DataLoader(dataset, batch_size=4)
+    )
     with pytest.raises(TypeError, match="DistributedSampler"):
         ShardedDataLoader(torch_loader, 0, 2)  # type: ignore[arg-type]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,11 +15,13 @@ from torch import nn
 from ember.data import DataLoader, DataLoaderBuilder, InMemDataset
 from ember.extend import SupervisedLearningStrategy
 from ember.train import (
+    CliMetricsRenderer,
     InMemoryMetricLogger,
     Interrupter,
     Learner,
     LearnerModel,
     RegressionOutput,
+    SupervisedTraining,
     TrainOutput,
 )
 from ember.train._loop import LoopPlan, LoopResult, TrainingLoop
@@ -54,11 +57,12 @@ def loader(
 
 
 class TinyRegressor(LearnerModel):
-    """``Linear(3, 1)`` with MSE; hooks let a test see or break each step."""
+    """``Linear(3, 1)`` (or ``layer``, any module of 3 inputs and 1 output) with MSE; hooks let a
+    test see or break each step."""
 
-    def __init__(self) -> None:
+    def __init__(self, layer: nn.Module | None = None) -> None:
         super().__init__()
-        self.linear = nn.Linear(3, 1)
+        self.linear: nn.Module = nn.Linear(3, 1) if layer is None else layer
         self.on_train_step: Callable[[Batch], None] | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -77,6 +81,11 @@ class TinyRegressor(LearnerModel):
 
     def inference_step(self, batch: Batch) -> RegressionOutput:
         return self.regression(batch)
+
+
+def quiet(directory: Path, train: Any, valid: Any) -> SupervisedTraining:
+    """A run whose renderer prints to a buffer nobody reads (the tests read the files)."""
+    return SupervisedTraining(directory, train, valid).renderer(CliMetricsRenderer(io.StringIO()))
 
 
 def read_lines(path: Path) -> list[str]:

@@ -59,7 +59,7 @@ class ManualClock:
         return self.now
 
 
-def item(iteration: int, loss: torch.Tensor | None = None) -> ProcessedItem:
+def item(iteration: int, loss: torch.Tensor | None = None) -> ProcessedItem[RegressionOutput]:
     loss = torch.tensor(float(iteration)) if loss is None else loss
     output = RegressionOutput(loss, loss.reshape(-1, 1), loss.reshape(-1, 1))
     return ProcessedItem(TrainingItem(output, Progress(iteration, 100), iteration, 0.1))

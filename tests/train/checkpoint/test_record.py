@@ -44,7 +44,7 @@ def train_steps(model: nn.Module, optim: torch.optim.Optimizer, steps: int, seed
         x = torch.randn(16, 4, generator=generator)
         y = torch.randn(16, 1, generator=generator)
         optim.zero_grad()
-        nn.functional.mse_loss(model(x), y).backward()
+        torch.autograd.backward(nn.functional.mse_loss(model(x), y))
         optim.step()
 
 

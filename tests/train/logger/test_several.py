@@ -83,4 +83,6 @@ def test_tensorboard_csv_and_memory_loggers_together(model: TinyRegressor, tmp_p
     assert steps["train/Learning Rate"] == list(range(1, EPOCHS * TRAIN_BATCHES + 1))
     assert steps["train/Loss/epoch"] == steps["valid/Loss/epoch"] == [1, 2, 3]
     final = accumulator.Scalars("valid/Loss/epoch")[-1].value
-    assert abs(final - valid[-1]) <= 1e-6 * abs(valid[-1])  # stored as float32
+    last = valid[-1]
+    assert last is not None
+    assert abs(final - last) <= 1e-6 * abs(last)  # stored as float32

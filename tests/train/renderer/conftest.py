@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -13,7 +14,7 @@ from tests.train.renderer.tui.screen import Screen
 def make_screen() -> Iterator[Callable[..., Screen]]:
     screens: list[Screen] = []
 
-    def make(**options: float) -> Screen:
+    def make(**options: Any) -> Screen:  # Screen's own keywords, passed through
         screen = Screen(**options)
         screens.append(screen)
         return screen

@@ -30,7 +30,8 @@ from tests.train.strategy.ddp import helpers as ddp_helpers
 @pytest.fixture
 def one_rank() -> Iterator[None]:
     """A gloo process group of one rank in this process, torn down afterwards."""
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    store = dist.HashStore()  # type: ignore[attr-defined]  # exported, but not in the stubs
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
     try:
         yield
     finally:

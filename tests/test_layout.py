@@ -1,0 +1,282 @@
+"""The layout of ``src/ember``, read from the sources with ``ast`` (nothing is imported).
+
+The rules: no import cycles, the data layer stands without the training layer, the library never
+imports the application, implementation modules are private, package ``__init__`` files only
+re-export, every module says what it is and what it exports, no module grows past 450 lines.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+PUBLIC = {"ember", "ember.data", "ember.train", "ember.extend", "ember.distributed"}
+# ``python -m ember`` runs the application: a script, never imported, so it declares no __all__
+SCRIPT = "ember.__main__"
+MAX_LINES = 450
+
+
+@dataclass(frozen=True)
+class Module:
+    """One source file of ``src/ember``: its dotted name, path and parsed tree."""
+
+    name: str
+    path: Path
+    tree: ast.Module
+
+    @property
+    def is_package(self) -> bool:
+        return self.path.name == "__init__.py"
+
+    def within(self, package: str) -> bool:
+        """Whether this module is ``package`` or lies under it."""
+        return self.name == package or self.name.startswith(package + ".")
+
+
+@cache
+def modules() -> dict[str, Module]:
+    found: dict[str, Module] = {}
+    for path in sorted((SRC / "ember").rglob("*.py")):
+        parts = path.relative_to(SRC).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = Module(name, path, ast.parse(path.read_text(encoding="utf-8"), str(path)))
+    return found
+
+
+def imported(module: Module) -> Iterator[str]:
+    """The ember modules ``module`` imports, anywhere in it (``TYPE_CHECKING`` blocks and
+    function bodies too): ``from package import name`` counts as importing ``package.name``
+    when that is a module, else ``package``."""
+    known = modules()
+    for node in ast.walk(module.tree):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names if alias.name in known)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: resolved against the importing module's package
+                package = module.name.split(".")
+                if not module.is_package:
+                    package = package[:-1]
+                package = package[: len(package) - (node.level - 1)]
+                base = ".".join([*package, base] if base else package)
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                if full in known:
+                    yield full
+                elif base in known:
+                    yield base
+
+
+@cache
+def graph() -> dict[str, frozenset[str]]:
+    return {
+        name: frozenset(dep for dep in imported(module) if dep != name)
+        for name, module in modules().items()
+    }
+
+
+def find_cycle(edges: dict[str, frozenset[str]]) -> list[str] | None:
+    """One import cycle as a path ``[a, b, ..., a]``, or None: a depth-first search that keeps
+    the path it is on and reports the first edge back into it."""
+    done: set[str] = set()
+    path: list[str] = []
+    on_path: set[str] = set()
+
+    def visit(node: str) -> list[str] | None:
+        path.append(node)
+        on_path.add(node)
+        for dep in sorted(edges[node]):
+            if dep in on_path:
+                return [*path[path.index(dep) :], dep]
+            if dep not in done:
+                cycle = visit(dep)
+                if cycle is not None:
+                    return cycle
+        path.pop()
+        on_path.discard(node)
+        done.add(node)
+        return None
+
+    for start in sorted(edges):
+        if start not in done:
+            cycle = visit(start)
+            if cycle is not None:
+                return cycle
+    return None
+
+
+def top_level(tree: ast.Module) -> Iterator[ast.stmt]:
+    """The module's statements, with those of top-level ``if`` and ``try`` blocks."""
+    pending = list(tree.body)
+    while pending:
+        node = pending.pop(0)
+        if isinstance(node, ast.If | ast.Try):
+            pending[:0] = [
+                *node.body,
+                *node.orelse,
+                *(stmt for handler in getattr(node, "handlers", []) for stmt in handler.body),
+            ]
+        else:
+            yield node
+
+
+def defined(tree: ast.Module) -> set[str]:
+    """The names bound at module level: definitions, assignments and imports."""
+    names: set[str] = set()
+    for node in top_level(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name))
+        elif isinstance(node, ast.AnnAssign | ast.AugAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+    return names
+
+
+def declared_all(tree: ast.Module) -> list[str] | None:
+    """The literal ``__all__`` of the module, or None when it has none."""
+    for node in top_level(tree):
+        if isinstance(node, ast.Assign | ast.AnnAssign) and "__all__" in assigned_names(node):
+            value = node.value
+            assert isinstance(value, ast.List | ast.Tuple), "__all__ must be a literal list"
+            return [ast.literal_eval(item) for item in value.elts]
+    return None
+
+
+def is_docstring(node: ast.stmt) -> bool:
+    return (
+        isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+    )
+
+
+def assigned_names(node: ast.stmt) -> set[str]:
+    targets = node.targets if isinstance(node, ast.Assign) else []
+    if isinstance(node, ast.AnnAssign):
+        targets = [node.target]
+    return {t.id for t in targets if isinstance(t, ast.Name)}
+
+
+NAMES = sorted(modules())
+
+
+def test_sources_are_found() -> None:
+    """The walk sees the packages this file's rules are about."""
+    assert PUBLIC | {"ember.app", SCRIPT} <= set(modules())
+
+
+def test_no_import_cycles() -> None:
+    """No module reaches itself through imports, type-only imports counted."""
+    cycle = find_cycle(graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_find_cycle_reports_a_cycle() -> None:
+    """The cycle search finds a cycle that is there, and none in a tree."""
+    edges = {"a": frozenset({"b"}), "b": frozenset({"c"}), "c": frozenset({"b"})}
+    assert find_cycle(edges) == ["b", "c", "b"]
+    assert find_cycle({"a": frozenset({"b"}), "b": frozenset()}) is None
+
+
+def test_relative_imports_are_resolved() -> None:
+    """A relative import counts as importing the module it names."""
+    tree = ast.parse("from .._vocabulary import Split\nfrom . import base\n")
+    store = Module("ember.train._metric.store", SRC / "ember/train/_metric/store.py", tree)
+    assert set(imported(store)) == {"ember.train._vocabulary", "ember.train._metric.base"}
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if modules()[n].within("ember.data")])
+def test_data_never_imports_train(name: str) -> None:
+    """The data layer stands alone: no module of ember.data imports ember.train."""
+    train = sorted(dep for dep in graph()[name] if modules()[dep].within("ember.train"))
+    assert train == [], f"{name} imports {train}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_library_never_imports_the_application(name: str) -> None:
+    """Only the application (``ember.app`` and ``python -m ember``) imports ``ember.app``."""
+    if modules()[name].within("ember.app") or name == SCRIPT:
+        return
+    app = sorted(dep for dep in graph()[name] if modules()[dep].within("ember.app"))
+    assert app == [], f"{name} imports the application: {app}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_modules_outside_the_public_namespaces_are_private(name: str) -> None:
+    """A module is a public namespace, private (a ``_`` component), or part of ``ember.app``."""
+    private = any(part.startswith("_") for part in name.split("."))
+    assert name in PUBLIC or private or modules()[name].within("ember.app"), (
+        f"{name} is neither a public namespace nor private: name it with a leading _"
+    )
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if modules()[n].is_package])
+def test_package_init_only_re_exports(name: str) -> None:
+    """A package ``__init__`` holds a docstring, ``from ... import`` re-exports and ``__all__``
+    (and ``ember.__version__``), nothing else."""
+    body = modules()[name].tree.body
+    allowed = {"__all__", "__version__"} if name == "ember" else {"__all__"}
+    for index, node in enumerate(body):
+        if index == 0 and is_docstring(node):
+            continue
+        if isinstance(node, ast.ImportFrom):
+            continue
+        names = assigned_names(node)
+        assert names and names <= allowed, (
+            f"{name}/__init__.py line {node.lineno}: only re-exports belong there, "
+            f"found {type(node).__name__}"
+        )
+
+
+def exports_nothing(module: Module) -> bool:
+    """A package ``__init__`` that is a docstring alone: it defines no name to declare."""
+    return module.is_package and len(module.tree.body) == 1 and is_docstring(module.tree.body[0])
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if n != SCRIPT])
+def test_every_module_documents_and_declares_its_names(name: str) -> None:
+    """Every module starts with a docstring and has an ``__all__`` of names it defines (a
+    package ``__init__`` that is its docstring alone defines none)."""
+    module = modules()[name]
+    assert ast.get_docstring(module.tree), f"{name} has no module docstring"
+    if exports_nothing(module):
+        return
+    exported = declared_all(module.tree)
+    assert exported is not None, f"{name} has no __all__"
+    assert len(exported) == len(set(exported)), f"{name}.__all__ lists a name twice"
+    undefined = sorted(set(exported) - defined(module.tree))
+    assert undefined == [], f"{name}.__all__ lists names it does not define: {undefined}"
+
+
+def test_the_script_is_documented() -> None:
+    """``python -m ember`` has a docstring too."""
+    assert ast.get_docstring(modules()[SCRIPT].tree), f"{SCRIPT} has no module docstring"
+
+
+# Modules over the limit when this test was written; each is to be split, and strict xfail fails
+# the day it is, so that the entry is removed with it.
+TOO_LONG_TODAY = {"ember.train._processor"}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="to be split"))
+        if n in TOO_LONG_TODAY
+        else n
+        for n in NAMES
+    ],
+)
+def test_no_module_is_too_long(name: str) -> None:
+    """One concept per module: none over 450 lines."""
+    lines = len(modules()[name].path.read_text(encoding="utf-8").splitlines())
+    assert lines <= MAX_LINES, f"{name} has {lines} lines (at most {MAX_LINES}): split it"

@@ -1,0 +1,1 @@
+"""Tests of ember.train._checkpoint.learning (LearningCheckpointer), by concept."""

@@ -1,0 +1,1 @@
+"""Tests of ember.train._lr_scheduler."""

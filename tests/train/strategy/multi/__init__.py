@@ -1,0 +1,1 @@
+"""Tests of ember.train._strategy.multi (MultiDevice), by concept."""
