@@ -134,3 +134,13 @@ def run_loop(
         ).execute()
     finally:
         run.close()
+
+
+def weight(model: nn.Module) -> torch.Tensor:
+    """The ``linear.weight`` of a TinyRegressor (typed, for comparisons)."""
+    return model.get_parameter("linear.weight")
+
+
+def bias(model: nn.Module) -> torch.Tensor:
+    """The ``linear.bias`` of a TinyRegressor."""
+    return model.get_parameter("linear.bias")

@@ -41,12 +41,12 @@ from ember.train._learner import Learner
 from ember.train._logger.file import FileMetricLogger
 from ember.train._loop import LoopPlan, LoopResult, TrainingLoop
 from ember.train._metric.grad_norm import GradNormMetric
+from ember.train._metric.registered import MetricsTraining
 from ember.train._metric.store import EventStore
 from ember.train._processor import (
     AsyncProcessorTraining,
     EventProcessor,
     FullEventProcessorTraining,
-    MetricsTraining,
     SilentProcessor,
 )
 from ember.train._renderer.base import MetricsRenderer

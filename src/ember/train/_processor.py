@@ -10,7 +10,6 @@ a chunk of up to 256 events (or 50 ms of them) a few percent. Order and backpres
 
 from __future__ import annotations
 
-import copy
 import logging
 import math
 import queue
@@ -33,14 +32,13 @@ from ember.train._events import (
     StartSplit,
 )
 from ember.train._metric.base import (
-    Metric,
     MetricDefinition,
     MetricMetadata,
-    Numeric,
     adapt,
     metric_definition,
 )
 from ember.train._metric.loss import LossInput
+from ember.train._metric.registered import MetricsTraining
 from ember.train._metric.store import EventStore
 from ember.train._outputs import ItemLazy
 from ember.train._renderer.base import MetricsRenderer, MetricState
@@ -50,7 +48,6 @@ __all__ = [
     "AsyncProcessorTraining",
     "EventProcessor",
     "FullEventProcessorTraining",
-    "MetricsTraining",
     "SilentProcessor",
 ]
 
@@ -92,69 +89,6 @@ class SilentProcessor:
 
     def flush(self) -> None:
         """Nothing is pending."""
-
-
-class MetricsTraining:
-    """The metrics registered for each split, updated in registration order."""
-
-    def __init__(self) -> None:
-        self._metrics: dict[Split, list[Metric]] = {Split.TRAIN: [], Split.VALID: []}
-        # (metric, its input type, whether numeric): protocol checks are too slow per batch
-        self._resolved: dict[Split, list[tuple[Metric, type[Any], bool]]] = {
-            Split.TRAIN: [],
-            Split.VALID: [],
-        }
-
-    def register(self, split: Split, metric: Metric) -> None:
-        """Add ``metric`` to ``split``; a second metric with the same name is refused."""
-        if not isinstance(metric, Metric):
-            raise TypeError(
-                f"metric must have name, input_type, update, compute and clear; "
-                f"got {type(metric).__name__}"
-            )
-        names = [m.name for m in self._metrics[split]]
-        if metric.name in names:
-            raise ValueError(
-                f"a metric named {metric.name!r} is already registered for the {split.value} "
-                "split; each metric writes to the file of its name, so names must be unique"
-            )
-        if any(metric is m for metrics in self._metrics.values() for m in metrics):
-            metric = copy.deepcopy(metric)  # one instance per split: each keeps its own state
-        self._metrics[split].append(metric)
-        self._resolved[split].append((metric, metric.input_type, isinstance(metric, Numeric)))
-
-    def metrics(self, split: Split) -> list[Metric]:
-        """The metrics of ``split``."""
-        return list(self._metrics[split])
-
-    def update(
-        self,
-        split: Split,
-        item: Any,
-        metadata: MetricMetadata,
-        loss: LossInput | None = None,
-    ) -> list[MetricState]:
-        """Update every metric of ``split`` with one batch's output.
-
-        ``loss`` is the item's loss already read back, given to the metrics that read one.
-        """
-        states = []
-        for metric, input_type, numeric in self._resolved[split]:
-            given = loss if input_type is LossInput and loss is not None else None
-            entry = metric.update(given or adapt(item, input_type), metadata)
-            value = metric.value() if numeric else None  # type: ignore[attr-defined]
-            states.append(MetricState(entry, value))
-        return states
-
-    def end_epoch(self, split: Split) -> list[MetricState]:
-        """Compute the epoch value of every metric of ``split``, then clear them."""
-        states = []
-        for metric, _, numeric in self._resolved[split]:
-            entry = metric.compute()
-            value = metric.final_value() if numeric else None  # type: ignore[attr-defined]
-            metric.clear()
-            states.append(MetricState(entry, value))
-        return states
 
 
 _LAZY: dict[type[Any], bool] = {}  # per output type: is it an ItemLazy (checked once)

@@ -40,8 +40,8 @@ from ember.train import (
     TorchMetric,
     WordErrorRate,
 )
+from ember.train._metric.registered import MetricsTraining
 from ember.train._outputs import MultiLabelClassificationOutput, SequenceOutput
-from ember.train._processor import MetricsTraining
 
 
 def _graph(*shape: int) -> torch.Tensor:

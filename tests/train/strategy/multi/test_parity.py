@@ -128,7 +128,7 @@ def test_one_device_is_single_device_bit_for_bit(tmp_path: Path) -> None:
 
 
 def test_resume_is_bit_identical(tmp_path: Path) -> None:
-    """Checkpoint after epoch 2 and resume: the weights equal an uninterrupted run's ("exact resume")."""
+    """Checkpoint after epoch 2 and resume: the weights equal an uninterrupted run's."""
 
     def run(directory: Path, epochs: int, resume: int | None) -> nn.Module:
         torch.manual_seed(0)
