@@ -186,11 +186,13 @@ class TrainingLoop:
         iteration = consumed = 0
         for unit, progress in run.train_pass():
             items, consumed = progress.items_processed - consumed, progress.items_processed
-            with step_context(window.context(epoch, iteration + 1, unit, items)):
+            context = window.context(epoch, iteration + 1, unit, items)
+            with step_context(context):
                 outputs = run.train_step(learner, unit)
             norm = None
             if window.closes(progress):
-                norm = window.step(learner)
+                with step_context(context, autocast=False):  # optimize() may read the batch
+                    norm = window.step(learner)
                 run.after_optimizer_step()
             logged, stopper = run.report(
                 [output.item for output in outputs], self.interrupter.should_stop()

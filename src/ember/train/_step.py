@@ -99,19 +99,21 @@ def current_step() -> StepContext | None:
 
 
 class step_context:  # noqa: N801  # used as a context manager, like contextlib's
-    """Make ``context`` the current step for the block, under its autocast if it has one (the
-    loop's and strategies' tool: a device thread enters the context it is handed)."""
+    """Make ``context`` the current step for the block, under its autocast if it has one and
+    ``autocast`` is True (the loop's and strategies' tool: a device thread enters the context
+    it is handed; the optimizer step runs in the context, outside autocast)."""
 
-    __slots__ = ("_autocast", "_context", "_token")
+    __slots__ = ("_autocast", "_context", "_token", "_with_autocast")
 
-    def __init__(self, context: StepContext) -> None:
+    def __init__(self, context: StepContext, *, autocast: bool = True) -> None:
         self._context = context
+        self._with_autocast = autocast
         self._token: contextvars.Token[StepContext | None] | None = None
         self._autocast: torch.autocast | None = None
 
     def __enter__(self) -> StepContext:
         self._token = _CURRENT.set(self._context)
-        if self._context.autocast is not None:
+        if self._with_autocast and self._context.autocast is not None:
             device_type, dtype = self._context.autocast
             self._autocast = torch.autocast(device_type, dtype)
             self._autocast.__enter__()  # type: ignore[no-untyped-call]  # untyped in torch
