@@ -64,3 +64,10 @@ def test_checkpoint_keys_never_hold_orig_mod() -> None:
     load_model_record(plain, record)
     assert torch.equal(weight(plain), weight(compiled))
     load_model_record(compiled, model_record(TinyRegressor()))
+
+
+def test_unknown_compile_options_are_refused_at_the_call(tmp_path: Path) -> None:
+    """An option torch.compile does not take is named at the call, with the ones it takes."""
+    builder = SupervisedTraining(tmp_path, loader(4), loader(4))
+    with pytest.raises(TypeError, match=r"does not take: \['bakend'\]; it takes .*'backend'"):
+        builder.compile(bakend="eager")

@@ -19,6 +19,7 @@ from ember.train import (
     Learner,
     LearningResult,
     LossMetric,
+    MultiDevice,
     SupervisedTraining,
 )
 from tests.train.fixtures import Batch, TinyRegressor, loader, weight
@@ -213,3 +214,26 @@ def test_bad_values_are_refused_at_the_call(
     """Each builder call names the value and the choices."""
     with pytest.raises(error, match=message):
         call(SupervisedTraining(tmp_path, loader(4), loader(4)))
+
+
+def test_mixed_precision_reaches_every_device_thread(tmp_path: Path) -> None:
+    """Under MultiDevice every device thread runs its forward under the autocast."""
+    seen: list[bool] = []
+
+    class Watching(TinyRegressor):
+        def train_step(self, batch: Batch) -> Any:
+            seen.append(torch.is_autocast_enabled("cpu"))
+            return super().train_step(batch)
+
+    torch.manual_seed(0)
+    model = Watching()
+    result = (
+        SupervisedTraining(tmp_path, loader(16, 4), loader(8, 4))
+        .renderer(CliMetricsRenderer(io.StringIO()))
+        .metrics(LossMetric())
+        .precision("bf16-mixed")
+        .with_training_strategy(MultiDevice(["cpu", "cpu"]))
+        .launch(Learner(model, torch.optim.SGD(model.parameters()), 0.1))
+    )
+    assert result.error is None, result.traceback
+    assert seen and all(seen)

@@ -159,7 +159,19 @@ class SupervisedTraining:
 
     def compile(self, **options: Any) -> SupervisedTraining:
         """Compile the model in place with ``nn.Module.compile(**options)`` at launch, so the
-        ``self(...)`` calls inside ``train_step`` and ``inference_step`` run compiled."""
+        ``self(...)`` calls inside ``train_step`` and ``inference_step`` run compiled.
+        Options ``torch.compile`` does not take are refused here, naming them."""
+        import inspect
+
+        import torch
+
+        accepted = set(inspect.signature(torch.compile).parameters) - {"model"}
+        unknown = sorted(set(options) - accepted)
+        if unknown:
+            raise TypeError(
+                f"compile() got options torch.compile does not take: {unknown}; it takes "
+                f"{sorted(accepted)}"
+            )
         return self._set(compile_options=dict(options))
 
     def gradient_checkpointing(self, modules: Sequence[str] | None = None) -> SupervisedTraining:
