@@ -10,7 +10,7 @@ exactly the same batches.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import torch
 
@@ -26,6 +26,7 @@ BatchFn = Callable[[list[ItemT], torch.device], BatchT]
 """A plain function used as a batcher."""
 
 
+@runtime_checkable
 class Batcher(Protocol[ItemT, BatchT_co]):
     """Builds one batch from a list of items, with its tensors on ``device``.
 
@@ -44,9 +45,8 @@ def batch_function(
 
     Raises TypeError when ``batcher`` is neither.
     """
-    method = getattr(batcher, "batch", None)
-    if callable(method):
-        return method  # type: ignore[no-any-return]  # getattr is untyped; the protocol types it
+    if isinstance(batcher, Batcher):
+        return batcher.batch
     if callable(batcher):
         return batcher
     raise TypeError(

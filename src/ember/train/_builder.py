@@ -64,8 +64,7 @@ class SupervisedTraining:
         if path.exists() and not path.is_dir():
             raise ValueError(f"directory is a file, not a directory: {str(path)!r}")
         for name, loader in (("train", train), ("valid", valid)):
-            if not callable(getattr(loader, "to_device", None)) or not hasattr(loader, "__iter__"):
-                raise TypeError(f"{name} must be an ember DataLoader, got {type(loader).__name__}")
+            check_protocol(loader, DataLoader, f"the {name} loader")
         self._config = TrainingConfig(path, train, valid, application_log=path / "experiment.log")
 
     @property
