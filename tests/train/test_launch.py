@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 
 from ember.extend import MetricEntry, MetricMetadata
@@ -191,3 +192,26 @@ def test_optimizer_factory_is_built_after_the_move(model: TinyRegressor, run_dir
     result = quiet(run_dir, loader(8), loader(4)).launch(learner)
     assert result.error is None and len(built) == 1 and learner.optimizer is built[0]
     assert not torch.equal(before, weight)
+
+
+def test_a_metric_nobody_registered_is_refused_at_launch(tmp_path: Path) -> None:
+    """Early stopping on "Acuracy" or a checkpointing strategy on a metric not on the valid
+    split: refused before training, naming the metric, the split and the registered names."""
+    from ember.train import ComposedCheckpointingStrategy as Composed
+    from ember.train import (
+        KeepLastNCheckpoints,
+        MetricCheckpointingStrategy,
+        MetricEarlyStoppingStrategy,
+    )
+
+    def builder() -> SupervisedTraining:
+        return SupervisedTraining(tmp_path / "run", loader(4), loader(4)).metrics(LossMetric())
+
+    model = TinyRegressor()
+    learner = Learner(model, torch.optim.SGD(model.parameters()), 0.1)
+    with pytest.raises(ValueError, match=r"early stopping reads the metric 'Acuracy' on the valid"):
+        builder().early_stopping(MetricEarlyStoppingStrategy("Acuracy")).launch(learner)
+    strategy = Composed([KeepLastNCheckpoints(1), MetricCheckpointingStrategy("Accuracy")])
+    with pytest.raises(ValueError, match=r"'Accuracy' .* \(registered: \['Loss'\]\)"):
+        builder().with_default_checkpointers().with_checkpointing_strategy(strategy).launch(learner)
+    assert not (tmp_path / "run").exists()

@@ -32,8 +32,13 @@ from ember.train._application_log import experiment_log
 from ember.train._checkpoint.file import atomic_write
 from ember.train._checkpoint.learning import LearningCheckpointer, RunCheckpointer
 from ember.train._checkpoint.manifest import manifest_path
-from ember.train._checkpoint.strategy import default_checkpointing_strategy
+from ember.train._checkpoint.strategy import (
+    ComposedCheckpointingStrategy,
+    MetricCheckpointingStrategy,
+    default_checkpointing_strategy,
+)
 from ember.train._config import DEFAULT_CHECKPOINTERS, TrainingConfig
+from ember.train._early_stopping import MetricEarlyStoppingStrategy
 from ember.train._events import End
 from ember.train._gradient_checkpointing import checkpointed_modules
 from ember.train._hooks import TrainingHooks
@@ -69,6 +74,7 @@ def launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
     if not isinstance(learner, Learner):
         raise TypeError(f"launch needs a Learner, got {type(learner).__name__}")
     _check_monitor(config, learner)
+    _check_metric_names(config)
     checkpointer = _checkpointer(config)
     starting_epoch = _starting_epoch(config, checkpointer)
     if config.compile_options is not None:
@@ -156,6 +162,34 @@ def _check_monitor(config: TrainingConfig, learner: Learner[Any]) -> None:
             f"registered on the valid split (registered: {valid}); register it with "
             f"metric_valid_numeric(...)"
         )
+
+
+def _check_metric_names(config: TrainingConfig) -> None:
+    """The metrics early stopping and a given checkpointing strategy read must be registered
+    on their split: a typo would otherwise only warn, epoch after epoch, and never act."""
+    wanted: list[tuple[str, str, Split]] = []
+    if isinstance(config.early_stopping, MetricEarlyStoppingStrategy):
+        stopping = config.early_stopping
+        wanted.append(("early stopping", stopping.name, stopping.split))
+    strategies: list[Any] = []
+    if config.checkpointing_strategy is not None:
+        strategies.append(config.checkpointing_strategy)
+    if isinstance(config.checkpointer, LearningCheckpointer):
+        strategies.append(config.checkpointer.strategy)
+    while strategies:
+        strategy = strategies.pop()
+        if isinstance(strategy, ComposedCheckpointingStrategy):
+            strategies.extend(strategy.strategies)
+        elif isinstance(strategy, MetricCheckpointingStrategy):
+            wanted.append(("the checkpointing strategy", strategy.name, strategy.split))
+    for who, name, split in wanted:
+        registered = sorted(m.name for s, m in config.metrics if s is split)
+        if name not in registered:
+            raise ValueError(
+                f"{who} reads the metric {name!r} on the {split.value} split, which is not "
+                f"registered there (registered: {registered}); register it (metric_"
+                f"{split.value}_numeric(...) or metrics(...)) or fix the name"
+            )
 
 
 def _metrics(config: TrainingConfig) -> MetricsTraining:
