@@ -29,9 +29,13 @@ Step = Callable[[Any], Any]
 def iter_predictions(
     model: nn.Module, loader: DataLoader[Any], *, step: Step | None = None
 ) -> Iterator[Any]:
-    """Each batch's output, streamed; see the module doc."""
+    """Each batch's output, streamed; see the module doc. Arguments are checked at the call."""
     run = _step(model, step)
     check_protocol(loader, DataLoader, "loader")
+    return _outputs(model, loader, run)
+
+
+def _outputs(model: nn.Module, loader: DataLoader[Any], run: Step) -> Iterator[Any]:
     param = next(model.parameters(), None)
     batches = loader if param is None else loader.to_device(param.device)
     training = model.training
