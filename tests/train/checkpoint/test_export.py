@@ -89,10 +89,10 @@ def test_load_checkpoint_best_last_and_by_number(
 
 
 def test_bad_checkpoints_are_named(tmp_path: Path, run: tuple[Path, LearningResult[Any]]) -> None:
-    directory, result = run
+    directory = run[0]
     with pytest.raises(CheckpointError, match="no run or checkpoint directory"):
         load_checkpoint(tmp_path / "nothing", into=TinyRegressor())
-    with pytest.raises(CheckpointError, match="manifest-9.json is missing"):
+    with pytest.raises(CheckpointError, match=r"manifest-9\.json is missing"):
         load_checkpoint(directory, 9, into=TinyRegressor())
     with pytest.raises(ValueError, match="'best', 'last'"):
         load_checkpoint(directory, "first", into=TinyRegressor())  # type: ignore[arg-type]

@@ -58,7 +58,7 @@ def test_bad_input() -> None:
         predict(nn.Linear(3, 1), loader(4))
     with pytest.raises(TypeError, match="DataLoader"):
         predict(TinyRegressor(), [1, 2])  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="torch.nn.Module"):
+    with pytest.raises(TypeError, match=r"torch\.nn\.Module"):
         predict(object(), loader(4))  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="DataLoader"):
         iter_predictions(TinyRegressor(), [1, 2])  # type: ignore[arg-type]  # at the call
