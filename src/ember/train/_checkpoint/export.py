@@ -113,7 +113,14 @@ def resolve_epoch(directory: str | os.PathLike[str], epoch: CheckpointEpoch) -> 
                 "MetricCheckpointingStrategy, the default's Loss one, or name the epoch)"
             )
         return best
-    return check_epoch(check_checkpoint_epoch(epoch))
+    number = check_epoch(check_checkpoint_epoch(epoch))
+    if not manifest_path(checkpoints, number).exists():
+        raise CheckpointError(
+            f"no checkpoint of epoch {number} in {checkpoints} (no "
+            f"{manifest_path(checkpoints, number).name}); checkpointed epochs: "
+            f"{manifest_epochs(checkpoints)}"
+        )
+    return number
 
 
 def check_checkpoint_epoch(epoch: Any) -> Any:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import logging
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -69,6 +70,7 @@ from ember.train._vocabulary import Split
 __all__ = ["Evaluator", "EvaluatorBuilder", "EvaluatorConfig", "check_tests"]
 
 Test = tuple[str, DataLoader[Any]]
+log = logging.getLogger("ember.train")
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,6 +268,7 @@ class Evaluator:
                 run.check_same(
                     {"the test loader's items": loader.num_items(), "its batches": len(loader)}
                 )
+                log.info("Evaluating test %r over %d items", name, loader.num_items())
                 emit(StartTest(name, loader.num_items()))
                 model.eval()
                 with torch.inference_mode():
