@@ -12,6 +12,7 @@ SHA-256) before use and parsed without running code from it.
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -46,6 +47,7 @@ M = TypeVar("M", bound=nn.Module)
 CheckpointEpoch = int | Literal["best", "last"]
 """An epoch of a run's checkpoints: its number, ``"best"`` or ``"last"``."""
 
+log = logging.getLogger("ember.train")
 _EXTRA = "$extra."  # model_record's prefix for tensors inside a module's extra state
 
 
@@ -73,14 +75,18 @@ def model_checkpoints(directory: str | os.PathLike[str]) -> dict[int, Path]:
 
 
 def best_epoch(directory: str | os.PathLike[str]) -> int | None:
-    """The epoch the checkpointing strategy keeps as best, from the newest complete checkpoint's
-    state; None when no metric strategy was used or nothing is complete."""
+    """The epoch the checkpointing strategy keeps as best, from the state saved with the newest
+    checkpoint whose state file verifies; None when no metric strategy was used or there is no
+    checkpoint. Only state files are read (the model files are verified when loaded)."""
     checkpoints = checkpoint_directory(directory)
-    latest = latest_complete_epoch(checkpoints, ("model", "state"))
-    if latest is None:
-        return None
-    state = _read(checkpoints, "state", latest)
-    return _kept_best(state.metadata.get(STRATEGY_STATE_KEY))
+    for epoch in reversed(manifest_epochs(checkpoints)):
+        try:
+            state = _read(checkpoints, "state", epoch)
+        except CheckpointError as error:  # damaged or half-deleted: an older one may do
+            log.info("checkpoint of epoch %d has no readable state: %s", epoch, error)
+            continue
+        return _kept_best(state.metadata.get(STRATEGY_STATE_KEY))
+    return None
 
 
 def _kept_best(state: Any) -> int | None:
