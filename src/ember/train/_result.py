@@ -79,9 +79,7 @@ class LearningResult(Generic[M]):
         """
         if self.directory is None:
             raise ValueError("this result has no run directory to evaluate in")
-        builder = EvaluatorBuilder(self.directory).with_application_logger(
-            self.directory / "evaluation.log"
-        )
+        builder = EvaluatorBuilder(self.directory)  # its application log: evaluation.log
         for metric in metrics:
             if isinstance(metric, Numeric):
                 builder.metric_numeric(metric)

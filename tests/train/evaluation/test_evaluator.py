@@ -208,3 +208,17 @@ def test_a_failing_step_is_raised_and_the_thread_ends(tmp_path: Path) -> None:
         evaluator.eval("test", loader(4))
     assert not any(t.name == "eval-worker" for t in threading.enumerate())
     assert "Training failed: RuntimeError: broken step" in stream.getvalue()
+
+
+def test_a_failing_metric_writes_no_summary(tmp_path: Path) -> None:
+    """The metrics thread fails: the error is raised, no summary.json is written."""
+
+    class Failing(LossMetric):
+        def update(self, item: object, metadata: object) -> object:  # type: ignore[override]
+            raise ValueError("metric failed")
+
+    evaluator = builder(tmp_path).metrics(Failing()).summary().build(TinyRegressor())
+    with pytest.raises(ValueError, match="metric failed"):
+        evaluator.eval_all([("a", loader(4)), ("b", loader(4))])
+    assert not (tmp_path / "test" / "summary.json").exists()
+    assert not (tmp_path / "test" / "b").exists()  # stopped after the first test

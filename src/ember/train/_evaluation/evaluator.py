@@ -228,6 +228,7 @@ class Evaluator:
                 if config.summary and main:
                     self._evaluated = self._evaluated.merged(summary)
                     path = config.directory / Split.TEST.value / "summary.json"
+                    path.parent.mkdir(parents=True, exist_ok=True)
                     atomic_write(path, self._evaluated.dumps().encode("utf-8"))
             except BaseException as caught:  # raised once everything is closed
                 error = caught
@@ -284,10 +285,9 @@ class Evaluator:
                 run.close(error)
                 raise
             run.close()
-            if decided is None:  # the metrics thread failed: the main process raises its error
-                if processor is None:
-                    raise DistributedError("the evaluation failed on the main process")
-                break
+            if decided is None:  # the metrics thread failed; every process stops here
+                failure = processor.error if processor is not None else None
+                raise failure or DistributedError("the evaluation failed on the main process")
             rows = decided
         return EvaluationSummary.from_json({"tests": rows})
 
