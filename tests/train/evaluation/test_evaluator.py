@@ -147,12 +147,12 @@ def test_classification_metrics_match_torch(tmp_path: Path) -> None:
             super().__init__()
             self.linear = torch.nn.Linear(3, 4)
 
-        def inference_step(self, batch: object) -> ClassificationOutput:
-            scores = self.linear(batch.x)  # type: ignore[attr-defined]
-            targets = (batch.y[:, 0] > 0).long() + (batch.y[:, 0] > 1).long()  # type: ignore[attr-defined]
+        def inference_step(self, batch: Batch) -> ClassificationOutput:
+            scores = self.linear(batch.x)
+            targets = (batch.y[:, 0] > 0).long() + (batch.y[:, 0] > 1).long()
             return ClassificationOutput(F.cross_entropy(scores, targets), scores, targets)
 
-        def train_step(self, batch: object) -> TrainOutput[ClassificationOutput]:
+        def train_step(self, batch: Batch) -> TrainOutput[ClassificationOutput]:
             raise NotImplementedError
 
     torch.manual_seed(0)
