@@ -225,3 +225,23 @@ def test_with_test_bad_input(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="with_default_checkpointers"):
         training.metrics(LossMetric()).launch(learner)
     assert not (tmp_path / "experiment.log").exists()
+
+
+def test_result_evaluate_loads_the_named_epoch(tmp_path: Path) -> None:
+    """result.evaluate(checkpoint=2) loads epoch 2 into result.model, then evaluates it."""
+    directory = tmp_path / "run"
+    result = train(directory, epochs=3, keep_last=True)  # keeps epochs 2 and 3
+    test = loader(6, 4, seed=9)
+    summary = result.evaluate(
+        [("test", test)],
+        LossMetric(),
+        checkpoint=2,
+        renderer=CliMetricsRenderer(io.StringIO()),
+        summary=False,
+    )
+    epoch2 = load_file(directory / "checkpoint" / "model-2.safetensors")
+    assert torch.equal(result.model.linear.weight, epoch2["linear.weight"])
+    with torch.inference_mode():
+        means = [float(result.model.inference_step(batch).loss) for batch in test]
+    assert summary.value("Loss") == pytest.approx(sum(means) / len(means), rel=1e-6)
+    assert not (directory / "test" / "summary.json").exists()

@@ -208,14 +208,12 @@ class Evaluator:
             config.directory.mkdir(parents=True, exist_ok=True)
         with experiment_log(config.application_log if main else None):
             renderer = config.renderer or CliMetricsRenderer()
-            processor = (
-                AsyncProcessorTraining(
-                    FullEventProcessorEvaluation(self._metrics(), renderer, config.directory),
-                    name="eval-worker",
-                )
+            full = (
+                FullEventProcessorEvaluation(self._metrics(), renderer, config.directory)
                 if main
                 else None
             )
+            processor = AsyncProcessorTraining(full, name="eval-worker") if full else None
             emit: Callable[[EvaluatorEvent], None] = (
                 processor.process_test if processor is not None else _drop
             )
@@ -224,7 +222,7 @@ class Evaluator:
             training = self._model.training
             try:
                 emit(StartEvaluation(len(tests)))
-                summary = self._run(strategy, tests, emit, processor)
+                summary = self._run(strategy, tests, emit, processor, full)
                 if config.summary and main:
                     self._evaluated = self._evaluated.merged(summary)
                     path = config.directory / Split.TEST.value / "summary.json"
@@ -258,6 +256,7 @@ class Evaluator:
         tests: Sequence[Test],
         emit: Callable[[EvaluatorEvent], None],
         processor: AsyncProcessorTraining | None,
+        full: FullEventProcessorEvaluation | None,
     ) -> EvaluationSummary:
         """Run every test; the main process's summarised values, on every process."""
         model = self._model
@@ -280,7 +279,7 @@ class Evaluator:
                             iteration += 1
                             emit(ProcessedItem(TrainingItem(item, progress, iteration, None)))
                 emit(EndTest(name))
-                decided = run.decide(self._values(processor))
+                decided = run.decide(self._values(processor, full))
             except BaseException as error:
                 run.close(error)
                 raise
@@ -291,14 +290,15 @@ class Evaluator:
             rows = decided
         return EvaluationSummary.from_json({"tests": rows})
 
-    def _values(self, processor: AsyncProcessorTraining | None) -> list[dict[str, Any]] | None:
+    def _values(
+        self, processor: AsyncProcessorTraining | None, full: FullEventProcessorEvaluation | None
+    ) -> list[dict[str, Any]] | None:
         """The summarised values of the tests run so far as JSON rows (after a flush), None if
         the metrics thread failed; [] on processes that do not log."""
-        if processor is None:
+        if processor is None or full is None:
             return []
         processor.flush()
-        full = processor.processor
-        if processor.error is not None or not isinstance(full, FullEventProcessorEvaluation):
+        if processor.error is not None:
             return None
         names = {metric.name for metric, summarised in self._config.metrics if summarised}
         values = {
