@@ -11,7 +11,13 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from ember.data import DataLoader, DataLoaderBuilder, InMemDataset
-from ember.train import CliMetricsRenderer, EvaluatorBuilder, LossMetric, RegressionOutput
+from ember.train import (
+    CliMetricsRenderer,
+    EvaluatorBuilder,
+    LossMetric,
+    RegressionOutput,
+    predict,
+)
 from ember.train._strategy.ddp.strategy import DistributedDataParallel
 from tests.train.strategy.ddp.helpers import Batch, Mlp, batcher, samples
 
@@ -36,7 +42,7 @@ def test_loader() -> DataLoader[Batch]:
 
 
 def evaluate(out_dir: str) -> None:
-    """Every rank evaluates; each writes the value it got back."""
+    """Every rank evaluates, then predicts; each writes what it got back."""
     rank = dist.get_rank()
     stream = io.StringIO()
     summary = (
@@ -48,5 +54,10 @@ def evaluate(out_dir: str) -> None:
         .build(model())
         .eval("test", test_loader())
     )
-    record = {"loss": summary.value("Loss"), "lines": stream.getvalue().splitlines()}
+    outputs = predict(model(), test_loader(), strategy=DistributedDataParallel())
+    record = {
+        "loss": summary.value("Loss"),
+        "lines": stream.getvalue().splitlines(),
+        "predictions": [output.output[:, 0].tolist() for output in outputs],
+    }
     (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(record), encoding="utf-8")

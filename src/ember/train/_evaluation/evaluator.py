@@ -46,6 +46,7 @@ from ember._errors import DistributedError
 from ember.data import DataLoader
 from ember.train._application_log import experiment_log
 from ember.train._checkpoint.file import atomic_write, check_name
+from ember.train._evaluation.prediction import inference_learner
 from ember.train._evaluation.processor import FullEventProcessorEvaluation
 from ember.train._evaluation.summary import EvaluationSummary
 from ember.train._events import (
@@ -57,7 +58,6 @@ from ember.train._events import (
     StartTest,
     TrainingItem,
 )
-from ember.train._learner import Learner
 from ember.train._metric.base import Metric, Numeric
 from ember.train._processor import AsyncProcessorTraining, MetricsTraining
 from ember.train._renderer.base import EvaluationRenderer
@@ -262,8 +262,7 @@ class Evaluator:
         model = self._model
         rows: list[dict[str, Any]] = []
         for name, loader in tests:
-            # evaluation never steps: the optimizer only completes the Learner strategies take
-            run = strategy.start(Learner(model, _unused_optimizer, 0.0), loader, loader)
+            run = strategy.start(inference_learner(model), loader, loader)
             try:
                 run.check_same(
                     {"the test loader's items": loader.num_items(), "its batches": len(loader)}
@@ -311,11 +310,6 @@ class Evaluator:
 
 def _drop(event: EvaluatorEvent) -> None:
     """An event on a process that neither logs nor renders (DDP ranks other than 0)."""
-
-
-def _unused_optimizer(params: Any) -> torch.optim.Optimizer:
-    """An optimizer that is never stepped (a model without parameters gets a placeholder one)."""
-    return torch.optim.SGD(list(params) or [nn.Parameter(torch.zeros(0))], lr=0.0)
 
 
 def check_tests(tests: Sequence[Test]) -> list[Test]:
