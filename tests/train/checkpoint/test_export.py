@@ -26,6 +26,7 @@ from ember.train import (
     export_weights,
     load_checkpoint,
 )
+from ember.train._checkpoint.export import CheckpointEpoch
 from ember.train._logger.file import FileMetricLogger
 from ember.train._metric.store import epoch_value
 from ember.train._vocabulary import Split
@@ -79,7 +80,8 @@ def test_load_checkpoint_best_last_and_by_number(
 ) -> None:
     directory, result = run
     assert result.best_epoch is not None
-    for which, epoch in (("best", result.best_epoch), ("last", 4), (3, 3)):
+    cases: list[tuple[CheckpointEpoch, int]] = [("best", result.best_epoch), ("last", 4), (3, 3)]
+    for which, epoch in cases:
         model = load_checkpoint(directory, which, into=TinyRegressor())
         stored = load_file(directory / "checkpoint" / f"model-{epoch}.safetensors")
         for name, tensor in model.state_dict().items():

@@ -21,7 +21,8 @@ from ember.train import (
     RegressionOutput,
     TopKAccuracyMetric,
 )
-from ember.train._metric.base import NumericEntry
+from ember.train._metric.base import MetricEntry, MetricMetadata, NumericEntry
+from ember.train._metric.loss import LossInput
 from tests.train.fixtures import Batch, TinyRegressor, loader, samples
 
 
@@ -183,7 +184,7 @@ def test_other_bad_input(tmp_path: Path) -> None:
         EvaluatorBuilder(tmp_path).build(TinyRegressor())
     evaluator = builder(tmp_path / "run").metrics(LossMetric()).build(TinyRegressor())
     with pytest.raises(ValueError, match="empty"):
-        evaluator.eval("test", Empty())
+        evaluator.eval("test", Empty())  # type: ignore[arg-type]  # duck-typed, on purpose
     with pytest.raises(ValueError, match="given twice"):
         evaluator.eval_all([("a", loader(2)), ("a", loader(2))])
     with pytest.raises(ValueError, match="tests is empty"):
@@ -199,7 +200,7 @@ def test_other_bad_input(tmp_path: Path) -> None:
 
 def test_a_failing_step_is_raised_and_the_thread_ends(tmp_path: Path) -> None:
     class Broken(TinyRegressor):
-        def inference_step(self, batch: object) -> object:
+        def inference_step(self, batch: Batch) -> RegressionOutput:
             raise RuntimeError("broken step")
 
     stream = io.StringIO()
@@ -214,7 +215,7 @@ def test_a_failing_metric_writes_no_summary(tmp_path: Path) -> None:
     """The metrics thread fails: the error is raised, no summary.json is written."""
 
     class Failing(LossMetric):
-        def update(self, item: object, metadata: object) -> object:  # type: ignore[override]
+        def update(self, item: LossInput, metadata: MetricMetadata) -> MetricEntry:
             raise ValueError("metric failed")
 
     evaluator = builder(tmp_path).metrics(Failing()).summary().build(TinyRegressor())
