@@ -20,11 +20,16 @@ from ember.train._early_stopping import EarlyStoppingStrategy
 from ember.train._events import (
     End,
     EndEpoch,
+    EndEvaluation,
     EndSplit,
+    EndTest,
+    EvaluatorEvent,
     LearnerEvent,
     ProcessedItem,
     Start,
+    StartEvaluation,
     StartSplit,
+    StartTest,
     TrainingItem,
 )
 from ember.train._hooks import Stateful, TrainingHooks
@@ -52,7 +57,9 @@ from ember.train._metric.top_k import TopKAccuracyInput
 from ember.train._outputs import ItemLazy
 from ember.train._processor import EventProcessor
 from ember.train._renderer.base import (
+    EvaluationRenderer,
     MetricsRenderer,
+    MetricsRendererEvaluation,
     MetricsRendererTraining,
     MetricState,
     TrainingProgressLogger,
@@ -81,7 +88,11 @@ __all__ = [
     "EarlyStoppingStrategy",
     "End",
     "EndEpoch",
+    "EndEvaluation",
     "EndSplit",
+    "EndTest",
+    "EvaluationRenderer",
+    "EvaluatorEvent",
     "EventProcessor",
     "HammingScoreInput",
     "ItemLazy",
@@ -98,6 +109,7 @@ __all__ = [
     "MetricQuery",
     "MetricState",
     "MetricsRenderer",
+    "MetricsRendererEvaluation",
     "MetricsRendererTraining",
     "Numeric",
     "NumericEntry",
@@ -109,7 +121,9 @@ __all__ = [
     "Save",
     "Split",
     "Start",
+    "StartEvaluation",
     "StartSplit",
+    "StartTest",
     "Stateful",
     "StepContext",
     "StrategyRun",

@@ -166,5 +166,5 @@ def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
         main(["--help"])
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
-    for command in ("demo", "summary", "plot", "digits"):
+    for command in ("demo", "summary", "plot", "digits", "eval", "export"):
         assert command in out

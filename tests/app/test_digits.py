@@ -6,9 +6,17 @@ import json
 from pathlib import Path
 
 import pytest
+from safetensors.torch import load_file
 
 from ember.app.cli import main
-from ember.app.digits import DEFAULT_EPOCHS, VALID_SIZE, load_digits
+from ember.app.digits import (
+    DEFAULT_EPOCHS,
+    TEST_SIZE,
+    VALID_SIZE,
+    DigitsMlp,
+    load_digits,
+    load_digits_with_test,
+)
 from ember.extend import NumericEntry
 
 pytest.importorskip("sklearn")  # the digits ship with scikit-learn (ember[examples])
@@ -64,3 +72,39 @@ def test_split_is_seeded_and_disjoint() -> None:
         (a.pixels == b.pixels).all() for a, b in zip(train[:50], again_train[:50], strict=True)
     )
     assert float(train[0].pixels.min()) >= 0.0 and float(train[0].pixels.max()) <= 1.0
+
+
+def test_eval_trains_keeps_the_best_and_prints_the_test_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`ember eval`: train/valid/test split, the best epoch evaluated on the test set, its table
+    printed and written; `ember export` then writes that epoch's weights."""
+    directory = tmp_path / "eval"
+    assert main(["eval", "--dir", str(directory), "--epochs", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "Starting evaluation with 1 test(s)." in out
+    assert f"Starting test 'test' with {TEST_SIZE} items." in out
+    assert "| Test | Metric   | Value    |" in out
+    summary = json.loads((directory / "test" / "summary.json").read_text(encoding="utf-8"))
+    values = {row["metric"]: row["value"] for row in summary["tests"]}
+    assert set(values) == {"Accuracy", "Loss"}
+    assert "Test accuracy of epoch " in out and f"{values['Accuracy']:.2f} %" in out
+    log = (directory / "test" / "test" / "Accuracy.log").read_text(encoding="utf-8")
+    assert NumericEntry.parse(log.splitlines()[-1]).value == values["Accuracy"]
+
+    output = tmp_path / "model.safetensors"
+    assert main(["export", str(directory), "-o", str(output)]) == 0
+    assert "wrote" in capsys.readouterr().out
+    assert set(load_file(output)) == set(DigitsMlp().state_dict())
+    assert main(["export", str(directory), "--epoch", "1", "-o", str(tmp_path / "x")]) == 2
+    assert "no checkpoint of epoch 1" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+def test_three_way_split_is_disjoint() -> None:
+    train, valid, test = load_digits_with_test()
+    assert len(valid) == VALID_SIZE and len(test) == TEST_SIZE
+    assert len(train) + len(valid) + len(test) == 1797
+    assert [d.label for d in valid] == [d.label for d in load_digits()[1]]
+    seen = {tuple(d.pixels.tolist()) for d in test}
+    assert not any(tuple(d.pixels.tolist()) in seen for d in train[:200])

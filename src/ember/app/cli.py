@@ -1,9 +1,11 @@
 """The ``ember`` command.
 
 ``ember demo`` runs the seed's experiment; ``ember summary DIR`` prints a run's summary table;
-``ember plot DIR`` draws its metric curves; ``ember digits`` trains on real data. Exit codes:
-0 success, 1 training failed, 2 nothing to do (no run, a directory it will not overwrite, a
-missing optional extra), 3 the demo's losses differ.
+``ember plot DIR`` draws its metric curves; ``ember digits`` trains on real data, ``ember eval``
+also evaluates its best epoch on a test set; ``ember export DIR`` writes a run's weights as one
+safetensors file. Exit codes: 0 success, 1 training failed, 2 nothing to do (no run, a directory
+it will not overwrite, a missing optional extra, a missing or damaged checkpoint), 3 the demo's
+losses differ.
 """
 
 from __future__ import annotations
@@ -28,6 +30,17 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
+
+
+def _checkpoint_epoch(text: str) -> int | str:
+    if text in ("best", "last"):
+        return text
+    try:
+        return _positive(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be best, last or an epoch number, got {text!r}"
+        ) from None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -68,6 +81,31 @@ def _parser() -> argparse.ArgumentParser:
         "--epochs", type=_positive, default=DEFAULT_EPOCHS, help=f"default {DEFAULT_EPOCHS}"
     )
     digits.add_argument("--dir", type=Path, default=Path("artifacts/digits"), help="run directory")
+
+    evaluation = commands.add_parser(
+        "eval",
+        help="train on the digits with a test set, keep the best epoch, print its test table",
+    )
+    evaluation.add_argument(
+        "--epochs", type=_positive, default=DEFAULT_EPOCHS, help=f"default {DEFAULT_EPOCHS}"
+    )
+    evaluation.add_argument(
+        "--dir", type=Path, default=Path("artifacts/eval"), help="run directory"
+    )
+
+    export = commands.add_parser(
+        "export", help="write a run's checkpointed weights as one plain safetensors file"
+    )
+    export.add_argument("directory", type=Path, metavar="DIR", help="run directory")
+    export.add_argument(
+        "--epoch",
+        type=_checkpoint_epoch,
+        default="best",
+        help="best (default: the epoch kept for the checkpointing metric), last, or a number",
+    )
+    export.add_argument(
+        "-o", "--output", type=Path, required=True, metavar="FILE", help="file to write"
+    )
     return parser
 
 
@@ -98,20 +136,38 @@ def _plot(directory: Path, output: Path | None) -> int:
     return 0
 
 
-def _digits(directory: Path, epochs: int) -> int:
+def _digits(directory: Path, epochs: int, *, test: bool = False) -> int:
     from ember.app.digits import run_digits
 
+    command = "eval" if test else "digits"
     try:
-        report = run_digits(directory, epochs=epochs)
+        report = run_digits(directory, epochs=epochs, test=test)
     except (ValueError, ImportError) as error:
-        return _error("digits", error)
+        return _error(command, error)
     if not report.result.succeeded:
         return 1
+    if test and report.evaluation is not None:
+        best = report.result.best_epoch
+        print(f"Test accuracy of epoch {best}: {report.evaluation.value('Accuracy'):.2f} %")
+        print(f"Export its weights: ember export {directory} -o model.safetensors")
+        return 0
     if report.accuracy is not None:
         print(
             f"Validation accuracy after epoch {report.result.last_epoch}: {report.accuracy:.2f} %"
         )
     print(f"Plot the curves: ember plot {directory}")
+    return 0
+
+
+def _export(directory: Path, epoch: int | str, output: Path) -> int:
+    from ember._errors import CheckpointError
+    from ember.train._checkpoint.export import export_weights
+
+    try:
+        number = export_weights(directory, output, epoch)  # type: ignore[arg-type]  # parsed
+    except (CheckpointError, OSError, ValueError) as error:
+        return _error("export", error)
+    print(f"wrote {output} (the weights of epoch {number} of {directory})")
     return 0
 
 
@@ -138,4 +194,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _plot(args.directory, args.output)
     if args.command == "digits":
         return _digits(args.dir, args.epochs)
+    if args.command == "eval":
+        return _digits(args.dir, args.epochs, test=True)
+    if args.command == "export":
+        return _export(args.directory, args.epoch, args.output)
     raise AssertionError(f"unknown command {args.command}")

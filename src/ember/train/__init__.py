@@ -2,12 +2,15 @@
 
 What a user writes: the model's steps (``LearnerModel``, ``TrainOutput``), the ``Learner``, the
 ``SupervisedTraining`` builder and what it is given (metrics, loggers, renderers, schedulers,
-checkpointing, early stopping, strategies). Protocols and events for writing one's own
-strategy, renderer, logger or metric are in :mod:`ember.extend`. See ``docs/training.md``.
+checkpointing, early stopping, strategies); after training, the ``EvaluatorBuilder``,
+``predict`` and ``load_checkpoint``/``export_weights`` for a run's best weights. Protocols and
+events for writing one's own strategy, renderer, logger or metric are in :mod:`ember.extend`.
+See ``docs/training.md``.
 """
 
 from ember.train._builder import SupervisedTraining
 from ember.train._checkpoint.asynchronous import AsyncCheckpointer
+from ember.train._checkpoint.export import export_weights, load_checkpoint
 from ember.train._checkpoint.file import FileCheckpointer
 from ember.train._checkpoint.learning import LearningCheckpointer
 from ember.train._checkpoint.strategy import (
@@ -16,6 +19,9 @@ from ember.train._checkpoint.strategy import (
     MetricCheckpointingStrategy,
 )
 from ember.train._early_stopping import MetricEarlyStoppingStrategy, StoppingCondition
+from ember.train._evaluation.evaluator import Evaluator, EvaluatorBuilder
+from ember.train._evaluation.prediction import iter_predictions, predict
+from ember.train._evaluation.summary import EvaluationSummary, TestValue
 from ember.train._events import TrainingItem
 from ember.train._gradient_checkpointing import GradientCheckpointing, apply_gradient_checkpointing
 from ember.train._hooks import Hooks, Stateful, TrainingHooks
@@ -103,6 +109,9 @@ __all__ = [
     "CudaMetric",
     "Direction",
     "DistributedDataParallel",
+    "EvaluationSummary",
+    "Evaluator",
+    "EvaluatorBuilder",
     "ExponentialLr",
     "FBetaScoreMetric",
     "FileCheckpointer",
@@ -151,6 +160,7 @@ __all__ = [
     "SupervisedLearningStrategy",
     "SupervisedTraining",
     "TensorBoardLogger",
+    "TestValue",
     "TopKAccuracyMetric",
     "TorchLrScheduler",
     "TorchMetric",
@@ -163,4 +173,8 @@ __all__ = [
     "apply_gradient_checkpointing",
     "current_step",
     "default_renderer",
+    "export_weights",
+    "iter_predictions",
+    "load_checkpoint",
+    "predict",
 ]

@@ -24,10 +24,12 @@ from torch import nn
 
 from ember._checks import check_positive_int, check_protocol, check_real
 from ember.data import DataLoader
+from ember.train._checkpoint.export import CheckpointEpoch, check_checkpoint_epoch
 from ember.train._checkpoint.learning import RunCheckpointer
 from ember.train._checkpoint.strategy import CheckpointingStrategy
 from ember.train._config import DEFAULT_CHECKPOINTERS, TrainingConfig
 from ember.train._early_stopping import EarlyStoppingStrategy
+from ember.train._evaluation.evaluator import check_tests
 from ember.train._gradient_checkpointing import check_module_names
 from ember.train._hooks import Stateful, TrainingHooks
 from ember.train._interrupter import Interrupter
@@ -264,6 +266,27 @@ class SupervisedTraining:
     def with_application_logger(self, path: str | os.PathLike[str] | None) -> SupervisedTraining:
         """Write the application log to ``path``, or nowhere with None."""
         return self._set(application_log=None if path is None else Path(path))
+
+    def with_test(
+        self, name: str, loader: DataLoader[Any], *, checkpoint: CheckpointEpoch | None = "best"
+    ) -> SupervisedTraining:
+        """After training, evaluate the test ``name`` over ``loader`` with the valid split's
+        metrics, from the weights of ``checkpoint`` (``"best"``: the epoch the checkpointing
+        strategy keeps for its metric; ``"last"``; an epoch; None: the model as trained).
+
+        The values are in ``LearningResult.evaluation``, the logs in ``directory/test/{name}/``
+        and, with ``summary()``, the table is printed and written to ``test/summary.json``. A
+        failed evaluation is the result's ``error``. Every test of a run uses one checkpoint.
+        """
+        checkpoint = check_checkpoint_epoch(checkpoint)
+        config = self._config
+        if config.tests and checkpoint != config.test_checkpoint:
+            raise ValueError(
+                f"every test of a run is evaluated from one checkpoint; the earlier tests use "
+                f"{config.test_checkpoint!r}, this one asks for {checkpoint!r}"
+            )
+        tests = check_tests([*config.tests, (name, loader)])
+        return self._set(tests=tuple(tests), test_checkpoint=checkpoint)
 
     # launch ------------------------------------------------------------------------------
 

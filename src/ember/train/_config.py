@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ember.data import DataLoader
+from ember.train._checkpoint.export import CheckpointEpoch
 from ember.train._checkpoint.learning import RunCheckpointer
 from ember.train._checkpoint.strategy import CheckpointingStrategy
 from ember.train._early_stopping import EarlyStoppingStrategy
@@ -66,3 +67,6 @@ class TrainingConfig:
     checkpointer: RunCheckpointer | Literal["default"] | None = None
     checkpointing_strategy: CheckpointingStrategy | None = None
     resume: Resume = None
+    tests: tuple[tuple[str, DataLoader[Any]], ...] = ()
+    """Evaluated after training (``with_test``), from the checkpoint ``test_checkpoint``."""
+    test_checkpoint: CheckpointEpoch | None = "best"

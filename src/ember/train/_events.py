@@ -8,6 +8,12 @@ Order for one run (single device, no interrupt; ``docs/design.md``, "Event order
         valid: StartSplit(e, n_valid) · ProcessedItem (one per batch) · EndSplit(e)
         train: EndEpoch(e)
     train: End(summary)
+
+An evaluation (``Evaluator.eval_all``) speaks its own words, on the ``test`` split::
+
+    StartEvaluation(total_tests)
+    for each test: StartTest(name, n_items) · ProcessedItem (one per batch) · EndTest(name)
+    EndEvaluation(summary)
 """
 
 from __future__ import annotations
@@ -20,11 +26,16 @@ from ember.data import Progress
 __all__ = [
     "End",
     "EndEpoch",
+    "EndEvaluation",
     "EndSplit",
+    "EndTest",
+    "EvaluatorEvent",
     "LearnerEvent",
     "ProcessedItem",
     "Start",
+    "StartEvaluation",
     "StartSplit",
+    "StartTest",
     "TrainingItem",
 ]
 
@@ -94,3 +105,35 @@ class End:
 
 
 LearnerEvent = Start | StartSplit | ProcessedItem[Any] | EndSplit | EndEpoch | End
+
+
+@dataclass(frozen=True, slots=True)
+class StartEvaluation:
+    """An evaluation of ``total_tests`` tests begins."""
+
+    total_tests: int
+
+
+@dataclass(frozen=True, slots=True)
+class StartTest:
+    """The test ``name`` begins over ``total_items`` items."""
+
+    name: str
+    total_items: int
+
+
+@dataclass(frozen=True, slots=True)
+class EndTest:
+    """The test ``name`` ended."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class EndEvaluation:
+    """Every test ended; ``summary`` is the table of their values, when one was asked for."""
+
+    summary: Any = None
+
+
+EvaluatorEvent = StartEvaluation | StartTest | ProcessedItem[Any] | EndTest | EndEvaluation

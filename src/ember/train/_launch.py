@@ -13,7 +13,10 @@
         finish, whatever happened (each step runs even if one before it failed):
             drain train-worker; log the error; finish the checkpoint writes; End(summary);
             stop train-worker; renderer.on_error(error); close the loggers and the renderer
-        return LearningResult(model in eval mode, renderer, error, summary, stop reason)
+        result = LearningResult(model in eval mode, renderer, error, summary, stop reason,
+                                the checkpoints and the best epoch)
+        with_test tests, if training succeeded: result.evaluate(tests, the valid metrics,
+                                                                the test checkpoint)
 
 ``launch`` never raises for an error during training: it is ``LearningResult.error``, with its
 traceback, after everything above is done.
@@ -21,14 +24,18 @@ traceback, after everything above is done.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import io
 import logging
+from pathlib import Path
 from typing import Any, TypeVar
 
 from torch import nn
 
 from ember._errors import CheckpointError
 from ember.train._application_log import experiment_log
+from ember.train._checkpoint.export import best_epoch, model_checkpoints
 from ember.train._checkpoint.file import atomic_write
 from ember.train._checkpoint.learning import LearningCheckpointer, RunCheckpointer
 from ember.train._checkpoint.manifest import manifest_path
@@ -54,7 +61,7 @@ from ember.train._processor import (
     FullEventProcessorTraining,
     SilentProcessor,
 )
-from ember.train._renderer.base import MetricsRenderer
+from ember.train._renderer.base import EvaluationRenderer, MetricsRenderer
 from ember.train._renderer.cli import CliMetricsRenderer
 from ember.train._renderer.default import default_renderer
 from ember.train._result import LearningResult
@@ -79,6 +86,7 @@ def launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
     starting_epoch = _starting_epoch(config, checkpointer)
     if config.compile_options is not None:
         learner.model.compile(**config.compile_options)
+    _check_tests(config, checkpointer)
     checkpointing = config.gradient_checkpointing
     if checkpointing is not None:
         checkpointing = checkpointed_modules(learner.model, checkpointing or None)
@@ -147,9 +155,65 @@ def launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
             error = _finish(async_processor, store, checkpointer, summary, error)
             renderer = async_processor.processor.renderer
     learner.model.eval()
-    return LearningResult(
-        learner.model, renderer, error, summary, result.stop_reason, result.last_epoch
+    checkpoints, best = _checkpoints(checkpointer)
+    learning = LearningResult(
+        learner.model,
+        renderer,
+        error,
+        summary,
+        result.stop_reason,
+        result.last_epoch,
+        directory=config.directory,
+        best_epoch=best,
+        checkpoints=checkpoints,
+        strategy=config.strategy,
     )
+    return _test(config, learning) if config.tests and error is None else learning
+
+
+def _check_tests(config: TrainingConfig, checkpointer: RunCheckpointer | None) -> None:
+    """``with_test`` needs the valid split's metrics, and checkpoints to take weights from."""
+    if not config.tests:
+        return
+    if not any(split is Split.VALID for split, _ in config.metrics):
+        raise ValueError(
+            "with_test evaluates with the valid split's metrics, and none is registered: "
+            "add one (e.g. metric_valid_numeric(LossMetric()) or metrics(...))"
+        )
+    if config.test_checkpoint is not None and checkpointer is None:
+        raise ValueError(
+            f"with_test(checkpoint={config.test_checkpoint!r}) takes the weights from a "
+            "checkpoint: call with_default_checkpointers(), or pass checkpoint=None to "
+            "evaluate the model as trained"
+        )
+
+
+def _checkpoints(checkpointer: RunCheckpointer | None) -> tuple[dict[int, Path], int | None]:
+    """The run's checkpointed model files by epoch, and its best epoch (ember's layout)."""
+    if checkpointer is None:
+        return {}, None
+    try:
+        return model_checkpoints(checkpointer.directory), best_epoch(checkpointer.directory)
+    except CheckpointError as error:  # another layout, or nothing written
+        log.debug("no checkpoint listing for the result: %s", error)
+        return {}, None
+
+
+def _test(config: TrainingConfig, result: LearningResult[M]) -> LearningResult[M]:
+    """Evaluate the ``with_test`` tests after training; a failure is the result's error."""
+    renderer = config.renderer if isinstance(config.renderer, EvaluationRenderer) else None
+    metrics = [copy.deepcopy(metric) for split, metric in config.metrics if split is Split.VALID]
+    try:
+        evaluation = result.evaluate(
+            config.tests,
+            *metrics,
+            checkpoint=config.test_checkpoint,
+            renderer=renderer,
+            summary=config.summary,
+        )
+    except Exception as error:  # reported in the result (the renderer has shown it)
+        return dataclasses.replace(result, error=error)
+    return dataclasses.replace(result, evaluation=evaluation)
 
 
 def _check_monitor(config: TrainingConfig, learner: Learner[Any]) -> None:

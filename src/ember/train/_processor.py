@@ -26,6 +26,7 @@ from ember.train._events import (
     End,
     EndEpoch,
     EndSplit,
+    EvaluatorEvent,
     LearnerEvent,
     ProcessedItem,
     Start,
@@ -52,6 +53,9 @@ __all__ = [
 ]
 
 log = logging.getLogger("ember.train")
+
+Event = LearnerEvent | EvaluatorEvent
+"""What the processors carry: a training run's events or an evaluation's."""
 
 
 class EventProcessor(Protocol):
@@ -148,7 +152,7 @@ class FullEventProcessorTraining:
         """Handle an event of the validation split."""
         self.process_chunk([(Split.VALID, event)])
 
-    def process_chunk(self, chunk: Sequence[tuple[Split, LearnerEvent]]) -> None:
+    def process_chunk(self, chunk: Sequence[tuple[Split, Event]]) -> None:
         """Handle events in order (``docs/design.md``, "The metrics thread"), the chunk's losses
         read back together first (see ``_host_values``)."""
         items = [
@@ -184,7 +188,7 @@ class FullEventProcessorTraining:
         self._publish(split, self.metrics.update(split, item, metadata, loss))
         self.renderer.update_split(training_item.progress.items_processed)
 
-    def _process_event(self, split: Split, event: LearnerEvent) -> None:
+    def _process_event(self, split: Split, event: Event) -> None:
         renderer = self.renderer
         if isinstance(event, StartSplit):
             self._epoch = event.epoch
@@ -274,12 +278,13 @@ _STOP = object()
 class _Chunk:
     """Events for the worker; ``taken`` is set once the worker holds them (and the GIL)."""
 
-    events: list[tuple[Split, LearnerEvent]]
+    events: list[tuple[Split, Event]]
     taken: threading.Event | None
 
 
 class AsyncProcessorTraining:
-    """Runs a :class:`FullEventProcessorTraining` on the ``train-worker`` thread.
+    """Runs a :class:`FullEventProcessorTraining` on the ``train-worker`` thread (``name``: an
+    evaluation's runs on ``eval-worker``).
 
     A full chunk (``max_chunk`` events in less than ``max_delay``: steps of a fraction of a
     millisecond) is handed to an idle worker with the GIL: the training thread waits until the
@@ -302,6 +307,7 @@ class AsyncProcessorTraining:
         max_chunk: int = 256,
         max_delay: float = 0.05,
         clock: Callable[[], float] = time.monotonic,
+        name: str = "train-worker",
     ) -> None:
         self.processor = processor
         self.error: BaseException | None = None
@@ -309,12 +315,12 @@ class AsyncProcessorTraining:
         self._max_chunk = max_chunk
         self._max_delay = max_delay
         self._clock = clock
-        self._pending: list[tuple[Split, LearnerEvent]] = []
+        self._pending: list[tuple[Split, Event]] = []
         self._last_handoff = clock()
         self._queue: queue.Queue[object] = queue.Queue(maxsize=1)
         self._closed = False
         self._idle = False
-        self._thread = threading.Thread(target=self._run, name="train-worker", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     def process_train(self, event: LearnerEvent) -> None:
@@ -325,7 +331,11 @@ class AsyncProcessorTraining:
         """Queue an event of the validation split."""
         self._submit(Split.VALID, event)
 
-    def _submit(self, split: Split, event: LearnerEvent) -> None:
+    def process_test(self, event: EvaluatorEvent) -> None:
+        """Queue an event of an evaluation (the test split)."""
+        self._submit(Split.TEST, event)
+
+    def _submit(self, split: Split, event: Event) -> None:
         self._pending.append((split, event))
         if (
             len(self._pending) >= self._max_chunk

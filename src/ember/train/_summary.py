@@ -17,7 +17,7 @@ from torch import nn
 from ember.train._metric.store import MetricQuery
 from ember.train._vocabulary import Split
 
-__all__ = ["LearnerSummary", "MetricSummary", "describe_model"]
+__all__ = ["LearnerSummary", "MetricSummary", "describe_model", "format_cell"]
 
 _RULE = "=" * 24
 
@@ -38,7 +38,7 @@ def describe_model(model: nn.Module) -> str:
     return "\n".join(lines(model, ""))
 
 
-def _fmt(value: float) -> str:
+def format_cell(value: float) -> str:
     """A table cell value as Burn prints it: 3 decimals, Rust's exponent form below 0.01."""
     if math.isnan(value):
         text = "NaN"
@@ -146,7 +146,7 @@ class LearnerSummary:
         for row in self.metrics:
             out.append(
                 f"| {row.split:<{width_split}} | {row.name:<{width_name}} "
-                f"| {_fmt(row.min_value)}| {row.min_epoch:<9}"
-                f"| {_fmt(row.max_value)}| {row.max_epoch:<9}|"
+                f"| {format_cell(row.min_value)}| {row.min_epoch:<9}"
+                f"| {format_cell(row.max_value)}| {row.max_epoch:<9}|"
             )
         return "\n".join(out)

@@ -13,10 +13,12 @@ __all__ = ["Direction", "Split"]
 
 
 class Split(enum.Enum):
-    """A pass of an epoch; the value is the directory name used on disk."""
+    """A pass of an epoch, or an evaluation's test; the value is the directory name used on
+    disk (``test`` holds one directory per test name, see ``docs/training.md``)."""
 
     TRAIN = "train"
     VALID = "valid"
+    TEST = "test"
 
     # Members are singletons compared by identity, so identity hashing is exact; Enum's own
     # __hash__ is a Python call, and splits key several dict lookups per batch.

@@ -1,8 +1,11 @@
 """Metric logs as text files, one per metric, split and epoch (Burn's layout).
 
 ``{directory}/{train|valid}/epoch-{N}/{Name}.log`` where ``Name`` is the metric name with
-spaces replaced by ``_``. A numeric metric writes one ``value,weight`` line per batch and a last
-``value,final`` line with the epoch value. A re-run epoch (after a resume) starts its files anew.
+spaces replaced by ``_``; with ``flat=True`` the files are ``{directory}/{Name}.log`` (no split or
+epoch directory: an evaluation's logger for the test ``t`` is ``flat`` in ``{run}/test/t``, as
+Burn's ``FileMetricLogger::new_eval``). A numeric metric writes one ``value,weight`` line per
+batch and a last ``value,final`` line with the epoch value. A re-run epoch (after a resume)
+starts its files anew.
 
 Creating a directory and a file per metric and epoch takes from tens of microseconds to over a
 millisecond on a busy disk, more than a small model's whole epoch; so the files are written on a
@@ -109,8 +112,10 @@ class FileMetricLogger:
         *,
         interval: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
+        flat: bool = False,
     ) -> None:
         self.directory = Path(directory)
+        self.flat = flat
         if self.directory.exists() and not self.directory.is_dir():
             raise ValueError(f"metric log directory is a file: {str(self.directory)!r}")
         self._root = str(self.directory)
@@ -128,6 +133,8 @@ class FileMetricLogger:
 
     def _file(self, name: str, epoch: int, split: Split) -> str:
         # joined as text: making a Path costs more than a small model's epoch spends on its files
+        if self.flat:
+            return os.path.join(self._root, metric_file_name(name))
         return os.path.join(self._root, split.value, f"epoch-{epoch}", metric_file_name(name))
 
     def log_definition(self, definition: MetricDefinition) -> None:

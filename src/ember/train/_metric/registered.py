@@ -17,11 +17,10 @@ class MetricsTraining:
     """The metrics registered for each split, updated in registration order."""
 
     def __init__(self) -> None:
-        self._metrics: dict[Split, list[Metric]] = {Split.TRAIN: [], Split.VALID: []}
+        self._metrics: dict[Split, list[Metric]] = {split: [] for split in Split}
         # (metric, its input type, whether numeric): protocol checks are too slow per batch
         self._resolved: dict[Split, list[tuple[Metric, type[Any], bool]]] = {
-            Split.TRAIN: [],
-            Split.VALID: [],
+            split: [] for split in Split
         }
 
     def register(self, split: Split, metric: Metric) -> None:

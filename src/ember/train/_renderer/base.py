@@ -4,6 +4,10 @@ A renderer is two roles, as in Burn: it shows metric values (:class:`MetricsRend
 and training progress (:class:`TrainingProgressLogger`). :class:`MetricsRenderer` is both plus
 the hooks for registration and errors. Every method is called on the ``train-worker`` thread, in
 event order; a plain class with these methods is a renderer (``examples/custom_renderer.py``).
+
+An evaluation (``EvaluatorBuilder``) needs an :class:`EvaluationRenderer`: a renderer that also
+shows tests (:class:`MetricsRendererEvaluation`), called on the ``eval-worker`` thread. Progress
+within a test comes through ``update_split`` as within a split.
 """
 
 from __future__ import annotations
@@ -15,11 +19,14 @@ from ember.train._metric.base import MetricDefinition, MetricEntry, NumericEntry
 from ember.train._vocabulary import Split
 
 if TYPE_CHECKING:
+    from ember.train._evaluation.summary import EvaluationSummary
     from ember.train._summary import LearnerSummary
 
 __all__ = [
+    "EvaluationRenderer",
     "MetricState",
     "MetricsRenderer",
+    "MetricsRendererEvaluation",
     "MetricsRendererTraining",
     "TrainingProgressLogger",
 ]
@@ -94,3 +101,37 @@ class MetricsRenderer(MetricsRendererTraining, TrainingProgressLogger, Protocol)
     def close(self) -> None:
         """Release the terminal or stream; called once, also after an error."""
         ...
+
+
+@runtime_checkable
+class MetricsRendererEvaluation(Protocol):
+    """Shows an evaluation: its tests, their metric values and the summary."""
+
+    def start_evaluation(self, total_tests: int) -> None:
+        """An evaluation of ``total_tests`` tests begins."""
+        ...
+
+    def start_test(self, name: str, total_items: int) -> None:
+        """The test ``name`` begins over ``total_items`` items."""
+        ...
+
+    def update_test(self, name: str, state: MetricState) -> None:
+        """A metric of the test ``name`` has a new value."""
+        ...
+
+    def end_test(self) -> None:
+        """The current test ended."""
+        ...
+
+    def end_evaluation(self) -> None:
+        """Every test ended."""
+        ...
+
+    def on_test_end(self, summary: EvaluationSummary | None) -> None:
+        """The evaluation ended; show the summary if there is one."""
+        ...
+
+
+@runtime_checkable
+class EvaluationRenderer(MetricsRenderer, MetricsRendererEvaluation, Protocol):
+    """A renderer that shows training and evaluation (``CliMetricsRenderer`` is one)."""

@@ -1,4 +1,4 @@
-"""A renderer for logs and pipes: a few readable lines per split, never one per batch."""
+"""A renderer for logs and pipes: a few readable lines per split or test, never one per batch."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from ember.train._renderer.base import MetricState
 from ember.train._vocabulary import Split
 
 if TYPE_CHECKING:
+    from ember.train._evaluation.summary import EvaluationSummary
     from ember.train._summary import LearnerSummary
 
 __all__ = ["CliMetricsRenderer"]
@@ -20,7 +21,9 @@ __all__ = ["CliMetricsRenderer"]
 
 class CliMetricsRenderer:
     """Prints start and split lines, progress at most every ``interval`` seconds, and the
-    epoch value of every metric at each split end; then the summary.
+    epoch value of every metric at each split end; then the summary. An evaluation gets Burn's
+    lines (``Starting evaluation with 2 test(s).``, ``Starting test 'test' with 360 items.``),
+    the same progress lines and each test's values at its end.
 
     ``stream`` and ``clock`` are injectable for tests.
     """
@@ -44,6 +47,7 @@ class CliMetricsRenderer:
         self._split_done = 0
         self._last_print: float | None = None
         self._epoch_values: dict[str, str] = {}
+        self._test: str | None = None
 
     @property
     def stream(self) -> TextIO:
@@ -73,12 +77,15 @@ class CliMetricsRenderer:
 
     def start_split(self, split: Split, total_items: int) -> None:
         """Announce a pass."""
+        self._begin(split, total_items)
+        self._print(f"Starting split '{split.value}' with {total_items} items.")
+
+    def _begin(self, split: Split, total_items: int) -> None:
         self._split = split
         self._split_total = total_items
         self._split_done = 0
         self._last_print = self._clock()
         self._epoch_values = {}
-        self._print(f"Starting split '{split.value}' with {total_items} items.")
 
     def update_split(self, items_processed: int) -> None:
         """Print progress if ``interval`` has passed since the last line."""
@@ -104,9 +111,12 @@ class CliMetricsRenderer:
 
     def end_split(self) -> None:
         """Print the last progress line and the split's epoch values."""
+        self._print_end("Split ended.")
+
+    def _print_end(self, line: str) -> None:
         self._print_progress(flush=False)
         values = " · ".join(f"{name} {value}" for name, value in self._epoch_values.items())
-        self._print(f"Split ended.{'  ' + values if values else ''}", flush=False)
+        self._print(f"{line}{'  ' + values if values else ''}", flush=False)
 
     def update_epoch(self, epoch: int) -> None:
         """Move on to the next epoch."""
@@ -130,11 +140,42 @@ class CliMetricsRenderer:
         """Flush what was written."""
         self.stream.flush()
 
+    # evaluation ----------------------------------------------------------------------------
+
+    def start_evaluation(self, total_tests: int) -> None:
+        """Announce the evaluation."""
+        self._print(f"Starting evaluation with {total_tests} test(s).")
+
+    def start_test(self, name: str, total_items: int) -> None:
+        """Announce a test."""
+        self._test = name
+        self._begin(Split.TEST, total_items)
+        self._print(f"Starting test '{name}' with {total_items} items.")
+
+    def update_test(self, name: str, state: MetricState) -> None:
+        """Remember the value for the test-end line."""
+        self._remember(state)
+
+    def end_test(self) -> None:
+        """Print the last progress line and the test's values."""
+        self._print_end("Test ended.")
+
+    def end_evaluation(self) -> None:
+        """Announce the end."""
+        self._print("Evaluation ended.")
+
+    def on_test_end(self, summary: EvaluationSummary | None) -> None:
+        """Print the evaluation summary, if any."""
+        if summary is not None:
+            self._print(str(summary))
+
     def _print_progress(self, *, flush: bool = True) -> None:
-        split = self._split.value if self._split else "?"
         percent = 100 * self._split_done // self._split_total if self._split_total else 100
+        if self._split is Split.TEST:
+            where = f"[test {self._test}]"
+        else:
+            split = self._split.value if self._split else "?"
+            where = f"[epoch {self._epoch}/{self._total_epochs}] {split}"
         self._print(
-            f"[epoch {self._epoch}/{self._total_epochs}] {split} "
-            f"{self._split_done}/{self._split_total} items ({percent}%)",
-            flush=flush,
+            f"{where} {self._split_done}/{self._split_total} items ({percent}%)", flush=flush
         )

@@ -351,3 +351,36 @@ def test_the_screen_goes_on_when_keys_cannot_be_read(
         assert "terminal UI failed" not in screen.raw
     finally:
         os.close(read)
+
+
+def test_evaluation_mode_counts_tests_and_prints_the_summary(screen: Screen) -> None:
+    """An evaluation: Mode : Evaluation, tests counted in the Status pane, test values drawn as
+    Test; the table is printed once the terminal is back."""
+    from ember.train import EvaluationSummary, TestValue
+
+    tui, clock = screen.tui, screen.clock
+    tui.register_metric(LOSS)
+    tui.start_evaluation(2)
+    tui.start_test("test", 64)
+    clock.now += 1.0
+    tui.update_test("test", loss(0.5, "epoch 0.50 - batch 0.50"))
+    tui.update_split(32)
+    tui.poll()
+    frame = screen.frame()
+    for line in ("Mode : Evaluation", "Tests : 1/2", "Items : 32/64"):
+        assert line in frame
+    assert "Test epoch 0.50 - batch 0.50" in frame
+    tui.update_test("test", final("Loss", 0.5))
+    tui.end_test()
+    tui.start_test("hard", 8)
+    clock.now += 1.0
+    tui.poll()
+    assert "Tests : 2/2" in screen.frame()
+    tui.end_test()
+    tui.end_evaluation()
+    summary = EvaluationSummary((TestValue("test", "Loss", 0.5),))
+    tui.on_test_end(summary)
+    tui.close()
+    after = screen.after_exit()
+    assert after.startswith("Evaluation ended after 2 of 2 tests.\n")
+    assert str(summary) in after

@@ -27,8 +27,8 @@ from ember.train._vocabulary import Split
 
 __all__ = ["render_frame"]
 
-_SPLIT_STYLE = {Split.TRAIN: "bright_red", Split.VALID: "bright_blue"}
-_SPLIT_LABEL = {Split.TRAIN: "Train", Split.VALID: "Valid"}
+_SPLIT_STYLE = {Split.TRAIN: "bright_red", Split.VALID: "bright_blue", Split.TEST: "bright_green"}
+_SPLIT_LABEL = {Split.TRAIN: "Train", Split.VALID: "Valid", Split.TEST: "Test"}
 
 
 def _number(value: float) -> str:
@@ -150,7 +150,7 @@ def _status_pane(frame: Frame) -> Panel:
     ips = f"{frame.items_per_second:.1f}" if frame.items_per_second is not None else "---"
     rows = [
         ("Mode", frame.mode),
-        ("Epochs", f"{frame.epoch}/{frame.total_epochs}"),
+        ("Tests" if frame.evaluating else "Epochs", f"{frame.epoch}/{frame.total_epochs}"),
         ("Items", f"{frame.split_done}/{frame.split_total}"),
         ("Iteration", str(frame.iteration)),
         ("Items/s", ips),

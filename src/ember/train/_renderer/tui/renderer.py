@@ -7,6 +7,10 @@ through the interrupter, ``c``/Esc cancels), ←/→ switch the plotted metric, 
 Ctrl-C keeps working (cbreak mode, not raw): during ``launch`` the first one stops gracefully,
 a second one aborts ("graceful stop"). There is no "kill" key: it would only be another Ctrl-C.
 
+An evaluation (``EvaluatorBuilder(...).renderer(tui)``) is Burn's ``Evaluation`` mode: the
+Status pane shows ``Mode : Evaluation`` and counts tests, the test values are drawn in green
+(``Test``); an evaluation cannot be stopped from the keyboard except by Ctrl-C.
+
 Threads: the protocol methods run on ``train-worker`` (``on_error`` and ``close`` on the
 caller's thread) and only update state under a lock, never formatting text. A thread named
 ``train-renderer`` reads keys and draws, at most ``max_refresh_per_second`` times a second;
@@ -45,6 +49,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.live import Live
 
+    from ember.train._evaluation.summary import EvaluationSummary
     from ember.train._interrupter import Interrupter
     from ember.train._summary import LearnerSummary
 
@@ -97,7 +102,7 @@ class TuiMetricsRenderer:
         self._popup = False
         self._kind = PlotKind.FULL
         self._selected = 0
-        self._summary: LearnerSummary | None = None
+        self._summary: LearnerSummary | EvaluationSummary | None = None
         self._draw_lock = threading.RLock()  # the terminal: drawing, entering, leaving
         self._live: Live | None = None
         self._reader: KeyReader | None = None
@@ -167,6 +172,42 @@ class TuiMetricsRenderer:
         """Keep the summary: :meth:`close` prints it once the terminal is back."""
         self._summary = summary
 
+    # evaluation (eval-worker thread) -------------------------------------------------------
+
+    def start_evaluation(self, total_tests: int) -> None:
+        """Take over the terminal for ``total_tests`` tests (Burn's ``Evaluation`` mode); the
+        Status pane counts tests instead of epochs."""
+        with self._lock:
+            self._state.begin(total_tests, 1, self._clock())
+            self._state.evaluating = True
+            self._dirty = True
+        self._open()
+
+    def start_test(self, name: str, total_items: int) -> None:
+        """A test over ``total_items`` items begins."""
+        self.start_split(Split.TEST, total_items)
+
+    def update_test(self, name: str, state: MetricState) -> None:
+        """Record a test value."""
+        with self._lock:
+            self._state.update(Split.TEST, state)
+            self._dirty = True
+
+    def end_test(self) -> None:
+        """The current test ended: the next one counts."""
+        with self._lock:
+            self._state.end_split()
+            self._state.epoch += 1
+            self._dirty = True
+
+    def end_evaluation(self) -> None:
+        """Every test ended."""
+        self.end()
+
+    def on_test_end(self, summary: EvaluationSummary | None) -> None:
+        """Keep the summary: :meth:`close` prints it once the terminal is back."""
+        self._summary = summary
+
     def on_error(self, error: BaseException) -> None:
         """Give the terminal back and print the error with its traceback."""
         self._restore()
@@ -178,10 +219,13 @@ class TuiMetricsRenderer:
         self._restore()
         with self._lock:
             started, self._state.started = self._state.started, False
+            evaluating, self._state.evaluating = self._state.evaluating, False
             values = self._state.epoch_values()
             done, total = self._state.epoch - 1, self._state.total_epochs
         if started:
-            if self._interrupter.should_stop():
+            if evaluating:
+                self._print(f"Evaluation ended after {done} of {total} tests.")
+            elif self._interrupter.should_stop():
                 reason = self._interrupter.message or "interrupted"
                 self._print(f"Training stopped after {done} of {total} epochs: {reason}")
             else:

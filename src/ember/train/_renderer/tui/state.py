@@ -34,6 +34,8 @@ class Frame:
     """Everything one screen shows, copied out of the state under the lock."""
 
     mode: str
+    evaluating: bool
+    """An evaluation: ``epoch``/``total_epochs`` count tests."""
     stopping: str | None
     epoch: int
     total_epochs: int
@@ -60,6 +62,7 @@ class RunState:
         self.plots: dict[str, MetricPlot] = {}
         self.started = False
         self.finished = False
+        self.evaluating = False
         self.total_epochs = 0
         self.starting_epoch = 1
         self.epoch = 1
@@ -137,10 +140,13 @@ class RunState:
             mode = "Finished"
         elif self.split is None:
             mode = "Starting"
+        elif self.split is Split.TEST:
+            mode = "Evaluation"
         else:
             mode = "Training" if self.split is Split.TRAIN else "Validating"
         return Frame(
             mode=mode,
+            evaluating=self.evaluating,
             stopping=stopping,
             epoch=min(self.epoch, self.total_epochs) if self.total_epochs else self.epoch,
             total_epochs=self.total_epochs,

@@ -1,0 +1,202 @@
+"""A run's checkpoints after training: which epochs, which is best, its weights in a model or in
+one plain safetensors file.
+
+``directory`` is a run directory (its checkpoints are in ``directory/checkpoint``) or a checkpoint
+directory itself. An epoch is named as ``"last"`` (the newest complete one), ``"best"`` (the one
+the checkpointing strategy's metric strategy keeps) or its number. The best epoch is read from the
+state the strategies saved with the newest complete checkpoint (``MetricCheckpointingStrategy``'s
+``current``, also inside a ``ComposedCheckpointingStrategy``): it is the epoch the run keeps for
+the metric it was told to watch. Every file is verified against its epoch's manifest (size and
+SHA-256) before use and parsed without running code from it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from safetensors.torch import save_file
+from torch import nn
+
+from ember._errors import CheckpointError
+from ember.train._checkpoint.file import FileCheckpointer, atomic_fill, check_epoch
+from ember.train._checkpoint.learning import STRATEGY_STATE_KEY
+from ember.train._checkpoint.manifest import (
+    latest_complete_epoch,
+    manifest_epochs,
+    manifest_path,
+    read_manifest,
+)
+from ember.train._checkpoint.record import Record, load_model_record
+
+__all__ = [
+    "CheckpointEpoch",
+    "best_epoch",
+    "check_checkpoint_epoch",
+    "checkpoint_directory",
+    "export_weights",
+    "load_checkpoint",
+    "model_checkpoints",
+    "read_model",
+    "resolve_epoch",
+]
+
+M = TypeVar("M", bound=nn.Module)
+CheckpointEpoch = int | Literal["best", "last"]
+"""An epoch of a run's checkpoints: its number, ``"best"`` or ``"last"``."""
+
+log = logging.getLogger("ember.train")
+_EXTRA = "$extra."  # model_record's prefix for tensors inside a module's extra state
+
+
+def checkpoint_directory(directory: str | os.PathLike[str]) -> Path:
+    """The checkpoint directory of a run directory (or ``directory`` itself if it holds
+    manifests); CheckpointError naming it when there is none."""
+    path = Path(directory)
+    if not path.is_dir():
+        raise CheckpointError(f"no run or checkpoint directory at {path}")
+    inner = path / "checkpoint"
+    if inner.is_dir():
+        return inner
+    if manifest_epochs(path):
+        return path
+    raise CheckpointError(f"{path} holds no checkpoint (no {inner}, no manifest-N.json)")
+
+
+def model_checkpoints(directory: str | os.PathLike[str]) -> dict[int, Path]:
+    """The model file of every epoch that has a manifest, by epoch (not hashed here: loading
+    verifies)."""
+    checkpoints = checkpoint_directory(directory)
+    return {
+        epoch: checkpoints / f"model-{epoch}.safetensors" for epoch in manifest_epochs(checkpoints)
+    }
+
+
+def best_epoch(directory: str | os.PathLike[str]) -> int | None:
+    """The epoch the checkpointing strategy keeps as best, from the state saved with the newest
+    checkpoint whose state file verifies; None when no metric strategy was used or there is no
+    checkpoint. Only state files are read (the model files are verified when loaded)."""
+    checkpoints = checkpoint_directory(directory)
+    for epoch in reversed(manifest_epochs(checkpoints)):
+        try:
+            state = _read(checkpoints, "state", epoch)
+        except CheckpointError as error:  # damaged or half-deleted: an older one may do
+            log.info("checkpoint of epoch %d has no readable state: %s", epoch, error)
+            continue
+        return _kept_best(state.metadata.get(STRATEGY_STATE_KEY))
+    return None
+
+
+def _kept_best(state: Any) -> int | None:
+    """``current`` of the first ``MetricCheckpointingStrategy`` state in ``state``."""
+    if not isinstance(state, dict):
+        return None
+    if state.get("strategy") == "MetricCheckpointingStrategy":
+        current = state.get("current")
+        return current if isinstance(current, int) and current >= 1 else None
+    for inner in state.get("strategies", ()) or ():
+        found = _kept_best(inner)
+        if found is not None:
+            return found
+    return None
+
+
+def resolve_epoch(directory: str | os.PathLike[str], epoch: CheckpointEpoch) -> int:
+    """The epoch number ``epoch`` names; CheckpointError saying what exists otherwise."""
+    checkpoints = checkpoint_directory(directory)
+    if epoch == "last":
+        latest = latest_complete_epoch(checkpoints, ("model",))
+        if latest is None:
+            raise CheckpointError(f"no complete checkpoint in {checkpoints}")
+        return latest
+    if epoch == "best":
+        best = best_epoch(checkpoints)
+        if best is None:
+            raise CheckpointError(
+                f"no best epoch in {checkpoints}: the run kept no epoch for a metric (use a "
+                "MetricCheckpointingStrategy, the default's Loss one, or name the epoch)"
+            )
+        return best
+    number = check_epoch(check_checkpoint_epoch(epoch))
+    if not manifest_path(checkpoints, number).exists():
+        raise CheckpointError(
+            f"no checkpoint of epoch {number} in {checkpoints} (no "
+            f"{manifest_path(checkpoints, number).name}); checkpointed epochs: "
+            f"{manifest_epochs(checkpoints)}"
+        )
+    return number
+
+
+def check_checkpoint_epoch(epoch: Any) -> Any:
+    """``epoch`` if it is ``"best"``, ``"last"``, an epoch number or None; else the error."""
+    if epoch is None or epoch in ("best", "last"):
+        return epoch
+    if isinstance(epoch, str):
+        raise ValueError(f"epoch must be 'best', 'last' or an epoch number, got {epoch!r}")
+    return check_epoch(epoch)
+
+
+def read_model(directory: str | os.PathLike[str], epoch: CheckpointEpoch) -> tuple[int, Record]:
+    """The epoch number and the verified model record of ``epoch``."""
+    checkpoints = checkpoint_directory(directory)
+    number = resolve_epoch(checkpoints, epoch)
+    return number, _read(checkpoints, "model", number)
+
+
+def _read(checkpoints: Path, name: str, epoch: int) -> Record:
+    manifest = read_manifest(checkpoints, epoch)  # names the manifest when missing or damaged
+    file = FileCheckpointer(checkpoints, name)
+    expected = manifest.file(file.path(epoch).name)
+    if expected is None:
+        raise CheckpointError(
+            f"checkpoint manifest {manifest_path(checkpoints, epoch)} does not list "
+            f"{file.path(epoch).name}"
+        )
+    return file.restore(epoch, expected)  # verified against the manifest's size and SHA-256
+
+
+def load_checkpoint(
+    directory: str | os.PathLike[str], epoch: CheckpointEpoch = "best", *, into: M
+) -> M:
+    """Copy the weights of ``epoch`` (``"best"``, ``"last"`` or a number) of a run into ``into``
+    and return it. The file is verified first; a model whose state does not fit gets
+    CheckpointError naming the file and the first tensor that differs, and is left unchanged."""
+    if not isinstance(into, nn.Module):
+        raise TypeError(f"into must be a torch.nn.Module, got {type(into).__name__}")
+    checkpoints = checkpoint_directory(directory)
+    number, record = read_model(checkpoints, epoch)
+    try:
+        load_model_record(into, record)
+    except CheckpointError as error:
+        path = FileCheckpointer(checkpoints, "model").path(number)
+        raise CheckpointError(f"checkpoint file {path}: {error}") from None
+    return into
+
+
+def export_weights(
+    directory: str | os.PathLike[str],
+    output: str | os.PathLike[str],
+    epoch: CheckpointEpoch = "best",
+) -> int:
+    """Write the weights of ``epoch`` as one plain safetensors file at ``output`` (atomically)
+    whose keys are the model's ``state_dict()`` keys; returns the epoch number written.
+
+    ``safetensors.torch.load_file(output)`` then ``model.load_state_dict(...)`` loads it with
+    nothing of ember installed. A model with non-tensor extra state cannot be exported so.
+    """
+    number, record = read_model(directory, epoch)
+    if record.metadata.get("extra_state"):
+        names = sorted(record.metadata["extra_state"])
+        raise CheckpointError(
+            f"the model of epoch {number} has non-tensor extra state ({names}), which a plain "
+            "safetensors file cannot hold; load it with ember.train.load_checkpoint instead"
+        )
+    tensors = {name: t for name, t in record.tensors.items() if not name.startswith(_EXTRA)}
+    path = Path(output)
+    if path.is_dir():
+        raise ValueError(f"output {str(path)!r} is a directory; name the file to write")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_fill(path, lambda temp: save_file(tensors, str(temp), metadata={"format": "pt"}))
+    return number

@@ -1,0 +1,2 @@
+"""Evaluation: scoring a model on test sets (``EvaluatorBuilder``, Burn's Evaluator) and
+collecting its predictions."""
