@@ -27,7 +27,13 @@ from ember.train._events import (
     StartSplit,
     TrainingItem,
 )
-from ember.train._logger.base import MetricLogger
+from ember.train._logger.base import (
+    MetricLogger,
+    MetricReader,
+    MetricText,
+    MetricValue,
+    TextLogger,
+)
 from ember.train._metric.accuracy import AccuracyInput
 from ember.train._metric.base import (
     Metric,
@@ -95,7 +101,10 @@ __all__ = [
     "MetricLogger",
     "MetricMetadata",
     "MetricQuery",
+    "MetricReader",
     "MetricState",
+    "MetricText",
+    "MetricValue",
     "MetricsRenderer",
     "MetricsRendererTraining",
     "Numeric",
@@ -112,6 +121,7 @@ __all__ = [
     "StepContext",
     "StrategyRun",
     "SupervisedLearningStrategy",
+    "TextLogger",
     "TopKAccuracyInput",
     "TrainingItem",
     "TrainingProgressLogger",

@@ -86,6 +86,15 @@ class Learner(Generic[M]):
         return self._optim
 
     @property
+    def optimizer_or_factory(self) -> torch.optim.Optimizer | OptimizerFactory:
+        """The optimizer if it exists, else the factory that will make it (not called here:
+        describing a run must not build its optimizer before the model is placed)."""
+        if self._optim is not None:
+            return self._optim
+        assert self._factory is not None
+        return self._factory
+
+    @property
     def lr_scheduler(self) -> LrScheduler:
         """The learning-rate scheduler."""
         return self._scheduler
