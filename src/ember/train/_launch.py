@@ -72,8 +72,8 @@ def launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
     """Train ``learner`` as ``config`` says (see the module doc for the order of things)."""
     if not isinstance(learner, Learner):
         raise TypeError(f"launch needs a Learner, got {type(learner).__name__}")
-    checkpointer = _checkpointer(config)
     loggers = run_loggers(config)
+    checkpointer = _checkpointer(config)
     starting_epoch = _starting_epoch(config, checkpointer)
     checkpointing = config.gradient_checkpointing
     if checkpointing is not None:
