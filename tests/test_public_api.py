@@ -92,7 +92,7 @@ def test_import_starts_no_thread_and_loads_no_extra() -> None:
         "import threading, sys, ember;"
         "print(threading.active_count());"
         "print(sorted(m for m in ('tensorboard', 'matplotlib', 'torchmetrics', 'sklearn', "
-        "'rich') if m in sys.modules))"
+        "'rich', 'mlflow') if m in sys.modules))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True

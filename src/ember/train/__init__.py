@@ -23,6 +23,7 @@ from ember.train._learner import Learner
 from ember.train._logger.csv import CsvMetricLogger
 from ember.train._logger.file import FileMetricLogger
 from ember.train._logger.memory import InMemoryMetricLogger
+from ember.train._logger.mlflow import MLflowLogger
 from ember.train._logger.tensorboard import TensorBoardLogger
 from ember.train._lr_scheduler.base import LrScheduler
 from ember.train._lr_scheduler.composed import ComposedLr, SequentialLr
@@ -124,6 +125,7 @@ __all__ = [
     "LinearLr",
     "LossMetric",
     "LrScheduler",
+    "MLflowLogger",
     "Metric",
     "MetricCheckpointingStrategy",
     "MetricEarlyStoppingStrategy",

@@ -3,7 +3,8 @@
 Written to ``DIR/config.json`` at launch and handed to every logger's ``start`` (trackers record
 it as the run's parameters)::
 
-    {"ember_version": "0.1.0", "torch_version": "2.13.0+cpu", "num_epochs": 3,
+    {"directory": "runs/mnist", "ember_version": "0.1.0", "torch_version": "2.13.0+cpu",
+     "num_epochs": 3,
      "grads_accumulation": 1, "strategy": "SingleDevice",
      "train": {"batches": 40, "items": 1280, "batch_size": 32, "seed": 7}, "valid": {...},
      "optimizer": {"class": "torch.optim.sgd.SGD", "param_groups": [{"lr": 0.1, ...}]},
@@ -64,6 +65,7 @@ def run_configuration(config: TrainingConfig, learner: Learner[Any]) -> dict[str
     for split, metric in config.metrics:
         metrics[split.value].append(metric.name)
     return {
+        "directory": str(config.directory),
         "ember_version": ember.__version__,
         "torch_version": torch.__version__,
         "num_epochs": config.num_epochs,

@@ -29,7 +29,14 @@ from ember.train._vocabulary import Split
 if TYPE_CHECKING:
     from ember.train._summary import LearnerSummary
 
-__all__ = ["MetricLogger", "MetricReader", "MetricText", "MetricValue", "TextLogger"]
+__all__ = [
+    "MetricLogger",
+    "MetricReader",
+    "MetricText",
+    "MetricValue",
+    "TextLogger",
+    "tracker_points",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,3 +130,19 @@ class TextLogger(Protocol):
     def log_text(self, texts: Sequence[MetricText]) -> None:
         """The text entries of one batch, or of the split end."""
         ...
+
+
+def tracker_points(value: MetricValue) -> list[tuple[str, int]]:
+    """Where a tracker plots ``value``: ``(name, step)`` pairs, the same in every tracker.
+
+    * ``train/{name}``: each training batch's value at its global step;
+    * ``valid/{name}``: the validation epoch value at the global step it was measured after (one
+      point per epoch, on the training curve's axis: a validation pass does not step, so its
+      batches would all share one step and are not plotted);
+    * ``{split}/{name}/epoch``: each epoch value at step = epoch.
+    """
+    tag = f"{value.split.value}/{value.name}"
+    if value.final:
+        points = [(f"{tag}/epoch", value.epoch)]
+        return [*points, (tag, value.step)] if value.split is Split.VALID else points
+    return [(tag, value.step)] if value.split is Split.TRAIN else []

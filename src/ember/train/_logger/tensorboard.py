@@ -6,14 +6,11 @@ Needs the ``ember[tensorboard]`` extra, imported only when a logger is created.
 
     SupervisedTraining(...).with_metric_logger(TensorBoardLogger("runs/mnist"))
 
-Steps are the run's global step (its optimizer steps so far, which go on across a resume: a
-resumed run's points follow the earlier ones, never on top of them):
-
-* ``train/{name}``: each training batch's value at its step;
-* ``valid/{name}``: the validation epoch value at the step it was measured after (one point per
-  epoch, on the same axis as the training curve: a validation pass does not step, so its batches
-  would all share one step);
-* ``{split}/{name}/epoch``: each epoch value at step = epoch.
+Scalars are named and placed as :func:`~ember.train._logger.base.tracker_points` says: the
+training batches at the run's global step (its optimizer steps so far, which go on across a
+resume: a resumed run's points follow the earlier ones, never on top of them) under
+``train/{name}``, the validation epoch value at the step it followed under ``valid/{name}``, and
+every epoch value at step = epoch under ``{split}/{name}/epoch``.
 
 The run's configuration is the text ``config``. Metrics that log text are not written.
 
@@ -29,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ember.train._logger.base import MetricValue
+from ember.train._logger.base import MetricValue, tracker_points
 from ember.train._vocabulary import Split
 
 if TYPE_CHECKING:
@@ -67,15 +64,9 @@ class TensorBoardLogger:
 
     def log(self, values: Sequence[MetricValue]) -> None:
         """Write the scalars of one batch, or of the epoch values (see the module docstring)."""
-        add_scalar = self._writer.add_scalar
         for value in values:
-            tag = f"{value.split.value}/{value.name}"
-            if value.final:
-                add_scalar(f"{tag}/epoch", value.value, value.epoch)
-                if value.split is Split.VALID:
-                    add_scalar(tag, value.value, value.step)
-            elif value.split is Split.TRAIN:
-                add_scalar(tag, value.value, value.step)
+            for tag, step in tracker_points(value):
+                self._writer.add_scalar(tag, value.value, step)
 
     def end_split(self, epoch: int, split: Split) -> None:
         """Flush the event file."""
