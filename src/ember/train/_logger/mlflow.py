@@ -37,8 +37,6 @@ import queue
 import re
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -242,6 +240,9 @@ def _check_reachable(uri: str) -> None:
     """A server URI must answer MLflow's health check within a few seconds."""
     if not uri.startswith(("http://", "https://")):
         return
+    import urllib.error  # lazy: http.client and ssl would slow `import ember` down
+    import urllib.request
+
     health = uri.rstrip("/") + "/health"
     try:
         with urllib.request.urlopen(health, timeout=5) as response:  # http(s) only
