@@ -133,7 +133,7 @@ def learner_run(
         .renderer(CliMetricsRenderer(io.StringIO()))
     )
     if in_memory:
-        builder = builder.with_metric_logger(InMemoryMetricLogger())
+        builder = builder.with_metric_logger(InMemoryMetricLogger()).without_file_logs()
     learner = Learner(model, torch.optim.Adam(model.parameters(), lr=1e-3), 1e-3)
     start = time.perf_counter()
     result = builder.launch(learner)

@@ -112,6 +112,7 @@ TRAIN = {
     "LinearLr",
     "LossMetric",
     "LrScheduler",
+    "MLflowLogger",
     "Metric",
     "MetricCheckpointingStrategy",
     "MetricEarlyStoppingStrategy",
@@ -186,7 +187,10 @@ EXTEND = {
     "MetricLogger",
     "MetricMetadata",
     "MetricQuery",
+    "MetricReader",
     "MetricState",
+    "MetricText",
+    "MetricValue",
     "MetricsRenderer",
     "MetricsRendererEvaluation",
     "MetricsRendererTraining",
@@ -207,6 +211,7 @@ EXTEND = {
     "StepContext",
     "StrategyRun",
     "SupervisedLearningStrategy",
+    "TextLogger",
     "TopKAccuracyInput",
     "TrainingHooks",
     "TrainingItem",
@@ -271,7 +276,7 @@ DOCUMENTED_NAMES_TRAIN = {
     "LearnerSummary",
 }
 
-OPTIONAL_EXTRAS = ("tensorboard", "matplotlib", "torchmetrics", "sklearn", "rich")
+OPTIONAL_EXTRAS = ("tensorboard", "matplotlib", "torchmetrics", "sklearn", "rich", "mlflow")
 
 
 def api_page_sections() -> dict[str, dict[str, str]]:

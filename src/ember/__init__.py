@@ -11,6 +11,7 @@ from ember._errors import (
     EmberError,
     NonFiniteLossError,
 )
+from ember._version import __version__ as __version__
 from ember.data._batcher import Batcher
 from ember.data._builder import DataLoaderBuilder
 from ember.data._dataset import Dataset, InMemDataset
@@ -47,5 +48,3 @@ __all__ = [
     "SupervisedTraining",
     "TrainOutput",
 ]
-
-__version__ = "0.1.0"

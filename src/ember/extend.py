@@ -33,7 +33,13 @@ from ember.train._events import (
     TrainingItem,
 )
 from ember.train._hooks import Stateful, TrainingHooks
-from ember.train._logger.base import MetricLogger
+from ember.train._logger.base import (
+    MetricLogger,
+    MetricReader,
+    MetricText,
+    MetricValue,
+    TextLogger,
+)
 from ember.train._metric.accuracy import AccuracyInput
 from ember.train._metric.base import (
     Metric,
@@ -51,8 +57,8 @@ from ember.train._metric.error_rate import CerInput, WerInput
 from ember.train._metric.hamming import HammingScoreInput
 from ember.train._metric.loss import LossInput
 from ember.train._metric.perplexity import PerplexityInput
+from ember.train._metric.query import MetricQuery
 from ember.train._metric.state import MeanMetric
-from ember.train._metric.store import MetricQuery
 from ember.train._metric.top_k import TopKAccuracyInput
 from ember.train._outputs import ItemLazy
 from ember.train._processor import EventProcessor
@@ -107,7 +113,10 @@ __all__ = [
     "MetricLogger",
     "MetricMetadata",
     "MetricQuery",
+    "MetricReader",
     "MetricState",
+    "MetricText",
+    "MetricValue",
     "MetricsRenderer",
     "MetricsRendererEvaluation",
     "MetricsRendererTraining",
@@ -128,6 +137,7 @@ __all__ = [
     "StepContext",
     "StrategyRun",
     "SupervisedLearningStrategy",
+    "TextLogger",
     "TopKAccuracyInput",
     "TrainingHooks",
     "TrainingItem",

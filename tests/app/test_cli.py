@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ember.app.cli import main
-from ember.extend import MetricEntry, NumericEntry
+from ember.extend import MetricEntry, MetricState, NumericEntry
 from ember.train import FileMetricLogger, LearnerSummary, Split
 from ember.train._metric.store import EventStore
 
@@ -32,8 +32,8 @@ def write_run(directory: Path) -> LearnerSummary:
                 batches.append(("Learning Rate", NumericEntry(rate, 1)))
                 finals.append(("Learning Rate", NumericEntry(rate, final=True)))
             for name, value in [*batches, *finals]:
-                store.log(split, [MetricEntry(name, "", value.serialize())])
-            store.log(split, [MetricEntry("Notes", "", "a text metric")])
+                store.log(split, [MetricState(MetricEntry(name, "", value.serialize()))], epoch)
+            store.log(split, [MetricState(MetricEntry("Notes", "", "a text metric"))], epoch)
             store.end_split(split)
     summary = LearnerSummary.collect(store, ["Loss", "Learning Rate"], 3)
     store.close()

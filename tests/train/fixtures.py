@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ember.data import DataLoader, DataLoaderBuilder, InMemDataset
-from ember.extend import SupervisedLearningStrategy
+from ember.extend import NumericEntry, Split, SupervisedLearningStrategy
 from ember.train import (
     CliMetricsRenderer,
     InMemoryMetricLogger,
@@ -24,6 +24,7 @@ from ember.train import (
     SupervisedTraining,
     TrainOutput,
 )
+from ember.train._logger.base import MetricValue
 from ember.train._loop import LoopPlan, LoopResult, TrainingLoop
 from ember.train._metric.store import EventStore
 
@@ -144,3 +145,12 @@ def weight(model: nn.Module) -> torch.Tensor:
 def bias(model: nn.Module) -> torch.Tensor:
     """The ``linear.bias`` of a TinyRegressor."""
     return model.get_parameter("linear.bias")
+
+
+def metric_value(
+    name: str, entry: NumericEntry, epoch: int = 1, split: Split = Split.TRAIN, step: int = 0
+) -> MetricValue:
+    """The value a logger receives for ``entry`` (its text as a metric writes it)."""
+    return MetricValue(
+        name, split, epoch, step, entry.value, entry.weight, entry.final, entry.serialize()
+    )

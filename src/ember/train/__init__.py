@@ -30,6 +30,7 @@ from ember.train._learner import Learner
 from ember.train._logger.csv import CsvMetricLogger
 from ember.train._logger.file import FileMetricLogger
 from ember.train._logger.memory import InMemoryMetricLogger
+from ember.train._logger.mlflow import MLflowLogger
 from ember.train._logger.tensorboard import TensorBoardLogger
 from ember.train._lr_scheduler.base import LrScheduler
 from ember.train._lr_scheduler.composed import ComposedLr, SequentialLr
@@ -137,6 +138,7 @@ __all__ = [
     "LinearLr",
     "LossMetric",
     "LrScheduler",
+    "MLflowLogger",
     "Metric",
     "MetricCheckpointingStrategy",
     "MetricEarlyStoppingStrategy",

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -40,6 +40,7 @@ from ember.train._metric.base import Metric, Numeric
 from ember.train._precision import Precision, check_precision
 from ember.train._renderer.base import MetricsRenderer
 from ember.train._result import LearningResult
+from ember.train._run_config import check_hparams
 from ember.train._strategy.base import SupervisedLearningStrategy
 from ember.train._vocabulary import Split
 
@@ -52,7 +53,7 @@ class SupervisedTraining:
     """Configures a supervised training run over ``train`` and ``valid`` in ``directory``.
 
     Defaults (Burn's): 1 epoch; ``directory/experiment.log`` application log; metrics logged to
-    files under ``directory`` unless a metric logger is given; the renderer picked by
+    files under ``directory`` (and to the loggers given); the renderer picked by
     ``default_renderer``; the device of the model's first parameter.
     """
 
@@ -259,9 +260,23 @@ class SupervisedTraining:
         return self._set(summary=True)
 
     def with_metric_logger(self, logger: MetricLogger) -> SupervisedTraining:
-        """Log metrics to ``logger`` (once one is given, no file logger is added)."""
+        """Also log metrics (and the configuration, summary and artifacts) to ``logger``; the
+        file logs under the directory stay, unless ``without_file_logs()``."""
         check_protocol(logger, MetricLogger, "metric logger")
         return self._set(loggers=(*self._config.loggers, logger))
+
+    def without_file_logs(self) -> SupervisedTraining:
+        """Write no metric files under the directory: only the given loggers get the values.
+
+        The summary, early stopping and metric-based checkpointing read values back; with them,
+        a given logger must read back (e.g. ``InMemoryMetricLogger``, ``CsvMetricLogger``), or
+        launch refuses the run before training."""
+        return self._set(file_logs=False)
+
+    def hparams(self, entries: Mapping[str, Any]) -> SupervisedTraining:
+        """Add the user's own entries to the run's configuration (``config.json``, and what
+        trackers record as parameters); values must be JSON-able, checked here."""
+        return self._set(hparams={**self._config.hparams, **check_hparams(entries)})
 
     def with_application_logger(self, path: str | os.PathLike[str] | None) -> SupervisedTraining:
         """Write the application log to ``path``, or nowhere with None."""

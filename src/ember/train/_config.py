@@ -8,6 +8,7 @@ run's mutable state. So a builder can be launched twice, and a configuration can
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -70,3 +71,7 @@ class TrainingConfig:
     tests: tuple[tuple[str, DataLoader[Any]], ...] = ()
     """Evaluated after training (``with_test``), from the checkpoint ``test_checkpoint``."""
     test_checkpoint: CheckpointEpoch | None = "best"
+    file_logs: bool = True
+    """False: no ``FileMetricLogger`` on the directory beside the given loggers."""
+    hparams: Mapping[str, Any] = field(default_factory=dict)
+    """The user's own entries of the run's configuration (``config.json``)."""

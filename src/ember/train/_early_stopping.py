@@ -9,7 +9,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ember._checks import check_positive_int
 from ember.train._metric.base import NamedMetric, metric_name
-from ember.train._metric.store import MetricQuery
+from ember.train._metric.query import MetricQuery
 from ember.train._vocabulary import Direction, Split
 
 __all__ = ["EarlyStoppingStrategy", "MetricEarlyStoppingStrategy", "StoppingCondition"]

@@ -4,7 +4,10 @@
 
     launch(config, learner):
         check the learner; find the starting epoch (a requested checkpoint must exist)
-        main process: make the run directory; experiment.log; the renderer; the loggers
+        the loggers: the file logs and the given ones (refused if nothing reads back what the
+            summary, early stopping or checkpointing need)
+        main process: make the run directory; experiment.log; the renderer; config.json;
+            every logger's start(config) (an error there stops the launch, before training)
         other processes: no files, no output (their events are dropped)
         start train-worker (the metrics thread)
         with Ctrl-C / SIGTERM routed to the interrupter:
@@ -12,7 +15,8 @@
         flush; summary.json and the table (main process, no error)
         finish, whatever happened (each step runs even if one before it failed):
             drain train-worker; log the error; finish the checkpoint writes; End(summary);
-            stop train-worker; renderer.on_error(error); close the loggers and the renderer
+            stop train-worker; renderer.on_error(error); the loggers' end(summary, artifacts);
+            close the loggers and the renderer
         result = LearningResult(model in eval mode, renderer, error, summary, stop reason,
                                 the checkpoints and the best epoch)
         with_test tests, if training succeeded: result.evaluate(tests, the valid metrics,
@@ -27,6 +31,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import io
+import json
 import logging
 from pathlib import Path
 from typing import Any, TypeVar
@@ -50,7 +55,7 @@ from ember.train._events import End
 from ember.train._gradient_checkpointing import checkpointed_modules
 from ember.train._hooks import TrainingHooks
 from ember.train._learner import Learner
-from ember.train._logger.file import FileMetricLogger
+from ember.train._logger.run import run_artifacts, run_loggers
 from ember.train._loop import LoopPlan, LoopResult, TrainingLoop
 from ember.train._metric.grad_norm import GradNormMetric
 from ember.train._metric.registered import MetricsTraining
@@ -65,6 +70,7 @@ from ember.train._renderer.base import EvaluationRenderer, MetricsRenderer
 from ember.train._renderer.cli import CliMetricsRenderer
 from ember.train._renderer.default import default_renderer
 from ember.train._result import LearningResult
+from ember.train._run_config import run_configuration
 from ember.train._signals import graceful_stop
 from ember.train._strategy.single import SingleDevice
 from ember.train._summary import LearnerSummary, describe_model
@@ -82,6 +88,7 @@ def launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
         raise TypeError(f"launch needs a Learner, got {type(learner).__name__}")
     _check_monitor(config, learner)
     _check_metric_names(config)
+    loggers = run_loggers(config)
     checkpointer = _checkpointer(config)
     starting_epoch = _starting_epoch(config, checkpointer)
     if config.compile_options is not None:
@@ -97,10 +104,10 @@ def launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
     interrupter = config.interrupter
     renderer: MetricsRenderer = CliMetricsRenderer(io.StringIO())
     with experiment_log(config.application_log if main else None):
-        if main:
-            renderer = config.renderer or default_renderer(interrupter)
-        loggers = config.loggers or (FileMetricLogger(config.directory),)
         store = EventStore(loggers if main else [])
+        if main:
+            _start_loggers(config, learner, store)
+            renderer = config.renderer or default_renderer(interrupter)
         async_processor = AsyncProcessorTraining(
             FullEventProcessorTraining(_metrics(config), renderer, store),
             on_error=lambda error: interrupter.stop(f"metrics thread failed: {error!r}"),
@@ -152,7 +159,8 @@ def launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
         except Exception as caught:  # reported in the result, never lost
             error = caught
         finally:
-            error = _finish(async_processor, store, checkpointer, summary, error)
+            artifacts = run_artifacts(config.directory) if main else {}
+            error = _finish(async_processor, store, checkpointer, summary, artifacts, error)
             renderer = async_processor.processor.renderer
     learner.model.eval()
     checkpoints, best = _checkpoints(checkpointer)
@@ -311,10 +319,12 @@ def _finish(
     store: EventStore,
     checkpointer: RunCheckpointer | None,
     summary: LearnerSummary | None,
+    artifacts: dict[str, Path],
     error: BaseException | None,
 ) -> BaseException | None:
     """End a run whatever happened: drain the metrics thread, finish the checkpoint writes, send
-    ``End``, show the error, close the logs and the renderer. Returns the run's first error."""
+    ``End``, show the error, give the loggers the summary and ``artifacts``, close the logs and
+    the renderer. Returns the run's first error."""
     processor.flush()
     error = error or processor.error
     if error is not None:
@@ -329,8 +339,24 @@ def _finish(
     if error is not None:
         renderer.on_error(error)
     try:
+        store.end(summary, artifacts)
+    except Exception as caught:  # keep the first error; the loggers still close
+        error = error or caught
+    try:
         store.close()
     except Exception as caught:  # keep the first error
         error = error or caught
     renderer.close()
     return error
+
+
+def _start_loggers(config: TrainingConfig, learner: Learner[Any], store: EventStore) -> None:
+    """Write ``config.json`` and start the loggers with it; on an error, close them and raise."""
+    run_config = run_configuration(config, learner)
+    try:
+        text = json.dumps(run_config, indent=2, sort_keys=True) + "\n"
+        atomic_write(config.directory / "config.json", text.encode("utf-8"))
+        store.start(run_config)
+    except BaseException:
+        store.close()
+        raise

@@ -160,6 +160,13 @@ class Learner(Generic[M]):
     @property
     def lr_scheduler(self) -> LrScheduler | None:
         """The learning-rate scheduler (None: the optimizer's own lrs)."""
+
+    @property
+    def optimizer_or_factory(self) -> OptimizerLike | dict[str, OptimizerLike]:
+        """The optimizer if it exists, else the factory that will make it (not called here:
+        describing a run must not build its optimizer before the model is placed); a mapping
+        of them for several optimizers."""
+        return dict(self._optims) if self._several else self._optims["optimizer"]
         return self._scheduler
 
     @property

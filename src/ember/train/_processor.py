@@ -143,6 +143,7 @@ class FullEventProcessorTraining:
         # per split: the first and the last epoch started since the last line
         self._started: dict[Split, tuple[int, int]] = {}
         self._without_loss: set[type[Any]] = set()
+        self._step = 0  # the run's optimizer steps at the last item: the loggers' global step
 
     def process_train(self, event: LearnerEvent) -> None:
         """Handle an event of the training split."""
@@ -169,6 +170,7 @@ class FullEventProcessorTraining:
         self, split: Split, training_item: Any, item: Any, loss: LossInput | None
     ) -> None:
         iteration = training_item.iteration
+        self._step = training_item.step
         span = self._iterations.get(split)
         first = (self._epoch, iteration) if span is None else span[:2]
         self._iterations[split] = (*first, self._epoch, iteration)
@@ -207,7 +209,6 @@ class FullEventProcessorTraining:
             for s in (Split.TRAIN, Split.VALID):
                 for metric in self.metrics.metrics(s):
                     definitions.setdefault(metric.name, metric_definition(metric))
-            self.store.add_definitions(list(definitions.values()))
             for definition in definitions.values():
                 renderer.register_metric(definition)
             renderer.start(event.total_epochs, event.starting_epoch)
@@ -265,7 +266,7 @@ class FullEventProcessorTraining:
     def _publish(self, split: Split, states: Sequence[MetricState]) -> None:
         if not states:
             return
-        self.store.log(split, [state.entry for state in states])
+        self.store.log(split, states, self._step)
         update = self.renderer.update_train if split is Split.TRAIN else self.renderer.update_valid
         for state in states:
             update(state)

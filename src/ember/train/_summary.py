@@ -14,7 +14,7 @@ from typing import Any
 
 from torch import nn
 
-from ember.train._metric.store import MetricQuery
+from ember.train._metric.query import MetricQuery
 from ember.train._vocabulary import Split
 
 __all__ = ["LearnerSummary", "MetricSummary", "describe_model", "format_cell"]

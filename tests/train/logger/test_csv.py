@@ -6,13 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from ember.extend import MetricDefinition, MetricEntry, MetricLogger, NumericEntry
+from ember.extend import MetricEntry, MetricLogger, MetricReader, MetricState, NumericEntry
 from ember.train import CsvMetricLogger, Direction, Split
 from ember.train._metric.store import EventStore
+from tests.train.fixtures import metric_value
 
 
-def entry(name: str, value: NumericEntry) -> MetricEntry:
-    return MetricEntry(name, "shown", value.serialize())
+def state(name: str, value: NumericEntry) -> MetricState:
+    return MetricState(MetricEntry(name, "shown", value.serialize()), value)
 
 
 BATCHES = {
@@ -33,8 +34,8 @@ def log_run(logger: CsvMetricLogger, epochs: tuple[int, ...] = (1, 2)) -> None:
     for epoch in epochs:
         for split in (Split.TRAIN, Split.VALID):
             for value in BATCHES[(split, epoch)]:
-                logger.log([entry("Loss", value)], epoch, split)
-            logger.log([entry("Loss", FINALS[(split, epoch)])], epoch, split)
+                logger.log([metric_value("Loss", value, epoch, split)])
+            logger.log([metric_value("Loss", FINALS[(split, epoch)], epoch, split)])
             logger.end_split(epoch, split)
 
 
@@ -74,7 +75,7 @@ def test_rows_are_buffered_until_the_split_ends(tmp_path: Path) -> None:
     """Nothing reaches the file before end_split; everything does after it."""
     path = tmp_path / "metrics.csv"
     logger = CsvMetricLogger(path)
-    logger.log([entry("Loss", NumericEntry(1.0, 1))], 1, Split.TRAIN)
+    logger.log([metric_value("Loss", NumericEntry(1.0, 1), 1, Split.TRAIN)])
     assert not path.exists()
     logger.end_split(1, Split.TRAIN)
     assert path.read_text(encoding="utf-8").splitlines()[1:] == ["1,train,Loss,1,1,batch"]
@@ -83,24 +84,25 @@ def test_rows_are_buffered_until_the_split_ends(tmp_path: Path) -> None:
 
 
 def test_only_numeric_available_entries_are_written(tmp_path: Path) -> None:
-    """Text metrics, N/A entries and definitions marked non-numeric are skipped; odd names
-    are quoted and read back."""
+    """Through the event store, text metrics and N/A entries are skipped, a metric that is not
+    numeric but logs a number is written; odd names are quoted and read back."""
     path = tmp_path / "metrics.csv"
     logger = CsvMetricLogger(path)
-    logger.log_definition(MetricDefinition("Tokens"))  # no attributes: not numeric
-    logger.log(
-        [
-            MetricEntry("Text", "hello", "hello world"),
-            MetricEntry("Pending", "", MetricEntry.NOT_AVAILABLE),
-            MetricEntry("Tokens", "12", "12"),
-            entry('Loss, "smoothed"', NumericEntry(0.5, 2)),
-        ],
-        1,
+    store = EventStore([logger])
+    store.start_split(Split.TRAIN, 1)
+    store.log(
         Split.TRAIN,
+        [
+            MetricState(MetricEntry("Text", "hello", "hello world")),
+            MetricState(MetricEntry("Pending", "", MetricEntry.NOT_AVAILABLE)),
+            MetricState(MetricEntry("Tokens", "12", "12")),
+            state('Loss, "smoothed"', NumericEntry(0.5, 2)),
+        ],
+        step=3,
     )
-    logger.end_split(1, Split.TRAIN)
+    store.end_split(Split.TRAIN)
     rows = path.read_text(encoding="utf-8").splitlines()[1:]
-    assert rows == ['1,train,"Loss, ""smoothed""",0.5,2,batch']
+    assert rows == ["1,train,Tokens,12,,batch", '1,train,"Loss, ""smoothed""",0.5,2,batch']
     assert logger.read_numeric('Loss, "smoothed"', 1, Split.TRAIN) == [NumericEntry(0.5, 2)]
     logger.close()
 
@@ -112,8 +114,8 @@ def test_only_logger_of_an_event_store(tmp_path: Path) -> None:
     finals = [3.0, 1.5, 1.5, 2.0]
     for epoch, final in enumerate(finals, start=1):
         store.start_split(Split.VALID, epoch)
-        store.log(Split.VALID, [entry("Loss", NumericEntry(final + 1, 1))])
-        store.log(Split.VALID, [entry("Loss", NumericEntry(final, final=True))])
+        store.log(Split.VALID, [state("Loss", NumericEntry(final + 1, 1))], epoch)
+        store.log(Split.VALID, [state("Loss", NumericEntry(final, final=True))], epoch)
         store.end_split(Split.VALID)
     assert [store.find_metric("Loss", e, Split.VALID) for e in (1, 2, 4)] == [
         3.0,
@@ -134,8 +136,8 @@ def test_resumed_run_replaces_the_rerun_epoch(tmp_path: Path) -> None:
     first.close()
 
     resumed = CsvMetricLogger(path)
-    resumed.log([entry("Loss", NumericEntry(9.0, 1))], 2, Split.TRAIN)
-    resumed.log([entry("Loss", NumericEntry(9.0, final=True))], 2, Split.TRAIN)
+    resumed.log([metric_value("Loss", NumericEntry(9.0, 1), 2, Split.TRAIN)])
+    resumed.log([metric_value("Loss", NumericEntry(9.0, final=True), 2, Split.TRAIN)])
     resumed.end_split(2, Split.TRAIN)
     assert resumed.read_numeric("Loss", 2, Split.TRAIN) == [
         NumericEntry(9.0, 1),
@@ -164,5 +166,7 @@ def test_rejects_a_directory_and_a_foreign_file(tmp_path: Path) -> None:
 
 
 def test_satisfies_the_protocol(tmp_path: Path) -> None:
-    """CsvMetricLogger is a MetricLogger."""
-    assert isinstance(CsvMetricLogger(tmp_path / "m.csv"), MetricLogger)
+    """CsvMetricLogger is a MetricLogger and a MetricReader."""
+    logger = CsvMetricLogger(tmp_path / "m.csv")
+    assert isinstance(logger, MetricLogger)
+    assert isinstance(logger, MetricReader)

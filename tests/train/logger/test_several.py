@@ -11,6 +11,7 @@ import torch
 from ember.train import (
     CliMetricsRenderer,
     CsvMetricLogger,
+    FileMetricLogger,
     InMemoryMetricLogger,
     Learner,
     LearningRateMetric,
@@ -32,8 +33,8 @@ VALID_BATCHES = 2  # 6 items, batch 4
 
 
 def test_tensorboard_csv_and_memory_loggers_together(model: TinyRegressor, tmp_path: Path) -> None:
-    """Every logger gets every entry; the write-only TensorBoard logger first does not keep
-    the summary and early stopping from reading the CSV logger after it."""
+    """Every logger gets every value, beside the file logs that stay (extra loggers add to
+    them); TensorBoard's steps are the run's global steps."""
     run_dir, tb_dir, csv_path = tmp_path / "run", tmp_path / "tb", tmp_path / "metrics.csv"
     memory = InMemoryMetricLogger()
     stream = io.StringIO()
@@ -54,7 +55,7 @@ def test_tensorboard_csv_and_memory_loggers_together(model: TinyRegressor, tmp_p
     )
     assert result.error is None, result.traceback
     assert result.last_epoch == EPOCHS
-    assert not (run_dir / "train").exists()  # loggers were given: no default file logger
+    files = FileMetricLogger(run_dir)  # the file logs are still written
 
     csv = CsvMetricLogger(csv_path)  # a fresh reader of the file the run wrote
     for split in (Split.TRAIN, Split.VALID):
@@ -63,8 +64,9 @@ def test_tensorboard_csv_and_memory_loggers_together(model: TinyRegressor, tmp_p
             assert len(logged) == (TRAIN_BATCHES if split is Split.TRAIN else VALID_BATCHES) + 1
             assert logged[-1].final
             assert csv.read_numeric("Loss", epoch, split) == logged
+            assert files.read_numeric("Loss", epoch, split) == logged
 
-    # the summary read the CSV logger (TensorBoard answers nothing)
+    # the summary read the file logs (TensorBoard answers nothing)
     assert result.summary is not None
     rows = {(row.split, row.name): row for row in result.summary.metrics}
     assert set(rows) == {("Train", "Loss"), ("Train", "Learning Rate"), ("Valid", "Loss")}
@@ -79,7 +81,8 @@ def test_tensorboard_csv_and_memory_loggers_together(model: TinyRegressor, tmp_p
         for tag in accumulator.Tags()["scalars"]
     }
     assert steps["train/Loss"] == list(range(1, EPOCHS * TRAIN_BATCHES + 1))
-    assert steps["valid/Loss"] == list(range(1, EPOCHS * VALID_BATCHES + 1))
+    # the valid epoch value at the step it followed: the end of each epoch's training
+    assert steps["valid/Loss"] == [TRAIN_BATCHES * epoch for epoch in range(1, EPOCHS + 1)]
     assert steps["train/Learning Rate"] == list(range(1, EPOCHS * TRAIN_BATCHES + 1))
     assert steps["train/Loss/epoch"] == steps["valid/Loss/epoch"] == [1, 2, 3]
     final = accumulator.Scalars("valid/Loss/epoch")[-1].value

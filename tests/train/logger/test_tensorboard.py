@@ -6,15 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from ember.extend import MetricDefinition, MetricEntry, MetricLogger, NumericEntry
+from ember.extend import MetricEntry, MetricLogger, MetricReader, MetricState, NumericEntry
 from ember.train import Split, TensorBoardLogger
 from ember.train._metric.store import EventStore
+from tests.train.fixtures import metric_value
 
 event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
 
 
-def entry(name: str, value: NumericEntry) -> MetricEntry:
-    return MetricEntry(name, "shown", value.serialize())
+def state(name: str, value: NumericEntry) -> MetricState:
+    return MetricState(MetricEntry(name, "shown", value.serialize()), value)
 
 
 def scalars(log_dir: Path) -> dict[str, list[tuple[int, float]]]:
@@ -28,69 +29,75 @@ def scalars(log_dir: Path) -> dict[str, list[tuple[int, float]]]:
 
 
 def test_batch_and_epoch_scalars_at_their_steps(tmp_path: Path) -> None:
-    """Batch values at a per-split step counted across epochs; epoch values at step = epoch."""
+    """Train batch values at the global step; the valid epoch value at the step it followed;
+    epoch values at step = epoch; the configuration as text."""
     log_dir = tmp_path / "tb"
     logger = TensorBoardLogger(log_dir)
     store = EventStore([logger])
+    store.start({"num_epochs": 2})
     # values exact in float32, which is how TensorBoard stores them
     train = {1: [4.0, 3.5, 3.0], 2: [2.5, 2.0]}
+    step = 10  # a resumed run: steps go on from the checkpoint's
     for epoch, values in train.items():
         store.start_split(Split.TRAIN, epoch)
         for value in values:
+            step += 1
             store.log(
                 Split.TRAIN,
-                [entry("Loss", NumericEntry(value, 1)), entry("Accuracy", NumericEntry(50.0, 4))],
+                [state("Loss", NumericEntry(value, 1)), state("Accuracy", NumericEntry(50.0, 4))],
+                step,
             )
-        store.log(
-            Split.TRAIN,
-            [
-                entry("Loss", NumericEntry(sum(values) / len(values), final=True)),
-                entry("Accuracy", NumericEntry(50.0, final=True)),
-            ],
-        )
+        mean = sum(values) / len(values)
+        finals = [state("Loss", NumericEntry(mean, final=True))]
+        store.log(Split.TRAIN, [*finals, state("Accuracy", NumericEntry(50.0, final=True))], step)
         store.end_split(Split.TRAIN)
         store.start_split(Split.VALID, epoch)
-        store.log(Split.VALID, [entry("Loss", NumericEntry(1.0 / epoch, 2))])
-        store.log(Split.VALID, [entry("Loss", NumericEntry(1.0 / epoch, final=True))])
+        for _ in range(2):  # a validation pass does not step: its batches are not written
+            store.log(Split.VALID, [state("Loss", NumericEntry(9.0, 2))], step)
+        store.log(Split.VALID, [state("Loss", NumericEntry(1.0 / epoch, final=True))], step)
         store.end_split(Split.VALID)
     store.close()
 
     assert scalars(log_dir) == {
-        "train/Loss": [(1, 4.0), (2, 3.5), (3, 3.0), (4, 2.5), (5, 2.0)],
-        "train/Accuracy": [(step, 50.0) for step in range(1, 6)],
+        "train/Loss": [(11, 4.0), (12, 3.5), (13, 3.0), (14, 2.5), (15, 2.0)],
+        "train/Accuracy": [(step, 50.0) for step in range(11, 16)],
         "train/Loss/epoch": [(1, 3.5), (2, 2.25)],
         "train/Accuracy/epoch": [(1, 50.0), (2, 50.0)],
-        "valid/Loss": [(1, 1.0), (2, 0.5)],
+        "valid/Loss": [(13, 1.0), (15, 0.5)],
         "valid/Loss/epoch": [(1, 1.0), (2, 0.5)],
     }
+    accumulator = event_accumulator.EventAccumulator(str(log_dir))
+    accumulator.Reload()
+    assert "config/text_summary" in accumulator.Tags()["tensors"]
 
 
 def test_skips_text_and_unavailable_entries(tmp_path: Path) -> None:
     """Only numeric, available entries become scalars."""
     logger = TensorBoardLogger(tmp_path)
-    logger.log_definition(MetricDefinition("Tokens"))  # no attributes: not numeric
-    logger.log(
+    store = EventStore([logger])
+    store.start_split(Split.TRAIN, 1)
+    store.log(
+        Split.TRAIN,
         [
-            MetricEntry("Text", "hi", "hello world"),
-            MetricEntry("Pending", "", MetricEntry.NOT_AVAILABLE),
-            MetricEntry("Tokens", "12", "12"),
-            entry("Loss", NumericEntry(0.5, 1)),
+            MetricState(MetricEntry("Text", "hi", "hello world")),
+            MetricState(MetricEntry("Pending", "", MetricEntry.NOT_AVAILABLE)),
+            state("Loss", NumericEntry(0.5, 1)),
         ],
         1,
-        Split.TRAIN,
     )
-    logger.end_split(1, Split.TRAIN)
+    store.end_split(Split.TRAIN)
     logger.close()
     logger.close()  # a second close does nothing
     assert scalars(tmp_path) == {"train/Loss": [(1, 0.5)]}
 
 
 def test_is_write_only(tmp_path: Path) -> None:
-    """read_numeric answers [], so the event store asks the next logger."""
+    """A MetricLogger, not a MetricReader: the event store never asks it."""
     logger = TensorBoardLogger(tmp_path)
     assert isinstance(logger, MetricLogger)
-    logger.log([entry("Loss", NumericEntry(0.5, 1))], 1, Split.TRAIN)
-    assert logger.read_numeric("Loss", 1, Split.TRAIN) == []
+    assert not isinstance(logger, MetricReader)
+    logger.log([metric_value("Loss", NumericEntry(0.5, 1))])
+    assert EventStore([logger]).readers == []
     logger.close()
 
 

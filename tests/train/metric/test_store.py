@@ -17,6 +17,7 @@ from ember.extend import (
     LossInput,
     MetricEntry,
     MetricMetadata,
+    MetricState,
     NumericEntry,
     adapt,
     register_adaptor,
@@ -34,6 +35,7 @@ from ember.train import (
 )
 from ember.train._metric.base import format_number
 from ember.train._metric.store import EventStore
+from tests.train.fixtures import metric_value
 
 META = MetricMetadata(Progress(1, 1), 1, None)
 
@@ -155,7 +157,7 @@ def test_event_store_queries(tmp_path: Path, make_logger: object) -> None:
     store = EventStore([make_logger(tmp_path)])  # type: ignore[operator]
     for epoch, lines in enumerate([["3,1", "1,1", "2,final"], ["1,1", "2,3"], ["1,final"]], 1):
         store.start_split(Split.VALID, epoch)
-        store.log(Split.VALID, [MetricEntry("Loss", "", line) for line in lines])
+        store.log(Split.VALID, [MetricState(MetricEntry("Loss", "", line)) for line in lines], 0)
         store.end_split(Split.VALID)
     assert store.find_metric("Loss", 1, Split.VALID) == 2.0
     assert store.find_metric("Loss", 2, Split.VALID) == 1.75
@@ -168,7 +170,7 @@ def test_event_store_queries(tmp_path: Path, make_logger: object) -> None:
 def test_in_memory_logger_keys_by_real_epoch() -> None:
     """After a resume at epoch 3, epoch 3's values are found under epoch 3 (Burn's are not)."""
     logger = InMemoryMetricLogger()
-    logger.log([MetricEntry("Loss", "", "5,final")], 3, Split.TRAIN)
+    logger.log([metric_value("Loss", NumericEntry(5.0, final=True), 3)])
     assert logger.read_numeric("Loss", 3, Split.TRAIN) == [NumericEntry(5.0, final=True)]
     assert logger.read_numeric("Loss", 1, Split.TRAIN) == []
 
@@ -177,7 +179,7 @@ def test_file_logger_restarts_a_rerun_epoch(tmp_path: Path) -> None:
     """Logging an epoch again (after a resume) replaces its file instead of appending."""
     logger = FileMetricLogger(tmp_path)
     for _ in range(2):
-        logger.log([MetricEntry("Loss", "", "1,1")], 2, Split.TRAIN)
+        logger.log([metric_value("Loss", NumericEntry(1.0, 1), 2)])
         logger.end_split(2, Split.TRAIN)
     logger.close()
     assert (tmp_path / "train" / "epoch-2" / "Loss.log").read_text() == "1,1\n"

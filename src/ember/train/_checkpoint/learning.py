@@ -47,7 +47,7 @@ from ember.train._checkpoint.strategy import (
     Delete,
     Save,
 )
-from ember.train._metric.store import MetricQuery
+from ember.train._metric.query import MetricQuery
 
 __all__ = ["STRATEGY_STATE_KEY", "LearningCheckpointer", "RunCheckpointer", "TrainingRecords"]
 

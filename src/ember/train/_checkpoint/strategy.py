@@ -23,7 +23,7 @@ from typing import Any, Protocol, TypeAlias
 from ember._checks import check_positive_int
 from ember.train._checkpoint.file import check_epoch
 from ember.train._metric.base import NamedMetric, metric_name
-from ember.train._metric.store import MetricQuery
+from ember.train._metric.query import MetricQuery
 from ember.train._vocabulary import Direction, Split
 
 __all__ = [

@@ -71,7 +71,7 @@ class FullEventProcessorEvaluation(FullEventProcessorTraining):
     def _publish(self, split: Split, states: Sequence[MetricState]) -> None:
         if not states:
             return
-        self.store.log(split, [state.entry for state in states])
+        self.store.log(split, states, self._step)
         test, values = self._test, self.values[self._test]
         for state in states:
             self.evaluation_renderer.update_test(test, state)

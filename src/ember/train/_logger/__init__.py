@@ -1,1 +1,2 @@
-"""Metric loggers: files on disk (the default), memory, one CSV file, TensorBoard."""
+"""Metric loggers: files on disk (always, unless turned off), memory, one CSV file, TensorBoard,
+MLflow; the protocols a tracker implements."""

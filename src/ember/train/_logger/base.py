@@ -1,41 +1,148 @@
-"""The metric-logger protocol: where metric entries go, and how numbers are read back."""
+"""The logger protocols: where metric values go (numbers, with their global step), and how the
+event store reads them back.
+
+A tracker (MLflow, Weights & Biases, a JSON-lines file) implements :class:`MetricLogger`::
+
+    class PrintLogger:
+        def start(self, config):            print("config", config)
+        def log(self, values):              print(*(f"{v.split}/{v.name}@{v.step}={v.value}"
+                                                     for v in values))
+        def end_split(self, epoch, split):  pass
+        def end(self, summary, artifacts):  print("artifacts", dict(artifacts))
+        def close(self):                    pass
+
+Loggers that keep values where they can be read again (files, memory, one CSV file) are also
+:class:`MetricReader`; checkpointing strategies, early stopping and the summary ask them. Ember's
+file logger also writes the text of metrics that log text, not numbers (:class:`TextLogger`).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from ember.train._metric.base import MetricDefinition, MetricEntry, NumericEntry
+from ember.train._metric.base import NumericEntry
 from ember.train._vocabulary import Split
 
-__all__ = ["MetricLogger"]
+if TYPE_CHECKING:
+    from ember.train._summary import LearnerSummary
+
+__all__ = [
+    "MetricLogger",
+    "MetricReader",
+    "MetricText",
+    "MetricValue",
+    "TextLogger",
+    "tracker_points",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class MetricValue:
+    """One number a metric logged: a batch value (with its weight, when the metric gives one) or,
+    with ``final``, the epoch value at the end of the split.
+
+    ``step`` is the run's optimizer steps so far, kept across resumes: the global step a
+    tracker plots against (batches that accumulate gradients, and a validation pass, share the
+    step of the training before them). ``text`` is the text the metric serialized (the line of
+    its log file); empty, :attr:`line` writes the number as metric logs do.
+    """
+
+    name: str
+    split: Split
+    epoch: int
+    step: int
+    value: float
+    weight: float | None = None
+    final: bool = False
+    text: str = ""
+
+    @property
+    def entry(self) -> NumericEntry:
+        """The value as a metric-log entry (what :class:`MetricReader` gives back)."""
+        return NumericEntry(self.value, self.weight, self.final)
+
+    @property
+    def line(self) -> str:
+        """The metric-log line of this value."""
+        return self.text or self.entry.serialize()
+
+
+@dataclass(frozen=True, slots=True)
+class MetricText:
+    """The entry of a metric that logs text, not a number (e.g. a GPU reading)."""
+
+    name: str
+    split: Split
+    epoch: int
+    step: int
+    text: str
 
 
 @runtime_checkable
 class MetricLogger(Protocol):
-    """Receives metric entries on the metrics thread and reads numeric values back.
+    """Receives a run's configuration, its metric values and its end, on the metrics thread.
 
-    Calls for one split arrive in order: ``log`` for each batch of ``epoch``, then
-    ``end_split``. ``read_numeric`` may be called from the training thread after the
-    processor has been flushed.
+    ``start`` is called once at launch, before training (an error there, such as an unreachable
+    tracker, stops the launch). Then, per split of each epoch, ``log`` for each batch and once for
+    the epoch values, then ``end_split``. ``end`` gets the summary (None without one) and the
+    run's artifacts (``{"summary": path, ...}``: only files that exist), ``close`` is called
+    last, also after an error.
     """
 
-    def log_definition(self, definition: MetricDefinition) -> None:
-        """A metric was registered."""
+    def start(self, config: Mapping[str, Any]) -> None:
+        """The run's configuration (JSON-able: ``DIR/config.json``)."""
         ...
 
-    def log(self, entries: Sequence[MetricEntry], epoch: int, split: Split) -> None:
-        """Record the entries of one batch, or the epoch entries at the split end."""
+    def log(self, values: Sequence[MetricValue]) -> None:
+        """The numbers of one batch, or the epoch values at the split end."""
         ...
 
     def end_split(self, epoch: int, split: Split) -> None:
         """The split of ``epoch`` ended: make everything logged for it durable."""
         ...
 
-    def read_numeric(self, name: str, epoch: int, split: Split) -> list[NumericEntry]:
-        """The numeric entries of ``name`` for ``epoch`` and ``split``; [] when none."""
+    def end(self, summary: LearnerSummary | None, artifacts: Mapping[str, Path]) -> None:
+        """Training ended: the summary and the paths of the run's files."""
         ...
 
     def close(self) -> None:
-        """Flush and release files; called once when training ends, also on error."""
+        """Flush and release files or connections; called once, also on error."""
         ...
+
+
+@runtime_checkable
+class MetricReader(Protocol):
+    """A logger whose values can be read back (files, memory, CSV)."""
+
+    def read_numeric(self, name: str, epoch: int, split: Split) -> list[NumericEntry]:
+        """The numeric entries of ``name`` for ``epoch`` and ``split``; [] when none. Called on
+        the training thread after the metrics thread was flushed."""
+        ...
+
+
+@runtime_checkable
+class TextLogger(Protocol):
+    """A logger that also keeps the entries of metrics that log text."""
+
+    def log_text(self, texts: Sequence[MetricText]) -> None:
+        """The text entries of one batch, or of the split end."""
+        ...
+
+
+def tracker_points(value: MetricValue) -> list[tuple[str, int]]:
+    """Where a tracker plots ``value``: ``(name, step)`` pairs, the same in every tracker.
+
+    * ``train/{name}``: each training batch's value at its global step;
+    * ``valid/{name}``: the validation epoch value at the global step it was measured after (one
+      point per epoch, on the training curve's axis: a validation pass does not step, so its
+      batches would all share one step and are not plotted);
+    * ``{split}/{name}/epoch``: each epoch value at step = epoch.
+    """
+    tag = f"{value.split.value}/{value.name}"
+    if value.final:
+        points = [(f"{tag}/epoch", value.epoch)]
+        return [*points, (tag, value.step)] if value.split is Split.VALID else points
+    return [(tag, value.step)] if value.split is Split.TRAIN else []

@@ -9,8 +9,8 @@
 
 One row per numeric entry: ``kind`` is ``batch`` for a batch value (``weight`` empty when the
 metric gives none) and ``epoch`` for the epoch value written at the split end. Numbers are
-written as the metric log files write them, so they read back exactly. Non-numeric metrics are
-not written.
+written as the metric log files write them, so they read back exactly. Metrics that log text
+are not written.
 
 Rows are buffered and written out at every split end and at :meth:`CsvMetricLogger.close`.
 :meth:`CsvMetricLogger.read_numeric` reads the file back (only the part it has not read yet),
@@ -27,12 +27,16 @@ import csv
 import io
 import os
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING, Any
 
-from ember.train._metric.base import MetricDefinition, MetricEntry, NumericEntry, format_number
+from ember.train._logger.base import MetricValue
+from ember.train._metric.base import NumericEntry, format_number
 from ember.train._vocabulary import Split
+
+if TYPE_CHECKING:
+    from ember.train._summary import LearnerSummary
 
 __all__ = ["CsvMetricLogger"]
 
@@ -55,7 +59,6 @@ class CsvMetricLogger:
         self._lock = threading.Lock()
         self._file: IO[str] | None = None
         self._rows: list[tuple[object, ...]] = []
-        self._not_numeric: set[str] = set()
         self._started: set[tuple[Split, int]] = set()
         # what has been read back: entries by (metric, split, epoch), and up to which byte
         self._index: dict[_Key, list[NumericEntry]] = {}
@@ -63,24 +66,16 @@ class CsvMetricLogger:
         # the (split, epoch) pairs an earlier run left in the file
         self._earlier = self._scan_existing()
 
-    def log_definition(self, definition: MetricDefinition) -> None:
-        """Remember metrics that are not numeric: their entries are skipped."""
-        if not definition.is_numeric:
-            self._not_numeric.add(definition.name)
+    def start(self, config: Mapping[str, Any]) -> None:
+        """Nothing to record: ``config.json`` is written by the launch."""
 
-    def log(self, entries: Sequence[MetricEntry], epoch: int, split: Split) -> None:
-        """Buffer one row per numeric entry."""
+    def log(self, values: Sequence[MetricValue]) -> None:
+        """Buffer one row per value."""
         with self._lock:
-            if (split, epoch) not in self._started:
-                self._start(split, epoch)
-            for entry in entries:
-                if entry.name in self._not_numeric or not entry.is_available:
-                    continue
-                try:
-                    value = NumericEntry.parse(entry.serialized)
-                except ValueError:  # a metric without a definition that logs text
-                    continue
-                self._rows.append(_row(epoch, split, entry.name, value))
+            for value in values:
+                if (value.split, value.epoch) not in self._started:
+                    self._start(value.split, value.epoch)
+                self._rows.append(_row(value))
 
     def end_split(self, epoch: int, split: Split) -> None:
         """Write the buffered rows to the file."""
@@ -93,6 +88,9 @@ class CsvMetricLogger:
             self._write_rows()
             self._read_new_rows()
             return list(self._index.get((name, split, epoch), []))
+
+    def end(self, summary: LearnerSummary | None, artifacts: Mapping[str, Path]) -> None:
+        """Nothing to record: ``summary.json`` is written by the launch."""
 
     def close(self) -> None:
         """Write the buffered rows and close the file; calling it again does nothing."""
@@ -170,10 +168,11 @@ class CsvMetricLogger:
         self._read_up_to += len(data)
 
 
-def _row(epoch: int, split: Split, name: str, value: NumericEntry) -> tuple[object, ...]:
+def _row(value: MetricValue) -> tuple[object, ...]:
     weight = "" if value.weight is None or value.final else format_number(value.weight)
     kind = "epoch" if value.final else "batch"
-    return (epoch, split.value, name, format_number(value.value), weight, kind)
+    number = format_number(value.value)
+    return (value.epoch, value.split.value, value.name, number, weight, kind)
 
 
 def _csv_rows(data: bytes) -> Iterable[list[str]]:

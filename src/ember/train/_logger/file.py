@@ -22,12 +22,16 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-from ember.train._metric.base import MetricDefinition, MetricEntry, NumericEntry
+from ember.train._logger.base import MetricText, MetricValue
+from ember.train._metric.base import NumericEntry
 from ember.train._vocabulary import Split
+
+if TYPE_CHECKING:
+    from ember.train._summary import LearnerSummary
 
 __all__ = ["FileMetricLogger", "metric_file_name"]
 
@@ -137,21 +141,31 @@ class FileMetricLogger:
             return os.path.join(self._root, metric_file_name(name))
         return os.path.join(self._root, split.value, f"epoch-{epoch}", metric_file_name(name))
 
-    def log_definition(self, definition: MetricDefinition) -> None:
-        """Nothing to record: files are created with their first entry."""
+    def start(self, config: Mapping[str, Any]) -> None:
+        """Nothing to record: ``config.json`` is written by the launch."""
 
-    def log(self, entries: Sequence[MetricEntry], epoch: int, split: Split) -> None:
-        """Queue one line per available entry."""
-        for entry in entries:
-            if not entry.is_available:
-                continue
-            key = (entry.name, epoch, split)
-            path = self._paths.get(key)
-            if path is None:  # the split starts (again, after a resume): a new file
-                path = self._paths[key] = self._file(entry.name, epoch, split)
-                self._pending[path] = []
-                self._started.discard(path)
-            self._pending[path].append(entry.serialized)
+    def log(self, values: Sequence[MetricValue]) -> None:
+        """Queue one line per value (the text the metric serialized)."""
+        for value in values:
+            self._queue(value.name, value.epoch, value.split, value.line)
+        self._maybe_hand_off()
+
+    def log_text(self, texts: Sequence[MetricText]) -> None:
+        """Queue one line per text entry."""
+        for text in texts:
+            self._queue(text.name, text.epoch, text.split, text.text)
+        self._maybe_hand_off()
+
+    def _queue(self, name: str, epoch: int, split: Split, line: str) -> None:
+        key = (name, epoch, split)
+        path = self._paths.get(key)
+        if path is None:  # the split starts (again, after a resume): a new file
+            path = self._paths[key] = self._file(name, epoch, split)
+            self._pending[path] = []
+            self._started.discard(path)
+        self._pending[path].append(line)
+
+    def _maybe_hand_off(self) -> None:
         if self._clock() - self._last_hand_off >= self._interval:
             self._hand_off()
 
@@ -178,6 +192,9 @@ class FileMetricLogger:
             except ValueError as error:
                 raise ValueError(f"{path}:{number}: {error}") from None
         return entries
+
+    def end(self, summary: LearnerSummary | None, artifacts: Mapping[str, Path]) -> None:
+        """Nothing to record: ``summary.json`` is written by the launch."""
 
     def close(self) -> None:
         """Write everything, stop the writer thread; raise a pending write error."""

@@ -3,34 +3,50 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from ember.train._metric.base import MetricDefinition, MetricEntry, NumericEntry
+from ember.train._logger.base import MetricText, MetricValue
+from ember.train._metric.base import NumericEntry
 from ember.train._vocabulary import Split
+
+if TYPE_CHECKING:
+    from ember.train._summary import LearnerSummary
 
 __all__ = ["InMemoryMetricLogger"]
 
 
 class InMemoryMetricLogger:
-    """Keeps every serialized entry, keyed by metric, split and the real epoch number.
+    """Keeps every entry's text, keyed by metric, split and the real epoch number, and what the
+    run gave its loggers (``config``, ``summary``, ``artifacts``).
 
     Keying by epoch number (not by position, as Burn does) keeps lookups right after a resume,
-    when the first epoch logged is not epoch 1.
+    when the first epoch logged is not epoch 1. Use it with ``without_file_logs()`` for a run
+    that writes no metric files.
     """
 
     def __init__(self) -> None:
         self.values: defaultdict[tuple[str, Split, int], list[str]] = defaultdict(list)
-        self.definitions: list[MetricDefinition] = []
+        self.numbers: list[MetricValue] = []
+        self.config: Mapping[str, Any] | None = None
+        self.summary: LearnerSummary | None = None
+        self.artifacts: dict[str, Path] = {}
 
-    def log_definition(self, definition: MetricDefinition) -> None:
-        """Remember the definition."""
-        self.definitions.append(definition)
+    def start(self, config: Mapping[str, Any]) -> None:
+        """Remember the configuration."""
+        self.config = config
 
-    def log(self, entries: Sequence[MetricEntry], epoch: int, split: Split) -> None:
-        """Keep the serialized text of each available entry."""
-        for entry in entries:
-            if entry.is_available:
-                self.values[(entry.name, split, epoch)].append(entry.serialized)
+    def log(self, values: Sequence[MetricValue]) -> None:
+        """Keep each value and its text."""
+        self.numbers.extend(values)
+        for value in values:
+            self.values[(value.name, value.split, value.epoch)].append(value.line)
+
+    def log_text(self, texts: Sequence[MetricText]) -> None:
+        """Keep the text of each entry."""
+        for text in texts:
+            self.values[(text.name, text.split, text.epoch)].append(text.text)
 
     def end_split(self, epoch: int, split: Split) -> None:
         """Nothing to flush."""
@@ -38,6 +54,11 @@ class InMemoryMetricLogger:
     def read_numeric(self, name: str, epoch: int, split: Split) -> list[NumericEntry]:
         """The parsed entries; lines that are not numeric raise ``ValueError``."""
         return [NumericEntry.parse(text) for text in self.values.get((name, split, epoch), [])]
+
+    def end(self, summary: LearnerSummary | None, artifacts: Mapping[str, Path]) -> None:
+        """Remember the summary and the artifacts."""
+        self.summary = summary
+        self.artifacts = dict(artifacts)
 
     def close(self) -> None:
         """Nothing to release."""

@@ -4,33 +4,33 @@ Needs the ``ember[tensorboard]`` extra, imported only when a logger is created.
 
 ::
 
-    logger = TensorBoardLogger("runs/mnist")
-    SupervisedTraining(...).with_metric_logger(FileMetricLogger(dir)).with_metric_logger(logger)
+    SupervisedTraining(...).with_metric_logger(TensorBoardLogger("runs/mnist"))
 
-Each batch value of a numeric metric becomes the scalar ``{split}/{name}`` at a step that counts
-the batches of that split across epochs (1, 2, 3, ...); each epoch value becomes
-``{split}/{name}/epoch`` at step = epoch. Non-numeric metrics are not written.
+Scalars are named and placed as :func:`~ember.train._logger.base.tracker_points` says: the
+training batches at the run's global step (its optimizer steps so far, which go on across a
+resume: a resumed run's points follow the earlier ones, never on top of them) under
+``train/{name}``, the validation epoch value at the step it followed under ``valid/{name}``, and
+every epoch value at step = epoch under ``{split}/{name}/epoch``.
 
-The logger is write-only: :meth:`TensorBoardLogger.read_numeric` answers ``[]``, so the event
-store asks the next logger. Checkpointing strategies, early stopping and the summary need one
-that reads back, so keep a :class:`~ember.train._logger.file.FileMetricLogger` (or an
-:class:`~ember.train._logger.memory.InMemoryMetricLogger` or a
-:class:`~ember.train._logger.csv.CsvMetricLogger`) alongside it: once any logger is given, the
-builder adds no file logger of its own.
+The run's configuration is the text ``config``. Metrics that log text are not written.
 
-After a resume the batch steps count from 1 again (the logger does not know how many batches
-earlier runs had); the epoch scalars keep their real epoch numbers.
+The logger only writes: the file logs the builder keeps beside it serve checkpointing, early
+stopping and the summary.
 """
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ember.train._metric.base import MetricDefinition, MetricEntry, NumericEntry
+from ember.train._logger.base import MetricValue, tracker_points
 from ember.train._vocabulary import Split
+
+if TYPE_CHECKING:
+    from ember.train._summary import LearnerSummary
 
 __all__ = ["TensorBoardLogger"]
 
@@ -57,43 +57,23 @@ class TensorBoardLogger:
         if self.log_dir.exists() and not self.log_dir.is_dir():
             raise ValueError(f"log_dir is a file, not a directory: {str(self.log_dir)!r}")
         self._writer: Any = _summary_writer(self.log_dir)
-        self._steps: dict[Split, int] = dict.fromkeys(Split, 0)
-        self._not_numeric: set[str] = set()
 
-    def log_definition(self, definition: MetricDefinition) -> None:
-        """Remember metrics that are not numeric: their entries are skipped."""
-        if not definition.is_numeric:
-            self._not_numeric.add(definition.name)
+    def start(self, config: Mapping[str, Any]) -> None:
+        """Write the configuration as the ``config`` text (JSON)."""
+        self._writer.add_text("config", json.dumps(config, indent=2, sort_keys=True))
 
-    def log(self, entries: Sequence[MetricEntry], epoch: int, split: Split) -> None:
-        """Write the batch values at the split's next step, or the epoch values at ``epoch``."""
-        values: list[tuple[str, NumericEntry]] = []
-        for entry in entries:
-            if entry.name in self._not_numeric or not entry.is_available:
-                continue
-            try:
-                values.append((entry.name, NumericEntry.parse(entry.serialized)))
-            except ValueError:  # a metric without a definition that logs text
-                continue
-        if not values:
-            return
-        # the split-end call carries the epoch values; every other call is one batch
-        if any(value.final for _, value in values):
-            for name, value in values:
-                self._writer.add_scalar(f"{split.value}/{name}/epoch", value.value, epoch)
-            return
-        self._steps[split] += 1
-        step = self._steps[split]
-        for name, value in values:
-            self._writer.add_scalar(f"{split.value}/{name}", value.value, step)
+    def log(self, values: Sequence[MetricValue]) -> None:
+        """Write the scalars of one batch, or of the epoch values (see the module docstring)."""
+        for value in values:
+            for tag, step in tracker_points(value):
+                self._writer.add_scalar(tag, value.value, step)
 
     def end_split(self, epoch: int, split: Split) -> None:
         """Flush the event file."""
         self._writer.flush()
 
-    def read_numeric(self, name: str, epoch: int, split: Split) -> list[NumericEntry]:
-        """Always ``[]``: TensorBoard event files are not read back (see the module docstring)."""
-        return []
+    def end(self, summary: LearnerSummary | None, artifacts: Mapping[str, Path]) -> None:
+        """Nothing more to write: the summary is in the scalars already."""
 
     def close(self) -> None:
         """Flush and close the event file; calling it again does nothing."""

@@ -10,28 +10,19 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from ember.train._logger.base import MetricLogger, MetricReader, MetricText, MetricValue, TextLogger
+from ember.train._metric.base import NumericEntry
 from ember.train._vocabulary import Direction, Split
 
 if TYPE_CHECKING:
-    from ember.train._logger.base import MetricLogger
-    from ember.train._metric.base import MetricDefinition, MetricEntry, NumericEntry
+    from ember.train._renderer.base import MetricState
+    from ember.train._summary import LearnerSummary
 
-__all__ = ["EventStore", "MetricQuery", "epoch_value"]
-
-
-class MetricQuery(Protocol):
-    """Read access to logged metric values, as checkpointing and early stopping need it."""
-
-    def find_metric(self, name: str, epoch: int, split: Split) -> float | None:
-        """The value of ``name`` for ``epoch`` on ``split``; None when nothing was logged."""
-        ...
-
-    def find_epoch(self, name: str, direction: Direction, split: Split) -> int | None:
-        """The best epoch for ``name`` (ties keep the earliest); None when epoch 1 has no data."""
-        ...
+__all__ = ["EventStore", "epoch_value"]
 
 
 def epoch_value(entries: Sequence[NumericEntry]) -> float | None:
@@ -49,7 +40,8 @@ def epoch_value(entries: Sequence[NumericEntry]) -> float | None:
 
 
 class EventStore:
-    """Routes metric entries to the loggers and answers :class:`MetricQuery` questions.
+    """Routes metric values to the loggers and answers :class:`MetricQuery` questions from the
+    loggers that read back (:class:`~ember.train._logger.base.MetricReader`).
 
     Written to on the metrics thread; queried on the training thread after a flush. Values of
     finished epochs are cached; an epoch still being logged is always read afresh.
@@ -57,26 +49,61 @@ class EventStore:
 
     def __init__(self, loggers: Sequence[MetricLogger]) -> None:
         self.loggers = list(loggers)
+        # the protocols are checked once here: isinstance on a Protocol is too slow per batch
+        self.readers = [logger for logger in self.loggers if isinstance(logger, MetricReader)]
+        self._text_loggers = [logger for logger in self.loggers if isinstance(logger, TextLogger)]
         self._epoch: dict[Split, int] = {}
         self._cache: dict[tuple[str, int, Split], float] = {}
         self._lock = threading.Lock()
 
-    def add_definitions(self, definitions: Sequence[MetricDefinition]) -> None:
-        """Tell every logger which metrics exist."""
-        for definition in definitions:
-            for logger in self.loggers:
-                logger.log_definition(definition)
+    def start(self, config: Mapping[str, Any]) -> None:
+        """Give every logger the run's configuration (at launch, before training)."""
+        for logger in self.loggers:
+            logger.start(config)
 
     def start_split(self, split: Split, epoch: int) -> None:
         """Entries of ``split`` now belong to ``epoch``."""
         with self._lock:
             self._epoch[split] = epoch
 
-    def log(self, split: Split, entries: Sequence[MetricEntry]) -> None:
-        """Hand one batch's entries (or the epoch entries) to every logger."""
+    def log(self, split: Split, states: Sequence[MetricState], step: int) -> None:
+        """Hand one batch's values (or the epoch values) to every logger, at global ``step``.
+
+        A metric that is not numeric but logs a number is logged as one; text goes to the
+        loggers that keep text. Entries without a value (``N/A``) are not logged.
+        """
         epoch = self._epoch.get(split, 1)
-        for logger in self.loggers:
-            logger.log(entries, epoch, split)
+        values: list[MetricValue] = []
+        texts: list[MetricText] = []
+        for state in states:
+            entry = state.entry
+            if not entry.is_available:
+                continue
+            numeric = state.numeric
+            if numeric is None:
+                try:
+                    numeric = NumericEntry.parse(entry.serialized)
+                except ValueError:
+                    texts.append(MetricText(entry.name, split, epoch, step, entry.serialized))
+                    continue
+            values.append(
+                MetricValue(
+                    entry.name,
+                    split,
+                    epoch,
+                    step,
+                    numeric.value,
+                    numeric.weight,
+                    numeric.final,
+                    entry.serialized,
+                )
+            )
+        if values:
+            for logger in self.loggers:
+                logger.log(values)
+        if texts:
+            for text_logger in self._text_loggers:
+                text_logger.log_text(texts)
 
     def end_split(self, split: Split) -> None:
         """The split ended: loggers make its files complete."""
@@ -85,16 +112,14 @@ class EventStore:
         for logger in self.loggers:
             logger.end_split(epoch, split)
 
+    def end(self, summary: LearnerSummary | None, artifacts: Mapping[str, Path]) -> None:
+        """Give every logger the summary and the run's files; the first error is raised after
+        every logger had its call."""
+        _each(self.loggers, lambda logger: logger.end(summary, artifacts))
+
     def close(self) -> None:
         """Flush every logger; errors of one do not keep the others from closing."""
-        errors: list[Exception] = []
-        for logger in self.loggers:
-            try:
-                logger.close()
-            except Exception as error:  # each logger must get its close()
-                errors.append(error)
-        if errors:
-            raise errors[0]
+        _each(self.loggers, lambda logger: logger.close())
 
     def find_metric(self, name: str, epoch: int, split: Split) -> float | None:
         """The epoch value of ``name`` from the first logger that has it."""
@@ -102,8 +127,8 @@ class EventStore:
         cached = self._cache.get(key)
         if cached is not None:
             return cached
-        for logger in self.loggers:
-            entries = logger.read_numeric(name, epoch, split)
+        for reader in self.readers:
+            entries = reader.read_numeric(name, epoch, split)
             if entries:
                 value = epoch_value(entries)
                 with self._lock:
@@ -123,3 +148,15 @@ class EventStore:
                 best, best_epoch = value, epoch
             epoch += 1
         return best_epoch
+
+
+def _each(loggers: Sequence[MetricLogger], call: Any) -> None:
+    """``call(logger)`` for every logger, even after one failed; raise the first error."""
+    errors: list[Exception] = []
+    for logger in loggers:
+        try:
+            call(logger)
+        except Exception as error:  # each logger must get its call
+            errors.append(error)
+    if errors:
+        raise errors[0]

@@ -29,7 +29,7 @@ from ember.train import (
     SupervisedTraining,
     TrainOutput,
 )
-from ember.train._metric.store import MetricQuery
+from ember.train._metric.query import MetricQuery
 from ember.train._strategy.ddp.strategy import DistributedDataParallel
 
 TRAIN_ITEMS, VALID_ITEMS = 49, 13  # batches 8 and 4: tails of 1 item, so rank 1's share is empty
