@@ -71,11 +71,14 @@ def test_bad_settings_are_refused_at_the_call(
 
 
 def test_build_refuses_an_empty_dataset_and_a_non_dataset() -> None:
-    """build() of an empty dataset is a ValueError, of a non-dataset a TypeError."""
+    """build() of an empty dataset is a ValueError, of something that is neither a dataset nor a
+    streaming source a TypeError naming what it may be."""
     builder = DataLoaderBuilder(item_batcher).num_workers(2)
     with pytest.raises(ValueError, match="dataset is empty"):
         builder.build([])
-    with pytest.raises(TypeError, match="dataset must be a Dataset"):
+    with pytest.raises(
+        TypeError, match="source must be a Dataset .* or a function returning an iterator"
+    ):
         builder.build(None)  # type: ignore[arg-type]  # the wrong type is the test
 
 

@@ -30,6 +30,8 @@ EXPECTED = {
     "SamplerDataset",
     "ShardedDataLoader",
     "ShuffledDataset",
+    "StatefulSource",
+    "StreamingDataLoader",
     "TorchDataLoader",
     "WindowsDataset",
     "move_to_device",

@@ -3,7 +3,8 @@
 ``DataLoaderBuilder(batcher).batch_size(32).shuffle(7).num_workers(2).build(dataset)`` is the
 usual entry point. Loaders yield the same batches whatever the number of worker threads (B1),
 keep their shuffle stream when moved to a device (B2), and save and restore their position
-exactly (B4); see ``docs/data.md``. This package never imports ``ember.train``.
+exactly (B4); a streaming source (an ``IterableDataset``, a generator function) gets a
+``StreamingDataLoader``; see ``docs/data.md``. This package never imports ``ember.train``.
 """
 
 from ember._errors import DataLoaderError
@@ -23,6 +24,7 @@ from ember.data._device import DeviceLike, move_to_device
 from ember.data._loader import BatchDataLoader, DataLoader, DataLoaderIterator, Progress
 from ember.data._multithread import MultiThreadDataLoader
 from ember.data._shard import ShardedDataLoader
+from ember.data._stream import StatefulSource, StreamingDataLoader
 from ember.data._torch_loader import TorchDataLoader
 
 __all__ = [
@@ -44,6 +46,8 @@ __all__ = [
     "SamplerDataset",
     "ShardedDataLoader",
     "ShuffledDataset",
+    "StatefulSource",
+    "StreamingDataLoader",
     "TorchDataLoader",
     "WindowsDataset",
     "move_to_device",

@@ -1,16 +1,22 @@
 """Data loaders: the protocol a training loop iterates, its progress, and ``BatchDataLoader``.
 
 A loader turns a dataset into batches, one pass (epoch) per ``iter()``. ``BatchDataLoader``
-builds them on the caller's thread; ``MultiThreadDataLoader`` (``multithread.py``) is a
+builds them on the caller's thread; ``MultiThreadDataLoader`` (``_multithread.py``) is a
 ``BatchDataLoader`` that builds the very same batches on worker threads. This module holds, once:
 
 * ``PassTracker``, the position every ember loader keeps: ``epoch`` (passes started) and
   ``batches_consumed`` (batches yielded by the current pass), the resume rule of a restored
   state, and close/context-manager handling; ``PassIterator`` counts what its pass yields;
+* ``BatchingLoader``, what ember's own loaders share: a pass is a lazy sequence of chunks
+  (``_plan.Chunk``) built into batches by one ``BatchBuilder``, on the caller's thread or on
+  worker threads (``_threads``), and any builder of a chunk (a data-parallel view's) can
+  follow the same pass;
 * the epoch plan of ``BatchDataLoader``: pass ``k`` reads the loader's item range in order, or
   shuffled by ``rng.epoch_permutation(seed, stream, k)``, cut into batches of ``batch_size``
-  with one short tail batch; ``to_device`` keeps the stream and position (B2), ``slice`` forks
-  the stream, ``load_state_dict`` restores the position (B4).
+  with one short tail batch, each index list sliced from the permutation when it is planned
+  (``_plan.EpochPlan``), so neither a pass's start nor a resume at batch ``k`` costs anything
+  per batch before it; ``to_device`` keeps the stream and position (B2), ``slice`` forks the
+  stream, ``load_state_dict`` restores the position (B4).
 
 A loader is meant to be iterated by one consumer thread at a time.
 """
@@ -18,7 +24,7 @@ A loader is meant to be iterated by one consumer thread at a time.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Generic, Protocol, Self, TypeVar
@@ -31,10 +37,13 @@ from ember.data import _rng as rng
 from ember.data._batcher import BatchBuilder, Batcher, BatchFn
 from ember.data._dataset import Dataset, check_dataset
 from ember.data._device import DeviceLike, as_device
+from ember.data._plan import Chunk, EpochPlan
+from ember.data._threads import ThreadedMap, map_chunks
 
 __all__ = [
     "STATE_KIND",
     "BatchDataLoader",
+    "BatchingLoader",
     "DataLoader",
     "DataLoaderIterator",
     "PassIterator",
@@ -45,6 +54,7 @@ __all__ = [
 
 ItemT = TypeVar("ItemT")
 BatchT = TypeVar("BatchT")
+R = TypeVar("R")
 BatchT_co = TypeVar("BatchT_co", covariant=True)
 
 STATE_KIND = "ember.data._loader"
@@ -57,15 +67,19 @@ _ENDED = object()  # the token of an iterator whose pass ended with an error
 
 @dataclass(frozen=True, slots=True)
 class Progress:
-    """How far a pass has got: items consumed so far out of the pass's total."""
+    """How far a pass has got: items consumed so far out of the pass's total.
+
+    ``items_total`` is None while the total is unknown: a streaming pass learns it with its last
+    batch, whose progress has ``items_total == items_processed``.
+    """
 
     items_processed: int
-    items_total: int
+    items_total: int | None
     unit: str | None = "items"
 
     @property
     def is_completed(self) -> bool:
-        """Whether every item of the pass has been consumed."""
+        """Whether every item of the pass has been consumed (True exactly on its last batch)."""
         return self.items_processed == self.items_total
 
 
@@ -85,11 +99,11 @@ class DataLoader(Protocol[BatchT_co]):
         ...
 
     def __len__(self) -> int:
-        """The number of batches of a pass."""
+        """The number of batches of a pass (TypeError when unknown: a streaming loader)."""
         ...
 
-    def num_items(self) -> int:
-        """The number of items of a pass (the ``items_total`` of its progress)."""
+    def num_items(self) -> int | None:
+        """The number of items of a pass, None when unknown before the pass ends (streaming)."""
         ...
 
     @property
@@ -157,12 +171,20 @@ class PassTracker(ABC):
         """The number of batches of a pass."""
 
     @abstractmethod
-    def num_items(self) -> int:
-        """The number of items of a pass."""
+    def num_items(self) -> int | None:
+        """The number of items of a pass, None when unknown."""
 
     @abstractmethod
     def _items_after(self, batches: int) -> int:
         """The items consumed once ``batches`` batches of a pass have been."""
+
+    def _items_total(self) -> int | None:
+        """The ``items_total`` of the current pass's progress."""
+        return self.num_items()
+
+    def _batches_per_pass(self) -> int | None:
+        """The batches of a pass, None when unknown (bounds a restored ``batches_consumed``)."""
+        return len(self)
 
     def _begin_pass(self) -> object:
         """Advance the position for a new pass (or the resumed one) and return its token."""
@@ -186,10 +208,12 @@ class PassTracker(ABC):
         """Take the position of ``state`` (already checked by ``check_state``)."""
         epoch = check_int("epoch", state["epoch"], minimum=0)
         consumed = check_int("batches_consumed", state["batches_consumed"], minimum=0)
-        if consumed > len(self) or (epoch == 0 and consumed > 0):
+        limit = self._batches_per_pass()
+        if (limit is not None and consumed > limit) or (epoch == 0 and consumed > 0):
+            bound = "" if limit is None else f"<= {limit} (the batches of a pass) and "
             raise ValueError(
-                f"batches_consumed must be <= {len(self)} (the batches of a pass) and 0 before "
-                f"the first epoch, got {consumed} at epoch {epoch}"
+                f"batches_consumed must be {bound}0 before the first epoch, got {consumed} at "
+                f"epoch {epoch}"
             )
         self._epoch, self._consumed = epoch, consumed
         self._resume = self._unfinished()
@@ -246,10 +270,110 @@ class PassIterator(Generic[BatchT]):
         return batch
 
     def progress(self) -> Progress:
-        return Progress(self._loader._items_after(self._done), self._loader.num_items())
+        return Progress(self._loader._items_after(self._done), self._loader._items_total())
 
 
-class BatchDataLoader(PassTracker, Generic[ItemT, BatchT]):
+class _Tagged(Generic[R]):
+    """``build`` of a chunk's payload, with the chunk (no loader reference, for the threads)."""
+
+    __slots__ = ("_build",)
+
+    def __init__(self, build: Callable[[list[Any]], R]) -> None:
+        self._build = build
+
+    def __call__(self, chunk: Chunk) -> tuple[Chunk, R]:
+        return chunk, self._build(chunk.payload)
+
+
+class BatchingLoader(PassTracker, Generic[ItemT, BatchT]):
+    """What ember's own loaders share: a pass is a lazy sequence of chunks planned on the
+    caller's thread (``_chunks``) and built into batches by one ``BatchBuilder``, there or on
+    worker threads (``_threads``). ``follow_pass`` runs the same pass with another builder."""
+
+    def __init__(
+        self,
+        dataset: Dataset[ItemT] | None,
+        batcher: Batcher[ItemT, BatchT] | BatchFn[ItemT, BatchT],
+        *,
+        batch_size: int,
+        seed: int | None,
+        device: DeviceLike,
+    ) -> None:
+        super().__init__()
+        self._batch_size = check_int("batch_size", batch_size, minimum=1)
+        self._seed = None if seed is None else check_seed(seed)
+        self._device = as_device(device)
+        self._build: BatchBuilder[ItemT, BatchT] = BatchBuilder(dataset, batcher, self._device)
+        self._batcher = batcher
+        self._stream: rng.Stream = rng.LOADER_STREAM
+        self._threads: ThreadedMap | None = None  # set by loaders that build on worker threads
+
+    @abstractmethod
+    def _chunks(self, first: int) -> Iterator[Chunk]:
+        """The chunks of the current pass (``self._epoch``) from its batch ``first`` on."""
+
+    @abstractmethod
+    def to_device(self, device: DeviceLike) -> Self:
+        """A loader on ``device`` yielding the batches this one would yield next."""
+
+    @abstractmethod
+    def slice(self, start: int, end: int) -> Self:
+        """A loader over items ``[start, end)``, with its own stream."""
+
+    @abstractmethod
+    def state_dict(self) -> dict[str, Any]:
+        """The loader's identity and position, JSON-serialisable."""
+
+    @abstractmethod
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from a position saved by ``state_dict``."""
+
+    def _note(self, chunk: Chunk) -> None:
+        """Called as the batch of ``chunk`` is yielded (a streaming loader records its end)."""
+
+    def follow_pass(self, build: Callable[[list[Any]], R]) -> PassIterator[R]:
+        """Start the next pass (or resume the restored one) as ``iter()`` does, yielding
+        ``build(chunk payload)`` for each of its chunks: a batch's dataset indexes, or a
+        streaming batch's items. For views of this loader's passes (``ember.data._shard``)."""
+        token = self._begin_pass()
+        first = self._consumed
+        results = map_chunks(self._threads, _Tagged(build), self._chunks(first), self._epoch, first)
+        return PassIterator(self, token, self._noted(results))
+
+    def _noted(self, results: Iterator[tuple[Chunk, R]]) -> Iterator[R]:
+        for chunk, result in results:
+            self._note(chunk)
+            yield result
+
+    def __iter__(self) -> DataLoaderIterator[BatchT]:
+        return self.follow_pass(self._build)
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    def close(self) -> None:
+        """Stop and join the worker threads, if any; the live iterator stops. Idempotent."""
+        super().close()
+        if self._threads is not None:
+            self._threads.close()
+
+    def _describe(self) -> dict[str, object]:
+        """The settings ``repr`` shows."""
+        return {
+            "num_items": self.num_items(),
+            "batch_size": self._batch_size,
+            "seed": self._seed,
+            "device": str(self._device),
+            "epoch": self._epoch,
+        }
+
+    def __repr__(self) -> str:
+        settings = ", ".join(f"{key}={value!r}" for key, value in self._describe().items())
+        return f"{type(self).__name__}({settings})"
+
+
+class BatchDataLoader(BatchingLoader[ItemT, BatchT]):
     """Batches of ``dataset`` built by ``batcher`` on ``device``, on the caller's thread.
 
     Each ``iter()`` starts the next epoch: the items in order, or, with a ``seed``, in a fresh
@@ -263,8 +387,9 @@ class BatchDataLoader(PassTracker, Generic[ItemT, BatchT]):
 
     A loader restored from a state yields exactly the batches the saved loader would have
     yielded next: if its pass was unfinished, the next ``iter()`` resumes that epoch at the next
-    batch (the skipped items count as processed in ``progress()``); otherwise it starts the next
-    epoch. A state from another dataset length, batch size, seed or stream is refused.
+    batch (the skipped items count as processed in ``progress()``; they are neither read nor
+    batched); otherwise it starts the next epoch. A state from another dataset length, batch
+    size, seed or stream is refused.
     """
 
     def __init__(
@@ -276,19 +401,13 @@ class BatchDataLoader(PassTracker, Generic[ItemT, BatchT]):
         seed: int | None = None,
         device: DeviceLike = "cpu",
     ) -> None:
-        super().__init__()
         check_dataset(dataset)
-        self._batch_size = check_int("batch_size", batch_size, minimum=1)
-        self._seed = None if seed is None else check_seed(seed)
-        self._device = as_device(device)
-        self._build: BatchBuilder[ItemT, BatchT] = BatchBuilder(dataset, batcher, self._device)
+        super().__init__(dataset, batcher, batch_size=batch_size, seed=seed, device=device)
         if len(dataset) == 0:
             raise ValueError("dataset is empty (len 0): a loader needs at least one item")
         self._dataset = dataset
-        self._batcher = batcher
         # The item range read and the random stream: a slice narrows the first, forks the second.
         self._start, self._end = 0, len(dataset)
-        self._stream: rng.Stream = rng.LOADER_STREAM
 
     def _fresh(self, device: torch.device) -> Self:
         """A loader with this one's dataset, batcher and settings on ``device``, not started."""
@@ -300,42 +419,21 @@ class BatchDataLoader(PassTracker, Generic[ItemT, BatchT]):
             device=device,
         )
 
-    def _produce(self, batches: list[list[int]], first: int) -> Iterator[BatchT]:
-        """The batches for ``batches[first:]``, in order (overridden to build them on threads)."""
-        return map(self._build, batches[first:])
-
-    def _epoch_batches(self, epoch: int) -> list[list[int]]:
-        """The dataset indexes of every batch of pass ``epoch``."""
-        import numpy as np  # lazy: keeps `import ember` fast (B10)
-
-        n, size = self._end - self._start, self._batch_size
-        if self._seed is None:
-            order = np.arange(self._start, self._end)
-        else:
-            order = rng.epoch_permutation(self._seed, self._stream, epoch, n) + self._start
-        full = n - n % size
-        # One tolist() of a 2-D array builds all the index lists in C.
-        batches: list[list[int]] = order[:full].reshape(-1, size).tolist()
-        if full < n:
-            batches.append(order[full:].tolist())
-        return batches
-
-    def __iter__(self) -> DataLoaderIterator[BatchT]:
-        token = self._begin_pass()
-        batches = self._produce(self._epoch_batches(self._epoch), self._consumed)
-        return PassIterator(self, token, batches)
-
-    def epoch_plan(self, epoch: int) -> list[list[int]]:
+    def epoch_plan(self, epoch: int) -> EpochPlan:
         """The dataset indexes of every batch of pass ``epoch`` (1-based), as ``iter()`` reads
-        them. For views that follow this loader's plan (``ember.data._shard``); pure, it moves
+        them: a lazy sequence (only the epoch's permutation is computed). Pure, it moves
         nothing."""
-        return self._epoch_batches(check_int("epoch", epoch, minimum=1))
+        epoch = check_int("epoch", epoch, minimum=1)
+        n = self._end - self._start
+        order = (
+            None
+            if self._seed is None
+            else rng.epoch_permutation(self._seed, self._stream, epoch, n)
+        )
+        return EpochPlan(order, self._start, n, self._batch_size)
 
-    def build_batches(self, plan: list[list[int]]) -> Iterator[BatchT]:
-        """Build one batch per index list of ``plan``, in order, as a pass builds its batches
-        (on the worker threads of a ``MultiThreadDataLoader``, whose live pass it cancels).
-        For views that follow this loader's plan; the loader's position does not move."""
-        return self._produce(plan, 0)
+    def _chunks(self, first: int) -> Iterator[Chunk]:
+        return self.epoch_plan(self._epoch).chunks(first)
 
     def __len__(self) -> int:
         return -(-self.num_items() // self._batch_size)
@@ -345,10 +443,6 @@ class BatchDataLoader(PassTracker, Generic[ItemT, BatchT]):
 
     def _items_after(self, batches: int) -> int:
         return min(batches * self._batch_size, self.num_items())
-
-    @property
-    def device(self) -> torch.device:
-        return self._device
 
     def to_device(self, device: DeviceLike) -> Self:
         """A loader on ``device`` with the same data, seed, stream and position (B2).
@@ -395,17 +489,3 @@ class BatchDataLoader(PassTracker, Generic[ItemT, BatchT]):
             ("kind", "version", "num_items", "batch_size", "seed", "stream"),
         )
         self._load_position(state)
-
-    def _describe(self) -> dict[str, object]:
-        """The settings ``repr`` shows."""
-        return {
-            "num_items": self.num_items(),
-            "batch_size": self._batch_size,
-            "seed": self._seed,
-            "device": str(self._device),
-            "epoch": self._epoch,
-        }
-
-    def __repr__(self) -> str:
-        settings = ", ".join(f"{key}={value!r}" for key, value in self._describe().items())
-        return f"{type(self).__name__}({settings})"

@@ -51,10 +51,11 @@ class Start:
 
 @dataclass(frozen=True, slots=True)
 class StartSplit:
-    """A split (train or valid pass) of ``epoch`` begins over ``total_items`` items."""
+    """A split (train or valid pass) of ``epoch`` begins over ``total_items`` items (None when
+    unknown: a streaming loader)."""
 
     epoch: int
-    total_items: int
+    total_items: int | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,6 +52,7 @@ from typing import Any
 
 import torch
 
+from ember.data import DataLoader
 from ember.train._checkpoint.learning import RunCheckpointer, TrainingRecords
 from ember.train._checkpoint.rng import rng_state
 from ember.train._checkpoint.run_state import restore_run, snapshot_run
@@ -268,6 +269,8 @@ class TrainingLoop:
         """Every process must run the same training; a difference would hang a collective."""
         loaders = self.run.loaders
         plan = self.plan
+        train_items, train_batches = _pass_size(loaders["train"])
+        valid_items, valid_batches = _pass_size(loaders["valid"])
         self.run.check_same(
             {
                 "the starting epoch (is the checkpoint directory visible to every rank?)": (
@@ -275,11 +278,17 @@ class TrainingLoop:
                 ),
                 "num_epochs": plan.num_epochs,
                 "grads_accumulation": plan.grads_accumulation or 0,
-                "the train loader's items": loaders["train"].num_items(),
-                "the train loader's batches": len(loaders["train"]),
-                "the valid loader's items": loaders["valid"].num_items(),
-                "the valid loader's batches": len(loaders["valid"]),
+                "the train loader's items": train_items,
+                "the train loader's batches": train_batches,
+                "the valid loader's items": valid_items,
+                "the valid loader's batches": valid_batches,
                 "checkpointers": int(plan.checkpointer is not None),
                 "early stopping": int(plan.early_stopping is not None),
             }
         )
+
+
+def _pass_size(loader: DataLoader[Any]) -> tuple[int, int]:
+    """A loader's items and batches per pass, -1 each when unknown (a streaming loader)."""
+    items = loader.num_items()
+    return (-1, -1) if items is None else (items, len(loader))

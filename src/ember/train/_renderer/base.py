@@ -58,8 +58,8 @@ class TrainingProgressLogger(Protocol):
         """Training starts at ``starting_epoch`` of ``total_epochs``."""
         ...
 
-    def start_split(self, split: Split, total_items: int) -> None:
-        """A pass over ``total_items`` items begins."""
+    def start_split(self, split: Split, total_items: int | None) -> None:
+        """A pass over ``total_items`` items begins (None: unknown, a streaming loader)."""
         ...
 
     def update_split(self, items_processed: int) -> None:

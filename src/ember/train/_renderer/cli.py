@@ -40,7 +40,7 @@ class CliMetricsRenderer:
         self._total_epochs = 0
         self._epoch = 0
         self._split: Split | None = None
-        self._split_total = 0
+        self._split_total: int | None = 0
         self._split_done = 0
         self._last_print: float | None = None
         self._epoch_values: dict[str, str] = {}
@@ -71,14 +71,15 @@ class CliMetricsRenderer:
         resumed = f" (resuming at epoch {starting_epoch})" if starting_epoch > 1 else ""
         self._print(f"Starting training for {total_epochs} epochs.{resumed}")
 
-    def start_split(self, split: Split, total_items: int) -> None:
+    def start_split(self, split: Split, total_items: int | None) -> None:
         """Announce a pass."""
         self._split = split
         self._split_total = total_items
         self._split_done = 0
         self._last_print = self._clock()
         self._epoch_values = {}
-        self._print(f"Starting split '{split.value}' with {total_items} items.")
+        items = "a stream of items" if total_items is None else f"{total_items} items"
+        self._print(f"Starting split '{split.value}' with {items}.")
 
     def update_split(self, items_processed: int) -> None:
         """Print progress if ``interval`` has passed since the last line."""
@@ -132,9 +133,10 @@ class CliMetricsRenderer:
 
     def _print_progress(self, *, flush: bool = True) -> None:
         split = self._split.value if self._split else "?"
-        percent = 100 * self._split_done // self._split_total if self._split_total else 100
-        self._print(
-            f"[epoch {self._epoch}/{self._total_epochs}] {split} "
-            f"{self._split_done}/{self._split_total} items ({percent}%)",
-            flush=flush,
-        )
+        total = self._split_total
+        if total is None:  # a stream: counts without a total
+            done = f"{self._split_done} items"
+        else:
+            percent = 100 * self._split_done // total if total else 100
+            done = f"{self._split_done}/{total} items ({percent}%)"
+        self._print(f"[epoch {self._epoch}/{self._total_epochs}] {split} {done}", flush=flush)
