@@ -77,7 +77,7 @@ def test_build_refuses_an_empty_dataset_and_a_non_dataset() -> None:
     with pytest.raises(ValueError, match="dataset is empty"):
         builder.build([])
     with pytest.raises(
-        TypeError, match="source must be a Dataset .* or a function returning an iterator"
+        TypeError, match=r"source must be a Dataset .* or a function returning an iterator"
     ):
         builder.build(None)  # type: ignore[arg-type]  # the wrong type is the test
 
