@@ -168,7 +168,12 @@ def _chunked(
     for index in itertools.count(first):
         batch = [pending, *itertools.islice(items, batch_size - 1)]
         resume = None if snapshot is None else snapshot()
-        pending = _END if len(batch) < batch_size else next(items, _END)
+        try:
+            pending = _END if len(batch) < batch_size else next(items, _END)
+        except Exception:
+            # The look-ahead failed: this full batch still comes first, the error after it.
+            yield Chunk(batch, index * batch_size, False, resume)
+            raise
         yield Chunk(batch, index * batch_size, pending is _END, resume)
         if pending is _END:
             return
