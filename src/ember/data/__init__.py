@@ -21,8 +21,9 @@ from ember.data._dataset import (
     WindowsDataset,
 )
 from ember.data._device import DeviceLike, move_to_device
-from ember.data._loader import BatchDataLoader, DataLoader, DataLoaderIterator, Progress
+from ember.data._loader import BatchDataLoader, DataLoader, DataLoaderIterator
 from ember.data._multithread import MultiThreadDataLoader
+from ember.data._pass import Progress
 from ember.data._shard import ShardedDataLoader
 from ember.data._stream import StatefulSource, StreamingDataLoader
 from ember.data._torch_loader import TorchDataLoader

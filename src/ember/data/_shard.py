@@ -39,7 +39,8 @@ import torch
 
 from ember._checks import check_int
 from ember.data._device import DeviceLike
-from ember.data._loader import BatchingLoader, PassIterator, Progress
+from ember.data._loader import BatchingLoader
+from ember.data._pass import PassIterator, Progress
 
 __all__ = ["ShardIterator", "ShardedDataLoader", "share_bounds", "share_sizes"]
 

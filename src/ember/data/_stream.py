@@ -40,8 +40,9 @@ from ember._errors import DataLoaderError
 from ember.data import _rng as rng
 from ember.data._batcher import Batcher, BatchFn
 from ember.data._device import DeviceLike, as_device
-from ember.data._loader import BatchingLoader, check_state
+from ember.data._loader import BatchingLoader
 from ember.data._multithread import check_workers
+from ember.data._pass import check_state
 from ember.data._plan import Chunk
 
 __all__ = ["STREAM_STATE_KIND", "Source", "StatefulSource", "StreamingDataLoader"]
