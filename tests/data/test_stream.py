@@ -22,7 +22,7 @@ from ember.data import (
     StreamingDataLoader,
 )
 from ember.data._stream import buffer_shuffle, structure
-from tests.data.helpers import Batch, batches_of, epochs_of, item_batcher
+from tests.data.helpers import Batch, assert_threads_exit, batches_of, epochs_of, item_batcher
 
 STREAMS = settings(max_examples=60, deadline=None)
 WORKERS = st.sampled_from([0, 1, 3])
@@ -381,3 +381,16 @@ def test_a_state_of_another_loader_is_refused_naming_the_field() -> None:
         streaming(Counting(4), 3).load_state_dict(state)
     with pytest.raises(ValueError, match="kind"):
         streaming(Counting(4), 2).load_state_dict({**state, "kind": "ember.data._loader"})
+
+
+def test_dropping_a_threaded_stream_mid_pass_stops_its_threads(
+    thread_baseline: set[threading.Thread],
+) -> None:
+    """A streaming loader with workers, left mid-pass and no longer referenced, stops its
+    threads (its plan holds the source, not the loader)."""
+    data = streaming(Stateful(100), 3, workers=2)
+    for _ in data:
+        break
+    assert len([t for t in threading.enumerate() if t.name.startswith("dataloader-")]) == 2
+    del data
+    assert_threads_exit(thread_baseline)

@@ -180,6 +180,11 @@ class BatchingLoader(PassTracker, Generic[ItemT, BatchT]):
         return self.follow_pass(self._build)
 
     @property
+    def builder(self) -> Callable[[list[Any]], BatchT]:
+        """What builds a batch from a chunk's payload (for views that build parts of chunks)."""
+        return self._build
+
+    @property
     def device(self) -> torch.device:
         return self._device
 

@@ -139,7 +139,7 @@ class ShardedDataLoader(Generic[BatchT]):
         return self._world_size
 
     def __iter__(self) -> ShardIterator[BatchT]:
-        share = _Share(self._loader._build, self._rank, self._world_size)
+        share = _Share(self._loader.builder, self._rank, self._world_size)
         return ShardIterator(self._loader.follow_pass(share))
 
     def __len__(self) -> int:

@@ -28,6 +28,7 @@ many.
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -150,6 +151,10 @@ def buffer_shuffle(items: Iterator[Any], size: int, seed: int, stream: rng.Strea
         yield buffer[position]
 
 
+def _state_of(source: StatefulSource) -> dict[str, Any]:
+    return copy.deepcopy(source.state_dict())
+
+
 def _chunked(
     items: Iterator[Any],
     batch_size: int,
@@ -265,12 +270,10 @@ class StreamingDataLoader(BatchingLoader[ItemT, BatchT]):
                 stacklevel=4,
             )
             items = itertools.islice(items, first * size, None)
-        snapshot = None if stateful is None else self._snapshot
+        # The snapshot holds the source, not the loader: the threads' plan must not keep the
+        # loader alive (its finalizer stops them).
+        snapshot = None if stateful is None else functools.partial(_state_of, stateful)
         return _chunked(items, size, first, epoch, snapshot)
-
-    def _snapshot(self) -> Any:
-        assert self._stateful is not None  # only called for a stateful source
-        return copy.deepcopy(self._stateful.state_dict())
 
     def _note(self, chunk: Chunk) -> None:
         self._source_state = chunk.resume
