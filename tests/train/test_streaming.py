@@ -12,17 +12,26 @@ import torch
 
 from ember.data import DataLoaderBuilder
 from ember.extend import StartSplit
-from ember.train import CliMetricsRenderer, Learner, LossMetric, SingleDevice, SupervisedTraining
+from ember.train import (
+    CliMetricsRenderer,
+    Learner,
+    LossMetric,
+    SingleDevice,
+    SupervisedTraining,
+)
 from tests.train.fixtures import SpyProcessor, TinyRegressor, batcher, loader, run_loop, samples
 
 
-def stream(count: int, batch_size: int, workers: int = 0) -> Any:
+def stream(count: int, batch_size: int, workers: int = 0, shuffle: int | None = None) -> Any:
     items = samples(count)
 
     def read() -> Iterator[tuple[list[float], float]]:
         yield from items
 
-    return DataLoaderBuilder(batcher).batch_size(batch_size).num_workers(workers).build(read)
+    builder = DataLoaderBuilder(batcher).batch_size(batch_size).num_workers(workers)
+    if shuffle is not None:
+        builder.shuffle(shuffle, buffer_size=8)
+    return builder.build(read)
 
 
 def test_a_stream_trains_exactly_as_the_same_items_in_order() -> None:
@@ -57,3 +66,32 @@ def test_a_launched_run_over_a_stream_renders_counts_and_finishes(
     )
     assert result.error is None
     assert "Starting split 'train' with a stream of items." in output.getvalue()
+
+
+def test_a_run_over_a_shuffled_stream_resumes_at_an_epoch_boundary_bit_identically(
+    tmp_path: Path,
+) -> None:
+    """Stopping after epoch 1 and resuming from its checkpoint (the stream's state in it) ends
+    with the weights of one uninterrupted 3-epoch run."""
+
+    def run(directory: Path, epochs: int, resume: int | None = None) -> TinyRegressor:
+        torch.manual_seed(0)
+        model = TinyRegressor()
+        builder = (
+            SupervisedTraining(directory, stream(30, 4, workers=2, shuffle=3), loader(8))
+            .renderer(CliMetricsRenderer(io.StringIO()))
+            .metric_train_numeric(LossMetric())
+            .with_default_checkpointers()
+            .num_epochs(epochs)
+        )
+        if resume is not None:
+            builder = builder.checkpoint(resume)
+        result = builder.launch(Learner(model, torch.optim.Adam(model.parameters()), 1e-2))
+        assert result.error is None, result.traceback
+        return model
+
+    full = run(tmp_path / "full", 3)
+    run(tmp_path / "resumed", 1)
+    resumed = run(tmp_path / "resumed", 3, resume=1)
+    for a, b in zip(full.state_dict().values(), resumed.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
