@@ -31,13 +31,13 @@ from ember.data._device import DeviceLike
 from ember.data._loader import BatchDataLoader
 from ember.data._threads import ThreadedMap
 
-__all__ = ["MultiThreadDataLoader", "check_workers"]
+__all__ = ["MultiThreadDataLoader", "worker_threads"]
 
 ItemT = TypeVar("ItemT")
 BatchT = TypeVar("BatchT")
 
 
-def check_workers(num_workers: int, prefetch: int | None) -> ThreadedMap:
+def worker_threads(num_workers: int, prefetch: int | None) -> ThreadedMap:
     """The threads of a loader with ``num_workers >= 1`` and ``prefetch`` (default
     ``2 * num_workers``) batches ahead; ValueError/TypeError naming a bad argument."""
     num_workers = check_int("num_workers", num_workers, minimum=1)
@@ -65,7 +65,7 @@ class MultiThreadDataLoader(BatchDataLoader[ItemT, BatchT], Generic[ItemT, Batch
         device: DeviceLike = "cpu",
         prefetch: int | None = None,
     ) -> None:
-        threads = check_workers(num_workers, prefetch)
+        threads = worker_threads(num_workers, prefetch)
         super().__init__(dataset, batcher, batch_size=batch_size, seed=seed, device=device)
         self._threads: ThreadedMap = threads
 

@@ -42,7 +42,7 @@ from ember.data import _rng as rng
 from ember.data._batcher import Batcher, BatchFn
 from ember.data._device import DeviceLike, as_device
 from ember.data._loader import BatchingLoader
-from ember.data._multithread import check_workers
+from ember.data._multithread import worker_threads
 from ember.data._pass import check_state
 from ember.data._plan import Chunk
 
@@ -226,7 +226,7 @@ class StreamingDataLoader(BatchingLoader[ItemT, BatchT]):
         self._buffer_size = buffer_size
         num_workers = check_int("num_workers", num_workers, minimum=0)
         if num_workers:
-            self._threads = check_workers(num_workers, prefetch)
+            self._threads = worker_threads(num_workers, prefetch)
         self._source = source
         self._stateful = source if isinstance(source, StatefulSource) else None
         # Where every pass of a stateful source starts: its state before the loader read it.

@@ -160,7 +160,7 @@ class _Ordered(Generic[R]):
             except StopIteration:
                 self._chunks = None
                 return
-            except BaseException as error:  # the plan's own error comes out at its place
+            except Exception as error:  # the plan's own error comes out at its place
                 self._chunks = None
                 self._ready[index] = (index, error, None)
                 self._submitted += 1
