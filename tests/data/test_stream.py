@@ -394,3 +394,19 @@ def test_dropping_a_threaded_stream_mid_pass_stops_its_threads(
     assert len([t for t in threading.enumerate() if t.name.startswith("dataloader-")]) == 2
     del data
     assert_threads_exit(thread_baseline)
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_rank_view_of_a_stream_resumes_from_any_rank_state(rank: int) -> None:
+    """A state saved by rank 0's view mid-pass restores either rank's view at the next global
+    batch (from the source's own state)."""
+    saved = ShardedDataLoader(streaming(Stateful(11), 4), 0, 2)
+    iterator = iter(saved)
+    next(iterator)
+    state = through_json(saved.state_dict())
+    restored = ShardedDataLoader(streaming(Stateful(11), 4, workers=2), rank, 2)
+    restored.load_state_dict(state)
+    with restored:
+        assert [batch[0] if batch else None for batch in restored] == (
+            [[4, 5], [8, 9]] if rank == 0 else [[6, 7], [10]]
+        )
