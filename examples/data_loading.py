@@ -1,5 +1,6 @@
 """ember's data layer in one page: build a shuffled loader with 2 worker threads, run 2 epochs,
-then save its position mid-epoch and resume it in a fresh loader without workers.
+then save its position mid-epoch and resume it in a fresh loader without workers; finally
+stream the same samples from a generator function, shuffled through a buffer.
 
     python examples/data_loading.py
 """
@@ -7,6 +8,7 @@ then save its position mid-epoch and resume it in a fresh loader without workers
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -83,6 +85,24 @@ def main() -> None:
     )
     loader.close()
     resumed.close()
+
+    def streamed() -> Iterator[Sample]:  # a generator function: called once per pass
+        yield from samples(200)
+
+    stream = (
+        DataLoaderBuilder(SampleBatcher())
+        .batch_size(32)
+        .shuffle(7, buffer_size=64)  # a stream is shuffled through a buffer of 64 samples
+        .num_workers(2)
+        .build(streamed)
+    )
+    iterator = iter(stream)
+    progress = [iterator.progress() for _ in iterator]
+    print(
+        f"\nstreamed: {len(progress)} batches; progress {progress[0]} first, "
+        f"{progress[-1]} on the last batch (a stream's total is known once it ends)"
+    )
+    stream.close()
 
 
 if __name__ == "__main__":

@@ -60,6 +60,8 @@ DATA = {
     "SamplerDataset",
     "ShardedDataLoader",
     "ShuffledDataset",
+    "StatefulSource",
+    "StreamingDataLoader",
     "TorchDataLoader",
     "WindowsDataset",
     "move_to_device",

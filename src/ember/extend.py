@@ -6,7 +6,7 @@ travel with them. A plain class with the protocol's members is an extension; see
 ``docs/design.md`` for the contracts and the event order.
 """
 
-from ember.data._loader import Progress
+from ember.data._pass import Progress
 from ember.train._checkpoint.file import Checkpointer, CheckpointFile
 from ember.train._checkpoint.learning import RunCheckpointer, TrainingRecords
 from ember.train._checkpoint.record import Record

@@ -71,12 +71,15 @@ def test_bad_settings_are_refused_at_the_call(
 
 
 def test_build_refuses_an_empty_dataset_and_a_non_dataset() -> None:
-    """build() of an empty dataset is a ValueError, of a non-dataset a TypeError."""
+    """build() of an empty dataset is a ValueError, of something that is neither a dataset nor a
+    streaming source a TypeError naming what it may be."""
     builder = DataLoaderBuilder(item_batcher).num_workers(2)
     with pytest.raises(ValueError, match="dataset is empty"):
         builder.build([])
-    with pytest.raises(TypeError, match="dataset must be a Dataset"):
-        builder.build(None)  # type: ignore[arg-type]  # the wrong type is the test
+    with pytest.raises(
+        TypeError, match=r"source must be a Dataset .* or a function returning an iterator"
+    ):
+        builder.build(None)  # type: ignore[call-overload]  # the wrong type is the test
 
 
 def test_batcher_must_be_a_batcher_or_a_function() -> None:

@@ -126,7 +126,7 @@ def test_worker_error_reaches_the_consumer_once_with_its_traceback(
     assert time.monotonic() - start < 1.0  # a generous bound, not a speed test
     frames = [frame.name for frame in traceback.extract_tb(caught.value.__traceback__)]
     assert ("__getitem__" if where == "dataset" else "batcher") in frames
-    assert "_build_one" in frames  # the worker thread's frame
+    assert "_run_one" in frames  # the worker thread's frame
     (note,) = caught.value.__notes__
     assert "dataloader-" in note
     assert "batch 4 of epoch 1" in note

@@ -138,12 +138,15 @@ def test_refuses_bad_arguments() -> None:
         ShardedDataLoader(torch_loader, 0, 2)  # type: ignore[arg-type]
 
 
-def test_loader_plan_hooks_move_nothing() -> None:
-    """``epoch_plan`` is the plan ``iter()`` follows; ``build_batches`` builds any plan."""
+def test_loader_plan_hooks_follow_the_passes() -> None:
+    """``epoch_plan`` is the plan ``iter()`` follows and moves nothing; ``follow_pass`` runs the
+    next pass with another builder of each chunk."""
     loader = build(10, 4, seed=5)
     plan = loader.epoch_plan(1)
-    assert list(iter(loader)) == plan
-    assert list(loader.build_batches([[9], [0, 1]])) == [[9], [0, 1]]
+    assert loader.state_dict()["epoch"] == 0
+    assert list(iter(loader)) == list(plan)
     assert loader.state_dict()["epoch"] == 1
+    assert list(loader.follow_pass(sorted)) == [sorted(indexes) for indexes in loader.epoch_plan(2)]
+    assert loader.state_dict()["epoch"] == 2
     with pytest.raises(ValueError, match="epoch"):
         loader.epoch_plan(0)

@@ -75,7 +75,7 @@ def test_hooks_run_at_each_boundary_in_event_order(tmp_path: Path) -> None:
     seen: list[str] = []
 
     class Watch(CliMetricsRenderer):
-        def start_split(self, split: Split, total_items: int) -> None:
+        def start_split(self, split: Split, total_items: int | None) -> None:
             seen.append(f"StartSplit {split.value}")
             super().start_split(split, total_items)
 

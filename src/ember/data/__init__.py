@@ -1,11 +1,11 @@
 """ember's data layer: datasets, batchers and deterministic data loaders (Burn's, on PyTorch).
 
 ``DataLoaderBuilder(batcher).batch_size(32).shuffle(7).num_workers(2).build(dataset)`` is the
-usual entry point. Loaders yield the same batches whatever the number of worker threads
-("same batches"), keep their shuffle stream when moved to a device ("stable stream"), and save
-and restore their position exactly ("exact resume"); see ``docs/data.md``. This package never
-imports ``ember.train``.
-"""
+usual entry point. Loaders yield the same batches whatever the number of worker threads ("same
+batches"), keep their shuffle stream when moved to a device ("stable stream"), and save and
+restore their position exactly ("exact resume"); a streaming source (an ``IterableDataset``, a
+generator function) gets a ``StreamingDataLoader``; see ``docs/data.md``. This package never
+imports ``ember.train``."""
 
 from ember._errors import DataLoaderError
 from ember.data._batcher import Batcher, BatchFn
@@ -21,9 +21,11 @@ from ember.data._dataset import (
     WindowsDataset,
 )
 from ember.data._device import DeviceLike, move_to_device
-from ember.data._loader import BatchDataLoader, DataLoader, DataLoaderIterator, Progress
+from ember.data._loader import BatchDataLoader, DataLoader, DataLoaderIterator
 from ember.data._multithread import MultiThreadDataLoader
+from ember.data._pass import Progress
 from ember.data._shard import ShardedDataLoader
+from ember.data._stream import StatefulSource, StreamingDataLoader
 from ember.data._torch_loader import TorchDataLoader
 
 __all__ = [
@@ -45,6 +47,8 @@ __all__ = [
     "SamplerDataset",
     "ShardedDataLoader",
     "ShuffledDataset",
+    "StatefulSource",
+    "StreamingDataLoader",
     "TorchDataLoader",
     "WindowsDataset",
     "move_to_device",

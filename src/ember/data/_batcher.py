@@ -55,8 +55,13 @@ def batch_function(
     )
 
 
+def _items(items: list[Any]) -> list[Any]:
+    return items
+
+
 class BatchBuilder(Generic[ItemT, BatchT]):
-    """Makes the batch for a list of dataset indexes: fetch the items, call the batcher, check.
+    """Makes the batch for a chunk: fetch the items at its dataset indexes (or take the items a
+    stream read), call the batcher, check.
 
     It holds no reference to a loader, so worker threads can run it without keeping the loader
     alive.
@@ -66,20 +71,23 @@ class BatchBuilder(Generic[ItemT, BatchT]):
 
     def __init__(
         self,
-        dataset: Dataset[ItemT],
+        dataset: Dataset[ItemT] | None,
         batcher: Batcher[ItemT, BatchT] | BatchFn[ItemT, BatchT],
         device: torch.device,
     ) -> None:
-        self._fetch = fetcher(dataset)
+        """``dataset`` is where chunks' indexes point; None when chunks are the items."""
+        self._fetch: Callable[[list[Any]], list[ItemT]] = (
+            _items if dataset is None else fetcher(dataset)
+        )
         self._batch = batch_function(batcher)
         self._batcher: Any = batcher
         self._device = device
 
-    def __call__(self, indexes: list[int]) -> BatchT:
-        batch = self._batch(self._fetch(indexes), self._device)
+    def __call__(self, chunk: list[Any]) -> BatchT:
+        batch = self._batch(self._fetch(chunk), self._device)
         if batch is None:
             raise TypeError(
-                f"the batcher {self._batcher!r} returned None for a batch of {len(indexes)} "
+                f"the batcher {self._batcher!r} returned None for a batch of {len(chunk)} "
                 "items; it must return the batch (a loader can only check this once it builds "
                 "a batch, not when it is constructed)"
             )

@@ -1,15 +1,19 @@
 """Data loaders: the protocol a training loop iterates, its progress, and ``BatchDataLoader``.
 
 A loader turns a dataset into batches, one pass (epoch) per ``iter()``. ``BatchDataLoader``
-builds them on the caller's thread; ``MultiThreadDataLoader`` (``multithread.py``) is a
+builds them on the caller's thread; ``MultiThreadDataLoader`` (``_multithread.py``) is a
 ``BatchDataLoader`` that builds the very same batches on worker threads. This module holds, once:
 
-* ``PassTracker``, the position every ember loader keeps: ``epoch`` (passes started) and
-  ``batches_consumed`` (batches yielded by the current pass), the resume rule of a restored
-  state, and close/context-manager handling; ``PassIterator`` counts what its pass yields;
+* the ``DataLoader`` protocol (the position and progress every loader keeps are ``_pass``'s);
+* ``BatchingLoader``, what ember's own loaders share: a pass is a lazy sequence of chunks
+  (``_plan.Chunk``) built into batches by one ``BatchBuilder``, on the caller's thread or on
+  worker threads (``_threads``), and any builder of a chunk (a data-parallel view's) can
+  follow the same pass;
 * the epoch plan of ``BatchDataLoader``: pass ``k`` reads the loader's item range in order, or
   shuffled by ``rng.epoch_permutation(seed, stream, k)``, cut into batches of ``batch_size``
-  with one short tail batch; ``to_device`` keeps the stream and position ("stable stream"),
+  with one short tail batch, each index list sliced from the permutation when it is planned
+  (``_plan.EpochPlan``), so neither a pass's start nor a resume at batch ``k`` costs anything
+  per batch before it; ``to_device`` keeps the stream and position ("stable stream"),
   ``slice`` forks the stream, ``load_state_dict`` restores the position ("exact resume").
 
 A loader is meant to be iterated by one consumer thread at a time.
@@ -17,56 +21,38 @@ A loader is meant to be iterated by one consumer thread at a time.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from types import TracebackType
+from abc import abstractmethod
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Generic, Protocol, Self, TypeVar
 
 import torch
 
 from ember._checks import check_int, check_seed, check_slice
-from ember._errors import DataLoaderError
 from ember.data import _rng as rng
 from ember.data._batcher import BatchBuilder, Batcher, BatchFn
 from ember.data._dataset import Dataset, check_dataset
 from ember.data._device import DeviceLike, as_device
+from ember.data._pass import PassIterator, PassTracker, Progress, check_state
+from ember.data._plan import Chunk, EpochPlan
+from ember.data._threads import ThreadedMap, map_chunks
 
 __all__ = [
     "STATE_KIND",
     "BatchDataLoader",
+    "BatchingLoader",
     "DataLoader",
     "DataLoaderIterator",
-    "PassIterator",
-    "PassTracker",
-    "Progress",
-    "check_state",
 ]
 
 ItemT = TypeVar("ItemT")
 BatchT = TypeVar("BatchT")
+R = TypeVar("R")
 BatchT_co = TypeVar("BatchT_co", covariant=True)
 
 STATE_KIND = "ember.data._loader"
 """The ``kind`` tag of the state of ``BatchDataLoader`` and ``MultiThreadDataLoader``."""
 
 _STATE_VERSION = 1
-
-_ENDED = object()  # the token of an iterator whose pass ended with an error
-
-
-@dataclass(frozen=True, slots=True)
-class Progress:
-    """How far a pass has got: items consumed so far out of the pass's total."""
-
-    items_processed: int
-    items_total: int
-    unit: str | None = "items"
-
-    @property
-    def is_completed(self) -> bool:
-        """Whether every item of the pass has been consumed."""
-        return self.items_processed == self.items_total
 
 
 class DataLoaderIterator(Iterator[BatchT_co], Protocol[BatchT_co]):
@@ -85,11 +71,11 @@ class DataLoader(Protocol[BatchT_co]):
         ...
 
     def __len__(self) -> int:
-        """The number of batches of a pass."""
+        """The number of batches of a pass (TypeError when unknown: a streaming loader)."""
         ...
 
-    def num_items(self) -> int:
-        """The number of items of a pass (the ``items_total`` of its progress)."""
+    def num_items(self) -> int | None:
+        """The number of items of a pass, None when unknown before the pass ends (streaming)."""
         ...
 
     @property
@@ -118,138 +104,112 @@ class DataLoader(Protocol[BatchT_co]):
         ...
 
 
-def check_state(state: Mapping[str, Any], own: Mapping[str, Any], identity: Sequence[str]) -> None:
-    """Raise ValueError unless ``state`` has every field of ``own`` and agrees on ``identity``.
+class _Tagged(Generic[R]):
+    """``build`` of a chunk's payload, with the chunk (no loader reference, for the threads)."""
 
-    The message names the field and both values, so restoring into the wrong loader (another
-    dataset length, batch size or seed) says what differs.
-    """
-    for field in own:
-        if field not in state:
-            raise ValueError(f"loader state has no {field!r} field")
-    for field in identity:
-        saved = list(state[field]) if isinstance(state[field], tuple) else state[field]
-        if saved != own[field]:
-            raise ValueError(
-                f"cannot load loader state: {field} is {saved!r} in the state but "
-                f"{own[field]!r} in this loader"
-            )
+    __slots__ = ("_build",)
+
+    def __init__(self, build: Callable[[list[Any]], R]) -> None:
+        self._build = build
+
+    def __call__(self, chunk: Chunk) -> tuple[Chunk, R]:
+        return chunk, self._build(chunk.payload)
 
 
-class PassTracker(ABC):
-    """The position every ember loader keeps, and the rules that move it.
+class BatchingLoader(PassTracker, Generic[ItemT, BatchT]):
+    """What ember's own loaders share: a pass is a lazy sequence of chunks planned on the
+    caller's thread (``_chunks``) and built into batches by one ``BatchBuilder``, there or on
+    worker threads (``_threads``). ``follow_pass`` runs the same pass with another builder."""
 
-    ``epoch`` counts the passes started (each ``iter()`` starts the next one) and
-    ``batches_consumed`` the batches yielded by the current pass. Starting a pass ends the
-    previous one: its iterator stops. After ``_load_position`` of an unfinished pass, the next
-    ``iter()`` resumes that pass at ``batches_consumed`` instead of starting a new one.
-    """
-
-    def __init__(self) -> None:
-        self._epoch = 0
-        self._consumed = 0
-        self._resume = False  # the next pass continues a restored, unfinished one
-        self._pass: object | None = None  # identifies the live pass; other iterators stop
-        self._closed = False
-
-    @abstractmethod
-    def __len__(self) -> int:
-        """The number of batches of a pass."""
+    def __init__(
+        self,
+        dataset: Dataset[ItemT] | None,
+        batcher: Batcher[ItemT, BatchT] | BatchFn[ItemT, BatchT],
+        *,
+        batch_size: int,
+        seed: int | None,
+        device: DeviceLike,
+    ) -> None:
+        super().__init__()
+        self._batch_size = check_int("batch_size", batch_size, minimum=1)
+        self._seed = None if seed is None else check_seed(seed)
+        self._device = as_device(device)
+        self._build: BatchBuilder[ItemT, BatchT] = BatchBuilder(dataset, batcher, self._device)
+        self._batcher = batcher
+        self._stream: rng.Stream = rng.LOADER_STREAM
+        self._threads: ThreadedMap | None = None  # set by loaders that build on worker threads
 
     @abstractmethod
-    def num_items(self) -> int:
-        """The number of items of a pass."""
+    def _chunks(self, first: int) -> Iterator[Chunk]:
+        """The chunks of the current pass (``self._epoch``) from its batch ``first`` on."""
 
     @abstractmethod
-    def _items_after(self, batches: int) -> int:
-        """The items consumed once ``batches`` batches of a pass have been."""
+    def to_device(self, device: DeviceLike) -> Self:
+        """A loader on ``device`` yielding the batches this one would yield next."""
 
-    def _begin_pass(self) -> object:
-        """Advance the position for a new pass (or the resumed one) and return its token."""
-        if self._closed:
-            raise DataLoaderError(f"cannot iterate a closed {type(self).__name__}")
-        if self._resume:
-            self._resume = False
-        else:
-            self._epoch += 1
-            self._consumed = 0
-        self._pass = token = object()
-        return token
+    @abstractmethod
+    def slice(self, start: int, end: int) -> Self:
+        """A loader over items ``[start, end)``, with its own stream."""
 
-    def _unfinished(self) -> bool:
-        return self._epoch > 0 and self._consumed < len(self)
+    @abstractmethod
+    def state_dict(self) -> dict[str, Any]:
+        """The loader's identity and position, JSON-serialisable."""
 
-    def _position(self) -> dict[str, int]:
-        return {"epoch": self._epoch, "batches_consumed": self._consumed}
+    @abstractmethod
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from a position saved by ``state_dict``."""
 
-    def _load_position(self, state: Mapping[str, Any]) -> None:
-        """Take the position of ``state`` (already checked by ``check_state``)."""
-        epoch = check_int("epoch", state["epoch"], minimum=0)
-        consumed = check_int("batches_consumed", state["batches_consumed"], minimum=0)
-        if consumed > len(self) or (epoch == 0 and consumed > 0):
-            raise ValueError(
-                f"batches_consumed must be <= {len(self)} (the batches of a pass) and 0 before "
-                f"the first epoch, got {consumed} at epoch {epoch}"
-            )
-        self._epoch, self._consumed = epoch, consumed
-        self._resume = self._unfinished()
-        self._pass = None
+    def _note(self, chunk: Chunk) -> None:
+        """Called as the batch of ``chunk`` is yielded (a streaming loader records its end)."""
+
+    def follow_pass(self, build: Callable[[list[Any]], R]) -> PassIterator[R]:
+        """Start the next pass (or resume the restored one) as ``iter()`` does, yielding
+        ``build(chunk payload)`` for each of its chunks: a batch's dataset indexes, or a
+        streaming batch's items. For views of this loader's passes (``ember.data._shard``)."""
+        token = self._begin_pass()
+        first = self._consumed
+        results = map_chunks(self._threads, _Tagged(build), self._chunks(first), self._epoch, first)
+        return PassIterator(self, token, self._noted(results))
+
+    def _noted(self, results: Iterator[tuple[Chunk, R]]) -> Iterator[R]:
+        for chunk, result in results:
+            self._note(chunk)
+            yield result
+
+    def __iter__(self) -> DataLoaderIterator[BatchT]:
+        return self.follow_pass(self._build)
+
+    @property
+    def builder(self) -> Callable[[list[Any]], BatchT]:
+        """What builds a batch from a chunk's payload (for views that build parts of chunks)."""
+        return self._build
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
 
     def close(self) -> None:
-        """Mark the loader closed: its live iterator stops and it cannot be iterated again."""
-        self._closed = True
-        self._pass = None
+        """Stop and join the worker threads, if any; the live iterator stops. Idempotent."""
+        super().close()
+        if self._threads is not None:
+            self._threads.close()
 
-    def __enter__(self) -> Self:
-        return self
+    def _describe(self) -> dict[str, object]:
+        """The settings ``repr`` shows."""
+        return {
+            "num_items": self.num_items(),
+            "batch_size": self._batch_size,
+            "seed": self._seed,
+            "device": str(self._device),
+            "epoch": self._epoch,
+        }
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
-
-
-class PassIterator(Generic[BatchT]):
-    """One pass of a ``PassTracker``: yields ``batches``, counts them, reports progress.
-
-    It stops when its loader starts another pass or is closed, and after an error (the position
-    still points at the failed batch, so a restored state retries it).
-    """
-
-    __slots__ = ("_batches", "_done", "_loader", "_token")
-
-    def __init__(self, loader: PassTracker, token: object, batches: Iterator[BatchT]) -> None:
-        self._loader = loader
-        self._token = token
-        self._batches = batches
-        self._done = loader._consumed  # a resumed pass counts the skipped batches as done
-
-    def __iter__(self) -> Self:
-        return self
-
-    def __next__(self) -> BatchT:
-        loader = self._loader
-        if loader._pass is not self._token:
-            self._batches = iter(())  # drop the source (and the threads' or processes' batches)
-            raise StopIteration
-        try:
-            batch = next(self._batches)
-        except BaseException as error:
-            if not isinstance(error, StopIteration):
-                self._token = _ENDED
-            raise
-        self._done += 1
-        loader._consumed = self._done
-        return batch
-
-    def progress(self) -> Progress:
-        return Progress(self._loader._items_after(self._done), self._loader.num_items())
+    def __repr__(self) -> str:
+        settings = ", ".join(f"{key}={value!r}" for key, value in self._describe().items())
+        return f"{type(self).__name__}({settings})"
 
 
-class BatchDataLoader(PassTracker, Generic[ItemT, BatchT]):
+class BatchDataLoader(BatchingLoader[ItemT, BatchT]):
     """Batches of ``dataset`` built by ``batcher`` on ``device``, on the caller's thread.
 
     Each ``iter()`` starts the next epoch: the items in order, or, with a ``seed``, in a fresh
@@ -263,8 +223,9 @@ class BatchDataLoader(PassTracker, Generic[ItemT, BatchT]):
 
     A loader restored from a state yields exactly the batches the saved loader would have
     yielded next: if its pass was unfinished, the next ``iter()`` resumes that epoch at the next
-    batch (the skipped items count as processed in ``progress()``); otherwise it starts the next
-    epoch. A state from another dataset length, batch size, seed or stream is refused.
+    batch (the skipped items count as processed in ``progress()``; they are neither read nor
+    batched); otherwise it starts the next epoch. A state from another dataset length, batch
+    size, seed or stream is refused.
     """
 
     def __init__(
@@ -276,19 +237,13 @@ class BatchDataLoader(PassTracker, Generic[ItemT, BatchT]):
         seed: int | None = None,
         device: DeviceLike = "cpu",
     ) -> None:
-        super().__init__()
         check_dataset(dataset)
-        self._batch_size = check_int("batch_size", batch_size, minimum=1)
-        self._seed = None if seed is None else check_seed(seed)
-        self._device = as_device(device)
-        self._build: BatchBuilder[ItemT, BatchT] = BatchBuilder(dataset, batcher, self._device)
+        super().__init__(dataset, batcher, batch_size=batch_size, seed=seed, device=device)
         if len(dataset) == 0:
             raise ValueError("dataset is empty (len 0): a loader needs at least one item")
         self._dataset = dataset
-        self._batcher = batcher
         # The item range read and the random stream: a slice narrows the first, forks the second.
         self._start, self._end = 0, len(dataset)
-        self._stream: rng.Stream = rng.LOADER_STREAM
 
     def _fresh(self, device: torch.device) -> Self:
         """A loader with this one's dataset, batcher and settings on ``device``, not started."""
@@ -300,42 +255,21 @@ class BatchDataLoader(PassTracker, Generic[ItemT, BatchT]):
             device=device,
         )
 
-    def _produce(self, batches: list[list[int]], first: int) -> Iterator[BatchT]:
-        """The batches for ``batches[first:]``, in order (overridden to build them on threads)."""
-        return map(self._build, batches[first:])
-
-    def _epoch_batches(self, epoch: int) -> list[list[int]]:
-        """The dataset indexes of every batch of pass ``epoch``."""
-        import numpy as np  # lazy: keeps `import ember` fast ("light import")
-
-        n, size = self._end - self._start, self._batch_size
-        if self._seed is None:
-            order = np.arange(self._start, self._end)
-        else:
-            order = rng.epoch_permutation(self._seed, self._stream, epoch, n) + self._start
-        full = n - n % size
-        # One tolist() of a 2-D array builds all the index lists in C.
-        batches: list[list[int]] = order[:full].reshape(-1, size).tolist()
-        if full < n:
-            batches.append(order[full:].tolist())
-        return batches
-
-    def __iter__(self) -> DataLoaderIterator[BatchT]:
-        token = self._begin_pass()
-        batches = self._produce(self._epoch_batches(self._epoch), self._consumed)
-        return PassIterator(self, token, batches)
-
-    def epoch_plan(self, epoch: int) -> list[list[int]]:
+    def epoch_plan(self, epoch: int) -> EpochPlan:
         """The dataset indexes of every batch of pass ``epoch`` (1-based), as ``iter()`` reads
-        them. For views that follow this loader's plan (``ember.data._shard``); pure, it moves
+        them: a lazy sequence (only the epoch's permutation is computed). Pure, it moves
         nothing."""
-        return self._epoch_batches(check_int("epoch", epoch, minimum=1))
+        epoch = check_int("epoch", epoch, minimum=1)
+        n = self._end - self._start
+        order = (
+            None
+            if self._seed is None
+            else rng.epoch_permutation(self._seed, self._stream, epoch, n)
+        )
+        return EpochPlan(order, self._start, n, self._batch_size)
 
-    def build_batches(self, plan: list[list[int]]) -> Iterator[BatchT]:
-        """Build one batch per index list of ``plan``, in order, as a pass builds its batches
-        (on the worker threads of a ``MultiThreadDataLoader``, whose live pass it cancels).
-        For views that follow this loader's plan; the loader's position does not move."""
-        return self._produce(plan, 0)
+    def _chunks(self, first: int) -> Iterator[Chunk]:
+        return self.epoch_plan(self._epoch).chunks(first)
 
     def __len__(self) -> int:
         return -(-self.num_items() // self._batch_size)
@@ -345,10 +279,6 @@ class BatchDataLoader(PassTracker, Generic[ItemT, BatchT]):
 
     def _items_after(self, batches: int) -> int:
         return min(batches * self._batch_size, self.num_items())
-
-    @property
-    def device(self) -> torch.device:
-        return self._device
 
     def to_device(self, device: DeviceLike) -> Self:
         """A loader on ``device`` with the same data, seed, stream and position ("stable stream").
@@ -395,17 +325,3 @@ class BatchDataLoader(PassTracker, Generic[ItemT, BatchT]):
             ("kind", "version", "num_items", "batch_size", "seed", "stream"),
         )
         self._load_position(state)
-
-    def _describe(self) -> dict[str, object]:
-        """The settings ``repr`` shows."""
-        return {
-            "num_items": self.num_items(),
-            "batch_size": self._batch_size,
-            "seed": self._seed,
-            "device": str(self._device),
-            "epoch": self._epoch,
-        }
-
-    def __repr__(self) -> str:
-        settings = ", ".join(f"{key}={value!r}" for key, value in self._describe().items())
-        return f"{type(self).__name__}({settings})"

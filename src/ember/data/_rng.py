@@ -42,10 +42,9 @@ _SLICE = 1  # marks a child stream made by slice(); epoch counters are appended 
 
 
 def generator(seed: int | None, stream: Stream) -> np.random.Generator:
-
+    """A private generator for ``(seed, stream)``; ``seed=None`` draws fresh OS entropy."""
     import numpy as np  # lazy: keeps `import ember` fast ("light import")
 
-    """A private generator for ``(seed, stream)``; ``seed=None`` draws fresh OS entropy."""
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=stream)))
 
 

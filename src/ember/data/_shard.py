@@ -19,21 +19,28 @@ Everything that describes the pass is the global loader's: ``len`` (global batch
 rank, or the unsharded loader). ``ShardIterator.shares`` gives the share sizes of all ranks for
 the entry just returned, which a data-parallel step needs to weight its gradients and outputs.
 
-Shardable loaders are ``BatchDataLoader`` and ``MultiThreadDataLoader`` (through their
-``epoch_plan`` and ``build_batches``); a ``TorchDataLoader`` has no plan to share (use torch's
+Shardable loaders are ember's own: ``BatchDataLoader``, ``MultiThreadDataLoader`` and
+``StreamingDataLoader`` (the view follows their passes through ``follow_pass``, building only
+its share of each chunk). A stream is sharded the same way, by global batch: every rank reads
+every item of the stream (in the same order, from its own copy of the loader) and batches only
+its share, so every rank sees the same number of global batches, the same last batch, and the
+same resume position. Reading is what every rank repeats; decoding and collating, done by the
+batcher, are not. A ``TorchDataLoader`` has no plan to share (use torch's
 ``DistributedSampler`` there).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Mapping
+from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 
 import torch
 
 from ember._checks import check_int
 from ember.data._device import DeviceLike
-from ember.data._loader import BatchDataLoader, PassIterator, PassTracker, Progress
+from ember.data._loader import BatchingLoader
+from ember.data._pass import PassIterator, Progress
 
 __all__ = ["ShardIterator", "ShardedDataLoader", "share_bounds", "share_sizes"]
 
@@ -82,7 +89,23 @@ class ShardIterator(Generic[BatchT]):
         return self._shares
 
 
-class ShardedDataLoader(PassTracker, Generic[BatchT]):
+class _Share(Generic[BatchT]):
+    """Builds ``rank``'s share of a global chunk (no loader reference, for the threads)."""
+
+    __slots__ = ("_build", "_rank", "_world_size")
+
+    def __init__(self, build: Callable[[list[Any]], BatchT], rank: int, world_size: int) -> None:
+        self._build = build
+        self._rank = rank
+        self._world_size = world_size
+
+    def __call__(self, chunk: list[Any]) -> _Entry:
+        start, end = share_bounds(len(chunk), self._rank, self._world_size)
+        share = chunk[start:end]
+        return (self._build(share) if share else None), share_sizes(len(chunk), self._world_size)
+
+
+class ShardedDataLoader(Generic[BatchT]):
     """``rank``'s share of every global batch of ``loader`` (see the module docstring).
 
     It starts where ``loader`` stands (its epoch, seed, stream and position) on a copy of it,
@@ -90,22 +113,20 @@ class ShardedDataLoader(PassTracker, Generic[BatchT]):
     ``None`` for an empty one.
     """
 
-    def __init__(self, loader: BatchDataLoader[Any, BatchT], rank: int, world_size: int) -> None:
-        if not isinstance(loader, BatchDataLoader):
+    def __init__(self, loader: BatchingLoader[Any, BatchT], rank: int, world_size: int) -> None:
+        if not isinstance(loader, BatchingLoader):
             raise TypeError(
-                "only a BatchDataLoader or MultiThreadDataLoader can be sharded (a "
-                f"TorchDataLoader has no epoch plan: use torch's DistributedSampler), got "
-                f"{type(loader).__name__}"
+                "only ember's BatchDataLoader, MultiThreadDataLoader or StreamingDataLoader can "
+                "be sharded (a TorchDataLoader has no epoch plan: use torch's "
+                f"DistributedSampler), got {type(loader).__name__}"
             )
-        super().__init__()
         self._world_size = check_int("world_size", world_size, minimum=1)
         self._rank = check_int("rank", rank, minimum=0)
         if self._rank >= self._world_size:
             raise ValueError(f"rank must be < world_size ({self._world_size}), got {rank}")
-        self._loader = loader.to_device(loader.device)  # our own copy: its threads, no position
-        state = loader.state_dict()
-        self._batch_size: int = state["batch_size"]
-        self._load_position(state)
+        # Our own copy, at the loader's position, with its own threads: the view's position is
+        # the copy's, and the loader is never advanced.
+        self._loader: BatchingLoader[Any, BatchT] = loader.to_device(loader.device)
 
     @property
     def rank(self) -> int:
@@ -118,29 +139,14 @@ class ShardedDataLoader(PassTracker, Generic[BatchT]):
         return self._world_size
 
     def __iter__(self) -> ShardIterator[BatchT]:
-        token = self._begin_pass()
-        plan = self._loader.epoch_plan(self._epoch)[self._consumed :]
-        sizes = [share_sizes(len(indexes), self._world_size) for indexes in plan]
-        shares = []
-        for indexes in plan:
-            start, end = share_bounds(len(indexes), self._rank, self._world_size)
-            shares.append(indexes[start:end])
-        built = self._loader.build_batches([share for share in shares if share])
-
-        def entries() -> Iterator[_Entry]:
-            for share, size in zip(shares, sizes, strict=True):
-                yield (next(built) if share else None), size
-
-        return ShardIterator(PassIterator(self, token, entries()))
+        share = _Share(self._loader.builder, self._rank, self._world_size)
+        return ShardIterator(self._loader.follow_pass(share))
 
     def __len__(self) -> int:
         return len(self._loader)
 
-    def num_items(self) -> int:
+    def num_items(self) -> int | None:
         return self._loader.num_items()
-
-    def _items_after(self, batches: int) -> int:
-        return min(batches * self._batch_size, self.num_items())
 
     @property
     def device(self) -> torch.device:
@@ -148,9 +154,7 @@ class ShardedDataLoader(PassTracker, Generic[BatchT]):
 
     def to_device(self, device: DeviceLike) -> ShardedDataLoader[BatchT]:
         """The same view on ``device``, at the same position."""
-        moved = ShardedDataLoader(self._loader.to_device(device), self._rank, self._world_size)
-        moved.load_state_dict(self.state_dict())
-        return moved
+        return ShardedDataLoader(self._loader.to_device(device), self._rank, self._world_size)
 
     def slice(self, start: int, end: int) -> ShardedDataLoader[BatchT]:
         """The same rank's view of ``loader.slice(start, end)`` (which starts at epoch 0)."""
@@ -158,17 +162,26 @@ class ShardedDataLoader(PassTracker, Generic[BatchT]):
 
     def state_dict(self) -> dict[str, Any]:
         """The global loader's state at this view's position (the same on every rank)."""
-        return {**self._loader.state_dict(), **self._position()}
+        return self._loader.state_dict()
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from a state of this view, of any other rank's view, or of the loader."""
         self._loader.load_state_dict(state)  # checks it is this loader's (length, seed, ...)
-        self._load_position(state)
 
     def close(self) -> None:
         """Stop the copy's worker threads; the live iterator stops. Idempotent."""
-        super().close()
         self._loader.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
 
     def __repr__(self) -> str:
         return (

@@ -33,7 +33,8 @@ from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 from ember._checks import check_slice
 from ember._errors import DataLoaderError
 from ember.data._device import DeviceLike, as_device, move_to_device
-from ember.data._loader import DataLoaderIterator, PassIterator, PassTracker, check_state
+from ember.data._loader import DataLoaderIterator
+from ember.data._pass import PassIterator, PassTracker, check_state
 
 __all__ = ["TORCH_STATE_KIND", "TorchDataLoader"]
 

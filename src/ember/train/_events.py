@@ -70,10 +70,11 @@ class Start:
 
 @dataclass(frozen=True, slots=True)
 class StartSplit:
-    """A split (train or valid pass) of ``epoch`` begins over ``total_items`` items."""
+    """A split (train or valid pass) of ``epoch`` begins over ``total_items`` items (None when
+    unknown: a streaming loader)."""
 
     epoch: int
-    total_items: int
+    total_items: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,10 +117,10 @@ class StartEvaluation:
 
 @dataclass(frozen=True, slots=True)
 class StartTest:
-    """The test ``name`` begins over ``total_items`` items."""
+    """The test ``name`` begins over ``total_items`` items (None: a stream of unknown length)."""
 
     name: str
-    total_items: int
+    total_items: int | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,7 +70,7 @@ from ember.train._metric.store import EventStore
 from ember.train._precision import Precision, autocast_of, grad_scaler
 from ember.train._processor import EventProcessor
 from ember.train._step import step_context
-from ember.train._strategy.base import StrategyRun, model_device
+from ember.train._strategy.base import StrategyRun, model_device, pass_size
 from ember.train._vocabulary import Split
 from ember.train._window import Clipping, OptimizerWindow
 
@@ -352,6 +352,8 @@ class TrainingLoop:
         """Every process must run the same training; a difference would hang a collective."""
         loaders = self.run.loaders
         plan = self.plan
+        train_items, train_batches = pass_size(loaders["train"])
+        valid_items, valid_batches = pass_size(loaders["valid"])
         self.run.check_same(
             {
                 "the starting epoch (is the checkpoint directory visible to every rank?)": (
@@ -359,10 +361,10 @@ class TrainingLoop:
                 ),
                 "num_epochs": plan.num_epochs,
                 "grads_accumulation": plan.grads_accumulation or 0,
-                "the train loader's items": loaders["train"].num_items(),
-                "the train loader's batches": len(loaders["train"]),
-                "the valid loader's items": loaders["valid"].num_items(),
-                "the valid loader's batches": len(loaders["valid"]),
+                "the train loader's items": train_items,
+                "the train loader's batches": train_batches,
+                "the valid loader's items": valid_items,
+                "the valid loader's batches": valid_batches,
                 "checkpointers": int(plan.checkpointer is not None),
                 "early stopping": int(plan.early_stopping is not None),
             }

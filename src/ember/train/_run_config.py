@@ -87,7 +87,8 @@ def run_configuration(config: TrainingConfig, learner: Learner[Any]) -> dict[str
 
 
 def _loader(loader: DataLoader[Any]) -> dict[str, Any]:
-    described: dict[str, Any] = {"batches": len(loader), "items": loader.num_items()}
+    items = loader.num_items()  # None: a stream of unknown length
+    described: dict[str, Any] = {"batches": None if items is None else len(loader), "items": items}
     state = loader.state_dict()
     for field in ("batch_size", "seed"):  # ember's loaders keep them in their state
         if field in state:

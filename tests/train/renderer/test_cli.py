@@ -89,3 +89,15 @@ def test_split_end_lines_go_out_with_the_next_line_and_all_by_the_end() -> None:
     assert stream.flushed == len(stream.getvalue())
     assert stream.flushes == 1 + 50 * 2 + 1
     assert stream.getvalue().count("Split ended.") == 100
+
+
+def test_a_stream_prints_counts_without_a_total() -> None:
+    """A split of unknown length (a streaming loader) prints the items done, no percentage."""
+    stream = io.StringIO()
+    renderer = CliMetricsRenderer(stream, interval=0.0, clock=FakeClock())
+    renderer.start(1, 1)
+    renderer.start_split(Split.TRAIN, None)
+    renderer.update_split(12)
+    lines = stream.getvalue().splitlines()
+    assert lines[1] == "Starting split 'train' with a stream of items."
+    assert lines[-1] == "[epoch 1/1] train 12 items"

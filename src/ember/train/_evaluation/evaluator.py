@@ -64,7 +64,7 @@ from ember.train._processor import AsyncProcessorTraining
 from ember.train._renderer.base import EvaluationRenderer
 from ember.train._renderer.cli import CliMetricsRenderer
 from ember.train._step import InferenceStep, TrainStep
-from ember.train._strategy.base import SupervisedLearningStrategy
+from ember.train._strategy.base import SupervisedLearningStrategy, pass_size
 from ember.train._strategy.single import SingleDevice
 from ember.train._vocabulary import Split
 
@@ -265,10 +265,9 @@ class Evaluator:
         for name, loader in tests:
             run = strategy.start(inference_learner(model), loader, loader)
             try:
-                run.check_same(
-                    {"the test loader's items": loader.num_items(), "its batches": len(loader)}
-                )
-                log.info("Evaluating test %r over %d items", name, loader.num_items())
+                size, batches = pass_size(loader)
+                run.check_same({"the test loader's items": size, "its batches": batches})
+                log.info("Evaluating test %r over %s items", name, loader.num_items())
                 emit(StartTest(name, loader.num_items()))
                 model.eval()
                 with torch.inference_mode():

@@ -65,8 +65,8 @@ class TrainingProgressLogger(Protocol):
         """Training starts at ``starting_epoch`` of ``total_epochs``."""
         ...
 
-    def start_split(self, split: Split, total_items: int) -> None:
-        """A pass over ``total_items`` items begins."""
+    def start_split(self, split: Split, total_items: int | None) -> None:
+        """A pass over ``total_items`` items begins (None: unknown, a streaming loader)."""
         ...
 
     def update_split(self, items_processed: int) -> None:
@@ -111,7 +111,7 @@ class MetricsRendererEvaluation(Protocol):
         """An evaluation of ``total_tests`` tests begins."""
         ...
 
-    def start_test(self, name: str, total_items: int) -> None:
+    def start_test(self, name: str, total_items: int | None) -> None:
         """The test ``name`` begins over ``total_items`` items."""
         ...
 

@@ -43,7 +43,7 @@ class CliMetricsRenderer:
         self._total_epochs = 0
         self._epoch = 0
         self._split: Split | None = None
-        self._split_total = 0
+        self._split_total: int | None = 0
         self._split_done = 0
         self._last_print: float | None = None
         self._epoch_values: dict[str, str] = {}
@@ -75,12 +75,12 @@ class CliMetricsRenderer:
         resumed = f" (resuming at epoch {starting_epoch})" if starting_epoch > 1 else ""
         self._print(f"Starting training for {total_epochs} epochs.{resumed}")
 
-    def start_split(self, split: Split, total_items: int) -> None:
+    def start_split(self, split: Split, total_items: int | None) -> None:
         """Announce a pass."""
         self._begin(split, total_items)
-        self._print(f"Starting split '{split.value}' with {total_items} items.")
+        self._print(f"Starting split '{split.value}' with {_items(total_items)}.")
 
-    def _begin(self, split: Split, total_items: int) -> None:
+    def _begin(self, split: Split, total_items: int | None) -> None:
         self._split = split
         self._split_total = total_items
         self._split_done = 0
@@ -146,11 +146,11 @@ class CliMetricsRenderer:
         """Announce the evaluation."""
         self._print(f"Starting evaluation with {total_tests} test(s).")
 
-    def start_test(self, name: str, total_items: int) -> None:
+    def start_test(self, name: str, total_items: int | None) -> None:
         """Announce a test."""
         self._test = name
         self._begin(Split.TEST, total_items)
-        self._print(f"Starting test '{name}' with {total_items} items.")
+        self._print(f"Starting test '{name}' with {_items(total_items)}.")
 
     def update_test(self, name: str, state: MetricState) -> None:
         """Remember the value for the test-end line."""
@@ -170,12 +170,20 @@ class CliMetricsRenderer:
             self._print(str(summary))
 
     def _print_progress(self, *, flush: bool = True) -> None:
-        percent = 100 * self._split_done // self._split_total if self._split_total else 100
         if self._split is Split.TEST:
             where = f"[test {self._test}]"
         else:
             split = self._split.value if self._split else "?"
             where = f"[epoch {self._epoch}/{self._total_epochs}] {split}"
-        self._print(
-            f"{where} {self._split_done}/{self._split_total} items ({percent}%)", flush=flush
-        )
+        total = self._split_total
+        if total is None:  # a stream: counts without a total
+            done = f"{self._split_done} items"
+        else:
+            percent = 100 * self._split_done // total if total else 100
+            done = f"{self._split_done}/{total} items ({percent}%)"
+        self._print(f"{where} {done}", flush=flush)
+
+
+def _items(total: int | None) -> str:
+    """``"N items"``, or ``"a stream of items"`` for a pass of unknown length."""
+    return "a stream of items" if total is None else f"{total} items"

@@ -39,6 +39,7 @@ __all__ = [
     "SupervisedLearningStrategy",
     "add_gradients",
     "model_device",
+    "pass_size",
     "with_progress",
 ]
 
@@ -154,6 +155,13 @@ def add_gradients(model: nn.Module, grads: GradientsParams) -> None:
             param.grad = grad
         else:
             slot.add_(grad)
+
+
+def pass_size(loader: DataLoader[Any]) -> tuple[int, int]:
+    """A loader's items and batches per pass, -1 each when unknown (a streaming loader): the
+    facts every process of a run must agree on (``StrategyRun.check_same``)."""
+    items = loader.num_items()
+    return (-1, -1) if items is None else (items, len(loader))
 
 
 def with_progress(loader: DataLoader[Any]) -> Iterator[tuple[Any, Progress]]:

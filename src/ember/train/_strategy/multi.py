@@ -56,7 +56,7 @@ from typing import Any, Self
 import torch
 from torch import nn
 
-from ember.data import DataLoader, DataLoaderIterator, DeviceLike, Progress
+from ember.data import DataLoader, DataLoaderError, DataLoaderIterator, DeviceLike, Progress
 from ember.data._device import as_device
 from ember.train._learner import Learner
 from ember.train._step import (
@@ -84,6 +84,12 @@ def split_loader(loader: DataLoader[Any], devices: Sequence[torch.device]) -> li
     loader's (``DataLoader.slice``); it builds its batches on its device.
     """
     total, count = loader.num_items(), len(devices)
+    if total is None:
+        raise DataLoaderError(
+            f"MultiDevice slices the training loader by item range, and a "
+            f"{type(loader).__name__} has no length: train a streaming source on one device or "
+            "with DistributedDataParallel"
+        )
     if total < count:
         raise ValueError(
             f"the training loader has {total} items, fewer than the {count} devices: every "
@@ -197,7 +203,7 @@ class MultiDeviceRun(LocalRun):
         self._synchronise(self._buffers)
         iterators: list[DataLoaderIterator[Any] | None] = [iter(part) for part in self._slices]
         consumed = [0] * len(iterators)
-        total = sum(part.num_items() for part in self._slices)
+        total = sum(part.num_items() or 0 for part in self._slices)  # slices have lengths
         while True:
             batches: _Round = []
             for i, iterator in enumerate(iterators):

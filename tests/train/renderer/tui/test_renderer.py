@@ -384,3 +384,17 @@ def test_evaluation_mode_counts_tests_and_prints_the_summary(screen: Screen) -> 
     after = screen.after_exit()
     assert after.startswith("Evaluation ended after 2 of 2 tests.\n")
     assert str(summary) in after
+
+
+def test_a_stream_shows_counts_without_a_total_or_eta(screen: Screen) -> None:
+    """A split of unknown length (a streaming loader) shows the items done, no total, no ETA."""
+    tui, clock = screen.tui, screen.clock
+    tui.start(1, 1)
+    tui.start_split(Split.TRAIN, None)
+    clock.now = 20.0
+    tui.update_split(96)
+    tui.poll()
+    frame = screen.frame()
+    assert "Items : 96\n" in frame or "Items : 96 " in frame
+    assert "96 items" in frame and "/None" not in frame
+    assert "ETA : ---" in frame

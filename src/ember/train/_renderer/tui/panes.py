@@ -151,7 +151,7 @@ def _status_pane(frame: Frame) -> Panel:
     rows = [
         ("Mode", frame.mode),
         ("Tests" if frame.evaluating else "Epochs", f"{frame.epoch}/{frame.total_epochs}"),
-        ("Items", f"{frame.split_done}/{frame.split_total}"),
+        ("Items", _items(frame)),
         ("Iteration", str(frame.iteration)),
         ("Items/s", ips),
         ("ETA", frame.eta),
@@ -164,6 +164,13 @@ def _status_pane(frame: Frame) -> Panel:
     return Panel(text, title="Status", title_align="left")
 
 
+def _items(frame: Frame) -> str:
+    """The split's items done, out of its total when known (a stream's is not)."""
+    if frame.split_total is None:
+        return str(frame.split_done)
+    return f"{frame.split_done}/{frame.split_total}"
+
+
 def _progress_pane(frame: Frame) -> Panel:
     """Bars for the current split and the whole run, and the stop reason once stopping."""
     grid = Table.grid(expand=True, padding=(0, 1))
@@ -171,16 +178,17 @@ def _progress_pane(frame: Frame) -> Panel:
     grid.add_column(ratio=1)
     grid.add_column(no_wrap=True)
     split_style = _SPLIT_STYLE.get(frame.split, "white") if frame.split else "white"
-    percent = 100 * frame.split_done // frame.split_total if frame.split_total else 0
+    total = frame.split_total
+    percent = "" if total is None else f" {100 * frame.split_done // total if total else 0:>3}%"
     grid.add_row(
         Text(f"{frame.split.value if frame.split else 'split':<5}", style=split_style),
         ProgressBar(
-            total=max(1, frame.split_total),
+            total=None if total is None else max(1, total),  # None: rich pulses the bar
             completed=frame.split_done,
             complete_style=split_style,
             finished_style=split_style,
         ),
-        f"{frame.split_done}/{frame.split_total} items {percent:>3}%",
+        f"{_items(frame)} items{percent}",
     )
     grid.add_row(
         Text("total", style="yellow"),

@@ -125,7 +125,7 @@ class TuiMetricsRenderer:
             self._dirty = True
         self._open()
 
-    def start_split(self, split: Split, total_items: int) -> None:
+    def start_split(self, split: Split, total_items: int | None) -> None:
         """A pass over ``total_items`` items begins."""
         with self._lock:
             self._state.start_split(split, total_items, self._clock())
@@ -183,7 +183,7 @@ class TuiMetricsRenderer:
             self._dirty = True
         self._open()
 
-    def start_test(self, name: str, total_items: int) -> None:
+    def start_test(self, name: str, total_items: int | None) -> None:
         """A test over ``total_items`` items begins."""
         self.start_split(Split.TEST, total_items)
 

@@ -41,7 +41,7 @@ class Frame:
     total_epochs: int
     split: Split | None
     split_done: int
-    split_total: int
+    split_total: int | None
     iteration: int
     items_per_second: float | None
     run_fraction: float
@@ -68,13 +68,13 @@ class RunState:
         self.epoch = 1
         self.split: Split | None = None
         self.split_open = False
-        self.split_total = 0
+        self.split_total: int | None = 0
         self.split_done = 0
         self.split_started = 0.0
         self.iteration = 0
         self.run_started = 0.0
         self.items_before = 0
-        self.split_totals: dict[Split, int] = {}
+        self.split_totals: dict[Split, int | None] = {}
 
     def register(self, definition: MetricDefinition) -> None:
         """Give ``definition`` a row in the Metrics pane, and a plot if it is numeric."""
@@ -93,8 +93,8 @@ class RunState:
         self.split, self.split_open = None, False
         self.run_started, self.items_before, self.split_totals = now, 0, {}
 
-    def start_split(self, split: Split, total: int, now: float) -> None:
-        """A pass over ``total`` items of ``split`` begins at ``now``."""
+    def start_split(self, split: Split, total: int | None, now: float) -> None:
+        """A pass over ``total`` items of ``split`` (None: unknown) begins at ``now``."""
         self.split, self.split_open = split, True
         self.split_total, self.split_done, self.split_started, self.iteration = total, 0, now, 0
         self.split_totals[split] = total
@@ -130,7 +130,9 @@ class RunState:
         selected = selected % len(names) if names else 0
         elapsed = now - self.split_started
         ips = self.split_done / elapsed if self.split_done and elapsed > 0 else None
-        per_epoch = sum(self.split_totals.values())
+        totals = self.split_totals.values()
+        # A stream's unknown total leaves the run's total unknown: no run fraction, no ETA.
+        per_epoch = 0 if None in totals else sum(total or 0 for total in totals)
         total = per_epoch * max(1, self.total_epochs - self.starting_epoch + 1)
         done = self.items_before + (self.split_done if self.split_open else 0)
         run_elapsed = now - self.run_started

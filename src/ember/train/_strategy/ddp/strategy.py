@@ -54,7 +54,8 @@ import torch
 import torch.distributed as dist
 
 from ember._errors import DistributedError
-from ember.data import BatchDataLoader, DataLoader, Progress
+from ember.data import DataLoader, Progress
+from ember.data._loader import BatchingLoader
 from ember.data._shard import ShardedDataLoader, ShardIterator
 from ember.distributed._messages import broadcast_bytes, broadcast_coalesced, gather_bytes
 from ember.distributed._processes import DEFAULT_TIMEOUT, collective, init_from_environment
@@ -198,10 +199,11 @@ class DistributedDataParallel:
                 log.debug("destroying the process group failed", exc_info=True)
 
 
-def _ember_loader(name: str, loader: DataLoader[Any]) -> BatchDataLoader[Any, Any]:
-    if not isinstance(loader, BatchDataLoader):
+def _ember_loader(name: str, loader: DataLoader[Any]) -> BatchingLoader[Any, Any]:
+    if not isinstance(loader, BatchingLoader):
         raise TypeError(
-            f"DistributedDataParallel shards ember's BatchDataLoader/MultiThreadDataLoader; the "
+            "DistributedDataParallel shards ember's BatchDataLoader/MultiThreadDataLoader/"
+            "StreamingDataLoader; the "
             f"{name} loader is a {type(loader).__name__}"
         )
     return loader
