@@ -18,7 +18,7 @@ A loader is meant to be iterated by one consumer thread at a time.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Generic, Protocol, Self, TypeVar
@@ -301,8 +301,11 @@ class BatchDataLoader(PassTracker, Generic[ItemT, BatchT]):
         )
 
     def _produce(self, batches: list[list[int]], first: int) -> Iterator[BatchT]:
-        """The batches for ``batches[first:]``, in order (overridden to build them on threads)."""
-        return map(self._build, batches[first:])
+        """The batches for ``batches[first:]``, in order (overridden to build them on threads).
+
+        An error building one carries a note naming the batch and the epoch, as one raised on a
+        worker thread does."""
+        return _built(self._build, batches, first, self._epoch)
 
     def _epoch_batches(self, epoch: int) -> list[list[int]]:
         """The dataset indexes of every batch of pass ``epoch``."""
@@ -409,3 +412,16 @@ class BatchDataLoader(PassTracker, Generic[ItemT, BatchT]):
     def __repr__(self) -> str:
         settings = ", ".join(f"{key}={value!r}" for key, value in self._describe().items())
         return f"{type(self).__name__}({settings})"
+
+
+def _built(
+    build: Callable[[list[int]], BatchT], batches: list[list[int]], first: int, epoch: int
+) -> Iterator[BatchT]:
+    """``build`` of each of ``batches[first:]``; an error is noted with its batch and epoch."""
+    for index in range(first, len(batches)):
+        try:
+            batch = build(batches[index])
+        except BaseException as error:
+            error.add_note(f"raised while building batch {index} of epoch {epoch}")
+            raise
+        yield batch

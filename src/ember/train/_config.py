@@ -56,3 +56,5 @@ class TrainingConfig:
     checkpointer: RunCheckpointer | Literal["default"] | None = None
     checkpointing_strategy: CheckpointingStrategy | None = None
     resume: Resume = None
+    fresh_if_unusable: bool = False
+    """With ``resume="latest"``: train from epoch 1 when every checkpoint is unusable."""

@@ -16,13 +16,17 @@
         return LearningResult(model in eval mode, renderer, error, summary, stop reason)
 
 ``launch`` never raises for an error during training: it is ``LearningResult.error``, with its
-traceback, after everything above is done.
+traceback, after everything above is done. Each finishing step is guarded: the first error is
+the run's, any later one (a full disk under ``experiment.log``, a renderer whose ``on_error``
+raises) a note on it. What ``launch`` raises is refused before training starts: a bad
+learner, a missing checkpoint, or ``resume_latest()`` finding only unusable checkpoints.
 """
 
 from __future__ import annotations
 
 import io
 import logging
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from torch import nn
@@ -32,6 +36,7 @@ from ember.train._application_log import experiment_log
 from ember.train._checkpoint.file import atomic_write
 from ember.train._checkpoint.learning import LearningCheckpointer, RunCheckpointer
 from ember.train._checkpoint.manifest import manifest_path
+from ember.train._checkpoint.resume import resume_latest_epoch
 from ember.train._checkpoint.strategy import default_checkpointing_strategy
 from ember.train._config import DEFAULT_CHECKPOINTERS, TrainingConfig
 from ember.train._events import End
@@ -66,7 +71,8 @@ def launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
     if not isinstance(learner, Learner):
         raise TypeError(f"launch needs a Learner, got {type(learner).__name__}")
     checkpointer = _checkpointer(config)
-    starting_epoch = _starting_epoch(config, checkpointer)
+    if config.resume != "latest":
+        starting_epoch = _starting_epoch(config, checkpointer)
     checkpointing = config.gradient_checkpointing
     if checkpointing is not None:
         checkpointing = checkpointed_modules(learner.model, checkpointing or None)
@@ -76,7 +82,9 @@ def launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
         config.directory.mkdir(parents=True, exist_ok=True)
     interrupter = config.interrupter
     renderer: MetricsRenderer = CliMetricsRenderer(io.StringIO())
-    with experiment_log(config.application_log if main else None):
+    with experiment_log(config.application_log if main else None) as application_log:
+        if config.resume == "latest":  # skipped checkpoints are warned of in experiment.log
+            starting_epoch = _starting_epoch(config, checkpointer)
         if main:
             renderer = config.renderer or default_renderer(interrupter)
         loggers = config.loggers or (FileMetricLogger(config.directory),)
@@ -126,6 +134,8 @@ def launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
         finally:
             error = _finish(async_processor, store, checkpointer, summary, error)
             renderer = async_processor.processor.renderer
+    if application_log is not None and application_log.error is not None:
+        error = _Outcome(error).add(application_log.error)
     learner.model.eval()
     return LearningResult(
         learner.model, renderer, error, summary, result.stop_reason, result.last_epoch
@@ -158,8 +168,7 @@ def _starting_epoch(config: TrainingConfig, checkpointer: RunCheckpointer | None
             "with_checkpointers(...)) before checkpoint(epoch) / resume_latest()"
         )
     if config.resume == "latest":
-        latest = checkpointer.latest_complete_epoch()
-        return 1 if latest is None else latest + 1
+        return resume_latest_epoch(checkpointer, fresh_if_unusable=config.fresh_if_unusable)
     if not manifest_path(checkpointer.directory, config.resume).exists():
         raise CheckpointError(
             f"no complete checkpoint of epoch {config.resume} in {checkpointer.directory}; "
@@ -190,23 +199,52 @@ def _finish(
     error: BaseException | None,
 ) -> BaseException | None:
     """End a run whatever happened: drain the metrics thread, finish the checkpoint writes, send
-    ``End``, show the error, close the logs and the renderer. Returns the run's first error."""
-    processor.flush()
-    error = error or processor.error
-    if error is not None:
-        log.error("Training failed", exc_info=error)
+    ``End``, show the error, close the logs and the renderer. Returns the run's first error.
+
+    Each step runs whatever the steps before it did (a full disk, a renderer that raises): the
+    first error is the run's, later ones are notes on it, and every thread is stopped.
+    """
+    outcome = _Outcome(error)
+    outcome.run(processor.flush)
+    outcome.add(processor.error)
+    if outcome.error is not None:
+        failure = outcome.error
+        outcome.run(lambda: log.error("Training failed", exc_info=failure))
     if checkpointer is not None:
+        outcome.run(checkpointer.close)  # a failed write is the run's error
+    outcome.run(lambda: processor.process_train(End(summary)))
+    outcome.run(processor.close)
+    outcome.add(processor.error)  # the renderer's end() or on_train_end() failed
+    renderer = processor.processor.renderer
+    if outcome.error is not None:
+        failure = outcome.error
+        outcome.run(lambda: renderer.on_error(failure))
+    outcome.run(store.close)
+    outcome.run(renderer.close)
+    return outcome.error
+
+
+class _Outcome:
+    """A run's first error; errors met after it are added to it as notes, not lost."""
+
+    def __init__(self, error: BaseException | None) -> None:
+        self.error = error
+
+    def add(self, error: BaseException | None) -> BaseException | None:
+        """Keep ``error`` as the first one, or note it on the first; returns the first."""
+        if error is None or error is self.error:
+            return self.error
+        if self.error is None:
+            self.error = error
+        else:
+            self.error.add_note(
+                f"ember: then, while finishing the run: {type(error).__name__}: {error}"
+            )
+        return self.error
+
+    def run(self, step: Callable[[], object]) -> None:
+        """Run one shutdown step; its exception is added, never raised."""
         try:
-            checkpointer.close()
-        except Exception as caught:  # a failed write is the run's error
-            error = error or caught
-    processor.process_train(End(summary))
-    renderer = processor.close()
-    if error is not None:
-        renderer.on_error(error)
-    try:
-        store.close()
-    except Exception as caught:  # keep the first error
-        error = error or caught
-    renderer.close()
-    return error
+            step()
+        except Exception as caught:  # every later step must still run
+            self.add(caught)

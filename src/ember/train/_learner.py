@@ -96,10 +96,22 @@ class Learner(Generic[M]):
         return self._lr_current
 
     def fork(self, device: torch.device | str) -> None:
-        """Move the model to ``device``, then build the optimizer if it came as a factory."""
+        """Move the model to ``device``, then build the optimizer if it came as a factory.
+
+        ValueError if the optimizer holds a parameter that is not the model's (an optimizer
+        built on another model, or on this one before a copy, would train nothing).
+        """
         self._model.to(device)
-        trained_parameters(self._model, refresh=True)
-        _ = self.optimizer
+        names = {id(param): name for name, param in trained_parameters(self._model, refresh=True)}
+        for index, group in enumerate(self.optimizer.param_groups):
+            for position, param in enumerate(group["params"]):
+                if id(param) not in names:
+                    raise ValueError(
+                        f"the optimizer's parameter {position} of group {index} (shape "
+                        f"{tuple(param.shape)}) is not a parameter of the model "
+                        f"{type(self._model).__name__}: build the optimizer on "
+                        "model.parameters() of the model being trained, or pass a factory"
+                    )
 
     def train_step(self, batch: Any) -> TrainOutput[Any]:
         """The model's forward and backward pass on ``batch``."""

@@ -264,9 +264,9 @@ def test_malicious_pickle_never_runs(tmp_path: Path, container: str) -> None:
 
 @pytest.fixture
 def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[threading.Event, threading.Event]]:
-    """Holds every FileCheckpointer.save until released: (entered, release)."""
+    """Holds each FileCheckpointer.write (one file of a save) until released."""
     entered, release = threading.Event(), threading.Event()
-    original = FileCheckpointer.save
+    original = FileCheckpointer.write
 
     def gated(self: FileCheckpointer, epoch: int, record: Record) -> Any:
         entered.set()
@@ -274,7 +274,7 @@ def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[threading.Event, thr
             raise TimeoutError("the test never released the writer")
         return original(self, epoch, record)
 
-    monkeypatch.setattr(FileCheckpointer, "save", gated)
+    monkeypatch.setattr(FileCheckpointer, "write", gated)
     yield entered, release
     release.set()
 

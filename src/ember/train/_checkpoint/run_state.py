@@ -98,7 +98,12 @@ def restore_run(
         loader.load_state_dict(saved_loaders[name])
     if early_stopping is not None and "early_stopping" in state:
         early_stopping.load_state_dict(state["early_stopping"])
-    set_rng_state(_rng_of(state, rank, epoch))
+    try:
+        set_rng_state(_rng_of(state, rank, epoch))
+    except CheckpointError as error:
+        raise CheckpointError(
+            f"the state file of epoch {epoch} in {checkpointer.directory} holds a {error}"
+        ) from None
 
 
 def _rng_of(state: Mapping[str, Any], rank: int, epoch: int) -> Any:
