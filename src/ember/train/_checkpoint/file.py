@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import secrets
@@ -207,12 +208,15 @@ def read_regular(path: Path, what: str, size: int | None = None, *, limit: int) 
 def refuse_non_finite(tensors: dict[str, torch.Tensor], what: str) -> None:
     """CheckpointError naming the first tensor of ``tensors`` holding a NaN or an infinity.
 
-    One fused reduction over all floating-point values (the tensors flattened into one), so a
-    finite record, the usual case, costs one pass over its bytes; only a refused one is
-    searched for the name.
+    One fused reduction over all floating-point tensors (their max-norms, which a NaN or an
+    infinity makes non-finite, in one ``foreach`` kernel and no copy), so a finite record, the
+    usual case, costs one pass over its bytes; only a refused one is searched for the name.
     """
-    floats = [t.detach().reshape(-1) for t in tensors.values() if t.is_floating_point()]
-    if not floats or bool(torch.isfinite(torch.cat(floats)).all()):
+    floats = [t.detach() for t in tensors.values() if t.is_floating_point() and t.numel()]
+    if not floats:
+        return
+    norms = torch._foreach_norm(floats, math.inf)
+    if bool(torch.isfinite(torch.stack([norm.float() for norm in norms])).all()):
         return
     for key, tensor in tensors.items():
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
