@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -141,9 +141,12 @@ EMBER_THREADS = (
 )
 
 
-def ember_threads() -> list[str]:
-    """The names of ember's threads still alive (none may outlive ``launch``)."""
-    return [t.name for t in threading.enumerate() if t.name.startswith(EMBER_THREADS)]
+def ember_threads(since: Collection[threading.Thread] = ()) -> list[str]:
+    """The names of ember's threads alive now but not in ``since`` (none may outlive
+    ``launch``; ``since``: the threads before it, which another test may have left)."""
+    return [
+        t.name for t in threading.enumerate() if t.name.startswith(EMBER_THREADS) and t not in since
+    ]
 
 
 @contextmanager

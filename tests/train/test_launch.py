@@ -8,6 +8,7 @@ import copy
 import errno
 import io
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +60,9 @@ class NanGradientAt(TinyRegressor):
         return TrainOutput.from_loss(self, loss, type(out)(loss, out.output, out.targets))
 
 
-def test_nan_gradient_with_finite_loss_is_never_checkpointed(tmp_path: Path) -> None:
+def test_nan_gradient_with_finite_loss_is_never_checkpointed(
+    tmp_path: Path, threads_before: set[threading.Thread]
+) -> None:
     """The last step of epoch 2 has NaN gradients and a finite loss: epoch 2 is refused, naming
     the tensor, and only epoch 1's finite checkpoint is on disk."""
     torch.manual_seed(0)
@@ -83,10 +86,12 @@ def test_nan_gradient_with_finite_loss_is_never_checkpointed(tmp_path: Path) -> 
     for path in checkpoints.glob("*.safetensors"):
         for name, tensor in load_file(path).items():
             assert not tensor.is_floating_point() or torch.isfinite(tensor).all(), (path, name)
-    assert ember_threads() == []
+    assert ember_threads(since=threads_before) == []
 
 
-def test_full_disk_under_experiment_log_is_the_result_error(tmp_path: Path) -> None:
+def test_full_disk_under_experiment_log_is_the_result_error(
+    tmp_path: Path, threads_before: set[threading.Thread]
+) -> None:
     """experiment.log on a full device (``/dev/full``: every flush fails with ENOSPC): training
     and its shutdown complete, the checkpoints are written, the error is in the result."""
     if not Path("/dev/full").exists():
@@ -105,7 +110,7 @@ def test_full_disk_under_experiment_log_is_the_result_error(tmp_path: Path) -> N
     assert "No space left on device" in str(result.error)
     assert result.last_epoch == 2
     assert (run / "checkpoint" / "manifest-2.json").exists()
-    assert ember_threads() == []
+    assert ember_threads(since=threads_before) == []
 
 
 class FailingRenderer(CliMetricsRenderer):
@@ -131,7 +136,9 @@ class FailingRenderer(CliMetricsRenderer):
         super().close()
 
 
-def test_renderer_on_error_that_raises_is_a_note_and_everything_closes(tmp_path: Path) -> None:
+def test_renderer_on_error_that_raises_is_a_note_and_everything_closes(
+    tmp_path: Path, threads_before: set[threading.Thread]
+) -> None:
     """A step fails, then the renderer's on_error raises: the step's error is the result's,
     the renderer's is a note on it, the renderer and the loggers are still closed."""
     model = TinyRegressor()
@@ -148,10 +155,12 @@ def test_renderer_on_error_that_raises_is_a_note_and_everything_closes(tmp_path:
     assert str(result.error) == "the step broke"
     assert any("RuntimeError: the renderer's on_error broke" in n for n in result.error.__notes__)
     assert renderer.closed
-    assert ember_threads() == []
+    assert ember_threads(since=threads_before) == []
 
 
-def test_renderer_end_that_raises_is_the_result_error(tmp_path: Path) -> None:
+def test_renderer_end_that_raises_is_the_result_error(
+    tmp_path: Path, threads_before: set[threading.Thread]
+) -> None:
     """The renderer's end() raising is the run's error, not only a line in experiment.log."""
     model = TinyRegressor()
     renderer = FailingRenderer("end")
@@ -161,11 +170,13 @@ def test_renderer_end_that_raises_is_the_result_error(tmp_path: Path) -> None:
     assert isinstance(result.error, RuntimeError)
     assert str(result.error) == "the renderer's end broke"
     assert renderer.closed
-    assert ember_threads() == []
+    assert ember_threads(since=threads_before) == []
 
 
 @pytest.mark.parametrize("fault", ["read-only", "a file where a directory belongs"])
-def test_metric_logger_that_cannot_write_stops_training(tmp_path: Path, fault: str) -> None:
+def test_metric_logger_that_cannot_write_stops_training(
+    tmp_path: Path, fault: str, threads_before: set[threading.Thread]
+) -> None:
     """The metric-log directory cannot be written (no checkpointers): training stops at the
     metrics thread's next chunk with the write error, not after all 40 epochs, and
     metric-writer is stopped."""
@@ -192,10 +203,12 @@ def test_metric_logger_that_cannot_write_stops_training(tmp_path: Path, fault: s
         assert result.stop_reason is not None
         assert result.stop_reason.startswith("metrics thread failed: ")
         assert result.last_epoch < 20  # the first blocks fail: it stops within an epoch or so
-        assert ember_threads() == []
+        assert ember_threads(since=threads_before) == []
 
 
-def test_optimizer_over_another_models_parameters_is_refused(tmp_path: Path) -> None:
+def test_optimizer_over_another_models_parameters_is_refused(
+    tmp_path: Path, threads_before: set[threading.Thread]
+) -> None:
     """An optimizer built on a copy of the model would train nothing: the run fails at its
     start, naming the first parameter that is not the model's."""
     model = TinyRegressor()
@@ -209,10 +222,12 @@ def test_optimizer_over_another_models_parameters_is_refused(tmp_path: Path) -> 
         "TinyRegressor"
     )
     assert result.last_epoch == 0
-    assert ember_threads() == []
+    assert ember_threads(since=threads_before) == []
 
 
-def test_non_finite_loss_still_reported_first(tmp_path: Path) -> None:
+def test_non_finite_loss_still_reported_first(
+    tmp_path: Path, threads_before: set[threading.Thread]
+) -> None:
     """A NaN loss (not only NaN gradients) keeps its own error: NonFiniteLossError."""
     model = TinyRegressor()
 
@@ -228,4 +243,4 @@ def test_non_finite_loss_still_reported_first(tmp_path: Path) -> None:
     )
     assert isinstance(result.error, NonFiniteLossError)
     assert not (tmp_path / "run" / "checkpoint" / "manifest-1.json").exists()
-    assert ember_threads() == []
+    assert ember_threads(since=threads_before) == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import logging
+import threading
 from pathlib import Path
 
 import pytest
@@ -56,7 +57,7 @@ def snapshot(directory: Path) -> dict[str, bytes]:
 
 
 def test_damaged_newest_checkpoint_is_skipped_with_a_warning(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, threads_before: set[threading.Thread]
 ) -> None:
     """Epoch 3 is truncated: the run resumes after epoch 2 and says, in the log and in
     experiment.log, which file is damaged and that epoch 3 is trained and written again."""
@@ -75,10 +76,12 @@ def test_damaged_newest_checkpoint_is_skipped_with_a_warning(
     assert any(r.getMessage().startswith(expected) for r in caplog.records)
     assert "this run trains epoch 3 again and overwrites that checkpoint" in caplog.text
     assert expected in (run / "experiment.log").read_text()
-    assert ember_threads() == []
+    assert ember_threads(since=threads_before) == []
 
 
-def test_no_usable_checkpoint_refuses_to_start_and_keeps_them(tmp_path: Path) -> None:
+def test_no_usable_checkpoint_refuses_to_start_and_keeps_them(
+    tmp_path: Path, threads_before: set[threading.Thread]
+) -> None:
     """Every checkpoint damaged (one truncated, one nested 100,000 deep, one missing a file):
     launch refuses before training, naming each, and leaves every file as it was."""
     run = checkpointed_run(tmp_path)
@@ -96,7 +99,7 @@ def test_no_usable_checkpoint_refuses_to_start_and_keeps_them(tmp_path: Path) ->
     assert "epoch 3: checkpoint file" in message and "is damaged" in message
     assert "resume_latest(fresh_if_unusable=True)" in message
     assert snapshot(checkpoints) == before
-    assert ember_threads() == []
+    assert ember_threads(since=threads_before) == []
 
 
 def test_fresh_if_unusable_trains_from_epoch_1_with_a_warning(
@@ -117,7 +120,9 @@ def test_fresh_if_unusable_must_be_a_bool(tmp_path: Path) -> None:
         builder(tmp_path).resume_latest(fresh_if_unusable=1)  # type: ignore[arg-type]
 
 
-def test_python_rng_words_of_2_70_are_a_checkpoint_error(tmp_path: Path) -> None:
+def test_python_rng_words_of_2_70_are_a_checkpoint_error(
+    tmp_path: Path, threads_before: set[threading.Thread]
+) -> None:
     """The state file's Python RNG words edited to 2**70 (manifest updated to match): resuming
     fails with a CheckpointError naming the state file, not an OverflowError."""
     run = checkpointed_run(tmp_path, epochs=1)
@@ -135,4 +140,4 @@ def test_python_rng_words_of_2_70_are_a_checkpoint_error(tmp_path: Path) -> None
     assert str(result.error).startswith(
         f"the state file of epoch 1 in {checkpoints} holds a malformed RNG state: ValueError"
     )
-    assert ember_threads() == []
+    assert ember_threads(since=threads_before) == []

@@ -163,6 +163,7 @@ def test_event_store_queries(tmp_path: Path, make_logger: object) -> None:
     assert store.find_epoch("Loss", Direction.LOWEST, Split.VALID) == 3
     assert store.find_epoch("Loss", Direction.HIGHEST, Split.VALID) == 1
     assert store.find_epoch("Accuracy", Direction.HIGHEST, Split.VALID) is None
+    store.close()  # stops the file logger's metric-writer
 
 
 def test_in_memory_logger_keys_by_real_epoch() -> None:

@@ -14,6 +14,8 @@ batch), every rank writes a key ``{count}/{rank}`` to the job's store and waits 
             timed out: DistributedError naming the ranks without a key (no collective started,
                        so the process group tears down at once)
         delete f"{run}/{count - 1}/{rank}"      # every rank passed it: nobody waits for it
+    a rank that fails writes its next key, so the others go on to the collective and fail there
+    at once (its process group is torn down); one that dies is named after progress_timeout
 
 The store is the one the process group was made with (a TCP store: the waits are answered by
 its server, not by polling). It costs three small store requests per collective, a fraction
@@ -69,12 +71,18 @@ class ProgressWatch:
             store.delete_key(f"{count - 1}/{rank}")
 
     def close(self, *, failed: bool = False) -> None:
-        """Remove this rank's last key (the store outlives the run); after a failure it stays,
-        so a rank that arrives late fails in the collective ("another rank has died"), not
-        here blaming this one."""
-        if self._store is not None and self._count and not failed:
-            with contextlib.suppress(RuntimeError):  # the job is ending anyway
-                self._store.delete_key(f"{self._count}/{self._ranks.rank}")
+        """Remove this rank's last key (the store outlives the run). After a failure here, the
+        key of the next agreement is written instead: the others pass it at once and fail in
+        the collective ("another rank has died"), not ``progress_timeout`` later blaming this
+        rank."""
+        store = self._store
+        if store is None:
+            return
+        with contextlib.suppress(RuntimeError):  # the job is ending anyway
+            if failed:
+                store.set(f"{self._count + 1}/{self._ranks.rank}", "")
+            elif self._count:
+                store.delete_key(f"{self._count}/{self._ranks.rank}")
 
     def _stuck(self, keys: list[str], what: str, error: RuntimeError) -> DistributedError:
         try:
