@@ -5,6 +5,8 @@
     launch(config, learner):
         check the learner; find the starting epoch (a requested checkpoint must exist)
         main process: make the run directory; experiment.log; the renderer; the loggers
+        resume_latest(): the newest usable checkpoint, skipped ones warned of in experiment.log
+                         (none usable of several: CheckpointError, unless fresh_if_unusable)
         other processes: no files, no output (their events are dropped)
         start train-worker (the metrics thread)
         with Ctrl-C / SIGTERM routed to the interrupter:
