@@ -18,8 +18,9 @@ rank::
                               # on the metrics thread)
     stop if any rank wished   # every rank stops after the same batch
 
-Before the gradient all-reduce and the exchange, the ranks agree through the job's store that
-all of them got there (``progress``): one that hangs is named within ``progress_timeout``.
+Before each step's gradient all-reduce (and each validation batch's exchange) the ranks agree
+through the job's store that all of them got there (``progress``): one that hangs is named
+within ``progress_timeout``.
 
 Validation reads shares of the valid loader the same way. So the metrics rank 0 computes and
 logs are those of the global batch, as in one process, and the gradient is the global batch's
@@ -248,10 +249,9 @@ class DistributedRun:
         with collective("broadcasting rank 0's weights"):
             broadcast_coalesced([*model.parameters(), *model.buffers()], 0)
         self._watch = ProgressWatch(ranks, strategy.progress_timeout)
+        self._agreed = False  # since the last exchange: the step's reduction agreed already
         self._reducer = GradientReducer(
-            model,
-            int(strategy.bucket_cap_mb * 2**20),
-            before_reduction=lambda: self._watch.arrive("the gradient all-reduce"),
+            model, int(strategy.bucket_cap_mb * 2**20), before_reduction=self._agree_reduction
         )
 
     @property
@@ -309,7 +309,9 @@ class DistributedRun:
     def report(self, items: Sequence[Any], stop: bool) -> tuple[Sequence[Any], int | None]:
         """One exchange: every rank's stop wish, and the outputs merged on rank 0."""
         ranks = self._ranks
-        self._watch.arrive("the exchange after a batch")
+        if not self._agreed:  # one agreement per unit of work: validation's is here
+            self._watch.arrive("the exchange after a batch")
+        self._agreed = False
         wish = ranks.world - ranks.rank if stop else 0
         item = items[0] if items else None
         merged, highest = exchange_outputs(
@@ -362,6 +364,10 @@ class DistributedRun:
             view.close()
         if error is not None:
             self._strategy._abandon()
+
+    def _agree_reduction(self) -> None:
+        self._watch.arrive("the gradient all-reduce")
+        self._agreed = True
 
     def _sync_buffers(self) -> None:
         if self._buffers:
