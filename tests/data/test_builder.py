@@ -98,3 +98,31 @@ def test_batcher_returning_none_is_reported_at_the_first_batch(workers: int) -> 
     data = DataLoaderBuilder(forgot_return).num_workers(workers).build([1, 2])
     with data, pytest.raises(TypeError, match=r"forgot_return.* returned None"):
         next(iter(data))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_wrong_shaped_item_error_names_the_batch_and_epoch(workers: int) -> None:
+    """An item of the wrong shape fails in the batcher; with or without workers the error
+    carries a note naming the batch (0-based) and the epoch."""
+
+    def stack(items: list[list[float]], device: torch.device) -> torch.Tensor:
+        return torch.tensor(items, device=device)
+
+    items = [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0], [7.0]]  # the last item is short
+    data = DataLoaderBuilder(stack).batch_size(2).num_workers(workers).build(items)
+    with data, pytest.raises(ValueError, match="expected sequence of length 2") as info:
+        list(data)
+    assert any(note.endswith("building batch 1 of epoch 1") for note in info.value.__notes__)
+
+
+def test_set_device_refuses_a_device_this_machine_lacks() -> None:
+    """'cuda:7' on a machine without it is refused at the call, saying what the machine has."""
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count > 7:
+        pytest.skip("this machine has a cuda:7")
+    with pytest.raises(
+        ValueError,
+        match=rf"device 'cuda:7' is not available on this machine: "
+        rf"it has {count} CUDA device",
+    ):
+        DataLoaderBuilder(item_batcher).set_device("cuda:7")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -19,3 +20,9 @@ def model() -> TinyRegressor:
 @pytest.fixture
 def run_dir(tmp_path: Path) -> Path:
     return tmp_path / "run"
+
+
+@pytest.fixture
+def threads_before() -> set[threading.Thread]:
+    """The threads alive before the test (see ``fixtures.ember_threads``)."""
+    return set(threading.enumerate())

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Callable
+import os
+import subprocess
+import threading
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -154,3 +159,46 @@ def metric_value(
     return MetricValue(
         name, split, epoch, step, entry.value, entry.weight, entry.final, entry.serialize()
     )
+
+
+EMBER_THREADS = (
+    "train-worker",
+    "metric-writer",
+    "checkpoint-writer",
+    "dataloader-",
+    "train-device-",
+)
+
+
+def ember_threads(since: Collection[threading.Thread] = ()) -> list[str]:
+    """The names of ember's threads alive now but not in ``since`` (none may outlive
+    ``launch``; ``since``: the threads before it, which another test may have left)."""
+    return [
+        t.name for t in threading.enumerate() if t.name.startswith(EMBER_THREADS) and t not in since
+    ]
+
+
+@contextmanager
+def read_only_directory(path: Path) -> Iterator[Path]:
+    """``path`` as a directory nothing can be written to: mode 0o555, or as root (who ignores
+    modes) a read-only tmpfs mounted there; skips the test when neither is possible."""
+    path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        path.chmod(0o555)
+        try:
+            yield path
+        finally:
+            path.chmod(0o755)
+        return
+    mount = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if mount.returncode != 0:
+        pytest.skip(f"as root a read-only directory needs a tmpfs mount, refused: {mount.stderr}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], check=False)

@@ -18,7 +18,7 @@ from torch.utils.data import IterableDataset
 from ember._checks import check_int, check_seed
 from ember.data._batcher import Batcher, BatchFn, batch_function
 from ember.data._dataset import Dataset
-from ember.data._device import DeviceLike, as_device
+from ember.data._device import DeviceLike, available_device
 from ember.data._loader import BatchDataLoader
 from ember.data._multithread import MultiThreadDataLoader
 from ember.data._stream import Source, StreamingDataLoader
@@ -66,8 +66,8 @@ class DataLoaderBuilder(Generic[ItemT, BatchT]):
         return self
 
     def set_device(self, device: DeviceLike) -> Self:
-        """The device the batcher is asked to build batches on."""
-        self._device = as_device(device)
+        """The device the batcher is asked to build batches on (one this machine has)."""
+        self._device = available_device(device)
         return self
 
     @overload

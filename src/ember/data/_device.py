@@ -13,7 +13,7 @@ from typing import Any, TypeVar, cast
 
 import torch
 
-__all__ = ["DeviceLike", "as_device", "move_to_device"]
+__all__ = ["DeviceLike", "as_device", "available_device", "move_to_device"]
 
 T = TypeVar("T")
 
@@ -33,6 +33,23 @@ def as_device(device: DeviceLike, name: str = "device") -> torch.device:
         return torch.device(device)
     except RuntimeError as error:
         raise ValueError(f"{name} is not a valid device: {device!r} ({error})") from error
+
+
+def available_device(device: DeviceLike, name: str = "device") -> torch.device:
+    """:func:`as_device`, and ValueError if this machine has no such device (``"cuda:7"``
+    without CUDA or with fewer GPUs): refused where it is written, not found out mid-run."""
+    result = as_device(device, name)
+    if result.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if (result.index or 0) >= count:
+            raise ValueError(
+                f"{name} {str(result)!r} is not available on this machine: it has "
+                f"{count} CUDA device{'s' if count != 1 else ''}"
+                + (f" (cuda:0 to cuda:{count - 1})" if count else "; use 'cpu'")
+            )
+    elif result.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"{name} {str(result)!r} is not available on this machine; use 'cpu'")
+    return result
 
 
 def move_to_device(batch: T, device: DeviceLike) -> T:

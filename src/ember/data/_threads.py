@@ -236,7 +236,18 @@ class ThreadedMap:
 def map_chunks(
     threads: ThreadedMap | None, fn: Callable[[A], R], chunks: Iterator[A], epoch: int, first: int
 ) -> Iterator[R]:
-    """``map(fn, chunks)`` on the caller's thread, or on ``threads`` when there are any."""
+    """``map(fn, chunks)`` on the caller's thread, or on ``threads`` when there are any; an
+    error carries a note naming the batch and the epoch either way."""
     if threads is None:
-        return map(fn, chunks)
+        return _inline(fn, chunks, epoch, first)
     return threads.map(fn, chunks, epoch, first)
+
+
+def _inline(fn: Callable[[A], R], chunks: Iterator[A], epoch: int, first: int) -> Iterator[R]:
+    for index, chunk in enumerate(chunks, start=first):
+        try:
+            result = fn(chunk)
+        except BaseException as error:
+            error.add_note(f"raised while building batch {index} of epoch {epoch}")
+            raise
+        yield result

@@ -3,12 +3,15 @@
 Records of the ``ember`` loggers at INFO and above are appended to the file (it accumulates
 across runs, as Burn's does). Lines are flushed to the file at most once a second, and at once
 for warnings and errors: flushing after every line would cost a small model a few percent of
-its speed. The handler is removed, and the file flushed and closed, when the run ends.
+its speed. The handler is removed, and the file flushed and closed, when the run ends. A file that
+cannot be written (a full disk) never stops training: the first write error is kept and the run
+reports it in its result when it ends.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -51,6 +54,8 @@ class ExperimentLogHandler(logging.FileHandler):
         self._interval = interval
         self._clock = clock
         self._last_flush = clock()
+        self.error: OSError | None = None
+        """The first error writing the file (a full disk): the run reports it at its end."""
 
     def flush(self) -> None:
         """Flush only when due; :meth:`emit` calls this after every record."""
@@ -58,9 +63,12 @@ class ExperimentLogHandler(logging.FileHandler):
             self.force_flush()
 
     def force_flush(self) -> None:
-        """Write what is buffered to the file now."""
+        """Write what is buffered to the file now; a write error is kept in :attr:`error`."""
         self._last_flush = self._clock()
-        super().flush()
+        try:
+            super().flush()
+        except OSError as error:  # a full disk must not stop training or its shutdown
+            self.error = self.error or error
 
     def emit(self, record: logging.LogRecord) -> None:
         """Write ``record``; warnings and errors reach the file at once."""
@@ -68,17 +76,31 @@ class ExperimentLogHandler(logging.FileHandler):
         if record.levelno >= logging.WARNING:
             self.force_flush()
 
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802  # logging's name
+        """Keep a write error in :attr:`error`, then report it as logging does (on stderr)."""
+        failure = sys.exc_info()[1]
+        if isinstance(failure, OSError):
+            self.error = self.error or failure
+        super().handleError(record)
+
     def close(self) -> None:
-        """Flush everything, then close the file."""
+        """Flush everything, then close the file (a write error is kept in :attr:`error`)."""
         self.force_flush()
-        super().close()
+        try:
+            super().close()
+        except OSError as error:
+            self.error = self.error or error
 
 
 @contextmanager
-def experiment_log(path: Path | None) -> Iterator[None]:
-    """Send the ``ember`` loggers' records to ``path`` (None: nowhere) for the block."""
+def experiment_log(path: Path | None) -> Iterator[ExperimentLogHandler | None]:
+    """Send the ``ember`` loggers' records to ``path`` (None: nowhere) for the block.
+
+    Yields the handler (None without a path): its :attr:`~ExperimentLogHandler.error`, read
+    after the block, says whether the file could not be written.
+    """
     if path is None:
-        yield
+        yield None
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     handler = ExperimentLogHandler(path)
@@ -88,7 +110,7 @@ def experiment_log(path: Path | None) -> Iterator[None]:
     if previous == logging.NOTSET or previous > logging.INFO:
         logger.setLevel(logging.INFO)
     try:
-        yield
+        yield handler
     finally:
         logger.removeHandler(handler)
         logger.setLevel(previous)

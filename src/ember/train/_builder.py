@@ -63,6 +63,11 @@ class SupervisedTraining:
         train: DataLoader[Any],
         valid: DataLoader[Any],
     ) -> None:
+        if not isinstance(directory, str | os.PathLike):
+            raise TypeError(
+                "directory must be a str or a path (the run directory), got "
+                f"{directory!r} ({type(directory).__name__})"
+            )
         path = Path(directory)
         if path.exists() and not path.is_dir():
             raise ValueError(f"directory is a file, not a directory: {str(path)!r}")
@@ -244,9 +249,21 @@ class SupervisedTraining:
         """Resume from the checkpoint of ``epoch``: training starts at ``epoch + 1``."""
         return self._set(resume=check_positive_int("epoch", epoch))
 
-    def resume_latest(self) -> SupervisedTraining:
-        """Resume from the newest complete checkpoint, or start afresh if there is none."""
-        return self._set(resume="latest")
+    def resume_latest(self, *, fresh_if_unusable: bool = False) -> SupervisedTraining:
+        """Resume from the newest complete checkpoint, or start afresh if there is none.
+
+        Newer checkpoints that are damaged or incomplete are skipped with a warning naming each
+        file and what is wrong (the resumed run writes those epochs again). When checkpoints
+        exist but none is usable, ``launch`` refuses to start (CheckpointError listing them)
+        unless ``fresh_if_unusable`` is True: then training starts at epoch 1, with a warning,
+        and overwrites them.
+        """
+        if not isinstance(fresh_if_unusable, bool):
+            raise TypeError(
+                f"fresh_if_unusable must be a bool, got {fresh_if_unusable!r} "
+                f"({type(fresh_if_unusable).__name__})"
+            )
+        return self._set(resume="latest", fresh_if_unusable=fresh_if_unusable)
 
     # output ------------------------------------------------------------------------------
 

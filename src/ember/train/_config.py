@@ -75,3 +75,5 @@ class TrainingConfig:
     """False: no ``FileMetricLogger`` on the directory beside the given loggers."""
     hparams: Mapping[str, Any] = field(default_factory=dict)
     """The user's own entries of the run's configuration (``config.json``)."""
+    fresh_if_unusable: bool = False
+    """With ``resume="latest"``: train from epoch 1 when every checkpoint is unusable."""

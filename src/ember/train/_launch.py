@@ -8,6 +8,8 @@
             summary, early stopping or checkpointing need)
         main process: make the run directory; experiment.log; the renderer; config.json;
             every logger's start(config) (an error there stops the launch, before training)
+        resume_latest(): the newest usable checkpoint, skipped ones warned of in experiment.log
+                         (none usable of several: CheckpointError, unless fresh_if_unusable)
         other processes: no files, no output (their events are dropped)
         start train-worker (the metrics thread)
         with Ctrl-C / SIGTERM routed to the interrupter:
@@ -23,7 +25,10 @@
                                                                 the test checkpoint)
 
 ``launch`` never raises for an error during training: it is ``LearningResult.error``, with its
-traceback, after everything above is done.
+traceback, after everything above is done. Each finishing step is guarded: the first error is
+the run's, any later one (a full disk under ``experiment.log``, a renderer whose ``on_error``
+raises) a note on it. What ``launch`` raises is refused before training starts: a bad
+learner, a missing checkpoint, or ``resume_latest()`` finding only unusable checkpoints.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import dataclasses
 import io
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -44,6 +50,7 @@ from ember.train._checkpoint.export import best_epoch, model_checkpoints
 from ember.train._checkpoint.file import atomic_write
 from ember.train._checkpoint.learning import LearningCheckpointer, RunCheckpointer
 from ember.train._checkpoint.manifest import manifest_path
+from ember.train._checkpoint.resume import resume_latest_epoch
 from ember.train._checkpoint.strategy import (
     ComposedCheckpointingStrategy,
     MetricCheckpointingStrategy,
@@ -90,7 +97,8 @@ def launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
     _check_metric_names(config)
     loggers = run_loggers(config)
     checkpointer = _checkpointer(config)
-    starting_epoch = _starting_epoch(config, checkpointer)
+    if config.resume != "latest":
+        starting_epoch = _starting_epoch(config, checkpointer)
     if config.compile_options is not None:
         learner.model.compile(**config.compile_options)
     _check_tests(config, checkpointer)
@@ -103,7 +111,9 @@ def launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
         config.directory.mkdir(parents=True, exist_ok=True)
     interrupter = config.interrupter
     renderer: MetricsRenderer = CliMetricsRenderer(io.StringIO())
-    with experiment_log(config.application_log if main else None):
+    with experiment_log(config.application_log if main else None) as application_log:
+        if config.resume == "latest":  # skipped checkpoints are warned of in experiment.log
+            starting_epoch = _starting_epoch(config, checkpointer)
         store = EventStore(loggers if main else [])
         if main:
             _start_loggers(config, learner, store)
@@ -162,6 +172,8 @@ def launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
             artifacts = run_artifacts(config.directory) if main else {}
             error = _finish(async_processor, store, checkpointer, summary, artifacts, error)
             renderer = async_processor.processor.renderer
+    if application_log is not None and application_log.error is not None:
+        error = _Outcome(error).add(application_log.error)
     learner.model.eval()
     checkpoints, best = _checkpoints(checkpointer)
     learning = LearningResult(
@@ -290,8 +302,7 @@ def _starting_epoch(config: TrainingConfig, checkpointer: RunCheckpointer | None
             "with_checkpointers(...)) before checkpoint(epoch) / resume_latest()"
         )
     if config.resume == "latest":
-        latest = checkpointer.latest_complete_epoch()
-        return 1 if latest is None else latest + 1
+        return resume_latest_epoch(checkpointer, fresh_if_unusable=config.fresh_if_unusable)
     if not manifest_path(checkpointer.directory, config.resume).exists():
         raise CheckpointError(
             f"no complete checkpoint of epoch {config.resume} in {checkpointer.directory}; "
@@ -324,30 +335,56 @@ def _finish(
 ) -> BaseException | None:
     """End a run whatever happened: drain the metrics thread, finish the checkpoint writes, send
     ``End``, show the error, give the loggers the summary and ``artifacts``, close the logs and
-    the renderer. Returns the run's first error."""
-    processor.flush()
-    error = error or processor.error
-    if error is not None:
-        log.error("Training failed", exc_info=error)
+    the renderer. Returns the run's first error.
+
+    Each step runs whatever the steps before it did (a full disk, a renderer that raises): the
+    first error is the run's, later ones are notes on it, and every thread is stopped.
+    """
+    outcome = _Outcome(error)
+    outcome.run(processor.flush)
+    outcome.add(processor.error)
+    if outcome.error is not None:
+        failure = outcome.error
+        outcome.run(lambda: log.error("Training failed", exc_info=failure))
     if checkpointer is not None:
+        outcome.run(checkpointer.close)  # a failed write is the run's error
+    outcome.run(lambda: processor.process_train(End(summary)))
+    outcome.run(processor.close)
+    outcome.add(processor.error)  # the renderer's end() or on_train_end() failed
+    renderer = processor.processor.renderer
+    if outcome.error is not None:
+        failure = outcome.error
+        outcome.run(lambda: renderer.on_error(failure))
+    outcome.run(lambda: store.end(summary, artifacts))
+    outcome.run(store.close)
+    outcome.run(renderer.close)
+    return outcome.error
+
+
+class _Outcome:
+    """A run's first error; errors met after it are added to it as notes, not lost."""
+
+    def __init__(self, error: BaseException | None) -> None:
+        self.error = error
+
+    def add(self, error: BaseException | None) -> BaseException | None:
+        """Keep ``error`` as the first one, or note it on the first; returns the first."""
+        if error is None or error is self.error:
+            return self.error
+        if self.error is None:
+            self.error = error
+        else:
+            self.error.add_note(
+                f"ember: then, while finishing the run: {type(error).__name__}: {error}"
+            )
+        return self.error
+
+    def run(self, step: Callable[[], object]) -> None:
+        """Run one shutdown step; its exception is added, never raised."""
         try:
-            checkpointer.close()
-        except Exception as caught:  # a failed write is the run's error
-            error = error or caught
-    processor.process_train(End(summary))
-    renderer = processor.close()
-    if error is not None:
-        renderer.on_error(error)
-    try:
-        store.end(summary, artifacts)
-    except Exception as caught:  # keep the first error; the loggers still close
-        error = error or caught
-    try:
-        store.close()
-    except Exception as caught:  # keep the first error
-        error = error or caught
-    renderer.close()
-    return error
+            step()
+        except Exception as caught:  # every later step must still run
+            self.add(caught)
 
 
 def _start_loggers(config: TrainingConfig, learner: Learner[Any], store: EventStore) -> None:

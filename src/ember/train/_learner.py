@@ -175,10 +175,23 @@ class Learner(Generic[M]):
         return self._lr_current
 
     def fork(self, device: torch.device | str) -> None:
-        """Move the model to ``device``, then build the optimizer if it came as a factory."""
+        """Move the model to ``device``, then build the optimizer if it came as a factory.
+
+        ValueError if the optimizer holds a parameter that is not the model's (an optimizer
+        built on another model, or on this one before a copy, would train nothing).
+        """
         self._model.to(device)
-        trained_parameters(self._model, refresh=True)
-        _ = self.optimizers
+        names = {id(param): name for name, param in trained_parameters(self._model, refresh=True)}
+        for optimizer in self.optimizers.values():
+            for index, group in enumerate(optimizer.param_groups):
+                for position, param in enumerate(group["params"]):
+                    if id(param) not in names:
+                        raise ValueError(
+                            f"the optimizer's parameter {position} of group {index} (shape "
+                            f"{tuple(param.shape)}) is not a parameter of the model "
+                            f"{type(self._model).__name__}: build the optimizer on "
+                            "model.parameters() of the model being trained, or pass a factory"
+                        )
         if self._scheduler is not None and not isinstance(self._scheduler, GroupLrScheduler):
             self._group_ratios()  # the groups' lrs as built, before any step writes them
 

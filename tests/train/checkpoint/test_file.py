@@ -220,3 +220,54 @@ def test_atomic_write_replaces_whole_files(tmp_path: Path) -> None:
     atomic_write(path, b"two")
     assert path.read_bytes() == b"two"
     assert os.listdir(tmp_path) == ["x.json"]
+
+
+@pytest.mark.timeout(30)  # reading /dev/zero or a FIFO would never end
+@pytest.mark.parametrize("kind", ["symlink to /dev/zero", "FIFO"])
+def test_restore_refuses_what_is_not_a_regular_file(tmp_path: Path, kind: str) -> None:
+    """A checkpoint file replaced by a link to /dev/zero or by a FIFO is refused at once, with
+    or without the size a manifest states, and never read."""
+    checkpointer = FileCheckpointer(tmp_path, "model")
+    written = checkpointer.save(1, sample_record())
+    path = checkpointer.path(1)
+    path.unlink()
+    if kind == "FIFO":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero")
+    message = rf"checkpoint file {path} is not a regular file \(a FIFO, a device or a link"
+    for expected in (written, CheckpointFile(written.name, 0, written.sha256), None):
+        with pytest.raises(CheckpointError, match=message):
+            checkpointer.restore(1, expected)
+
+
+def test_restore_reads_no_more_than_the_stated_size(tmp_path: Path) -> None:
+    """A file longer than its manifest says is refused by its size, before being read."""
+    checkpointer = FileCheckpointer(tmp_path, "model")
+    written = checkpointer.save(1, sample_record())
+    with checkpointer.path(1).open("ab") as handle:
+        handle.write(b"\0" * 1000)
+    with pytest.raises(
+        CheckpointError, match=rf"its size is {written.size + 1000} bytes, expected"
+    ):
+        checkpointer.restore(1, written)
+
+
+def test_nested_ember_header_is_a_checkpoint_error(tmp_path: Path) -> None:
+    """An ember header nested 100,000 deep is refused naming the file, not a RecursionError."""
+    path = tmp_path / "model-1.safetensors"
+    document = "[" * 100_000 + "]" * 100_000
+    header = json.dumps({"__metadata__": {"ember": document}}).encode()
+    path.write_bytes(len(header).to_bytes(8, "little") + header)
+    with pytest.raises(CheckpointError, match=rf"checkpoint file {path} .*nested too deeply"):
+        FileCheckpointer(tmp_path, "model").restore(1)
+
+
+def test_non_finite_record_is_refused_naming_the_tensor(tmp_path: Path) -> None:
+    """A record with a NaN or an infinity writes nothing and names the tensor."""
+    checkpointer = FileCheckpointer(tmp_path, "model")
+    for bad in (float("nan"), float("inf")):
+        record = Record(tensors={"ok": torch.ones(3), "w": torch.tensor([1.0, bad])})
+        with pytest.raises(CheckpointError, match=r"model-1\.safetensors .* in tensor 'w'"):
+            checkpointer.save(1, record)
+        assert list(tmp_path.iterdir()) == []

@@ -133,3 +133,36 @@ def test_write_manifest_refuses_duplicates(tmp_path: Path) -> None:
     manifest = write_epoch(tmp_path, 1)
     with pytest.raises(ValueError, match="once"):
         write_manifest(tmp_path, 1, [manifest.files[0], manifest.files[0]])
+
+
+@pytest.mark.timeout(30)  # hashing /dev/zero would never end
+def test_listed_file_swapped_for_dev_zero_with_size_zero_is_refused(tmp_path: Path) -> None:
+    """The manifest edited to size 0 and the file made a link to /dev/zero (whose size is 0):
+    refused as not a regular file, never hashed."""
+    write_epoch(tmp_path, 1)
+    path = manifest_path(tmp_path, 1)
+    document = json.loads(path.read_text())
+    document["files"][0]["size"] = 0
+    path.write_text(json.dumps(document))
+    model = tmp_path / "model-1.safetensors"
+    model.unlink()
+    model.symlink_to("/dev/zero")
+    with pytest.raises(CheckpointError, match=rf"{model} is not a regular file"):
+        verify_manifest(tmp_path, read_manifest(tmp_path, 1))
+    assert latest_complete_epoch(tmp_path) is None
+
+
+@pytest.mark.timeout(30)
+def test_manifest_that_is_a_fifo_is_refused(tmp_path: Path) -> None:
+    os.mkfifo(manifest_path(tmp_path, 1))
+    with pytest.raises(CheckpointError, match=r"manifest-1\.json is not a regular file"):
+        read_manifest(tmp_path, 1)
+
+
+def test_deeply_nested_manifest_is_a_checkpoint_error(tmp_path: Path) -> None:
+    """A manifest nested 100,000 deep: CheckpointError naming it, not RecursionError."""
+    path = manifest_path(tmp_path, 1)
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(CheckpointError, match=rf"{path} is not valid: .*nested too deeply"):
+        read_manifest(tmp_path, 1)
+    assert latest_complete_epoch(tmp_path) is None

@@ -165,6 +165,7 @@ def test_event_store_queries(tmp_path: Path, make_logger: object) -> None:
     assert store.find_epoch("Loss", Direction.LOWEST, Split.VALID) == 3
     assert store.find_epoch("Loss", Direction.HIGHEST, Split.VALID) == 1
     assert store.find_epoch("Accuracy", Direction.HIGHEST, Split.VALID) is None
+    store.close()  # stops the file logger's metric-writer
 
 
 def test_in_memory_logger_keys_by_real_epoch() -> None:
@@ -183,3 +184,54 @@ def test_file_logger_restarts_a_rerun_epoch(tmp_path: Path) -> None:
         logger.end_split(2, Split.TRAIN)
     logger.close()
     assert (tmp_path / "train" / "epoch-2" / "Loss.log").read_text() == "1,1\n"
+
+
+@given(st.lists(st.floats(allow_infinity=False), min_size=1, max_size=40), st.integers(1, 5))
+def test_find_epoch_asked_every_epoch_matches_a_full_scan(values: list[float], every: int) -> None:
+    """find_epoch keeps only its best so far, yet answers as a scan of every epoch would, NaN
+    never winning and ties keeping the earliest, however often it is asked."""
+    store = EventStore([InMemoryMetricLogger()])
+    for epoch, value in enumerate(values, 1):
+        store.start_split(Split.VALID, epoch)
+        store.log(
+            Split.VALID, [MetricState(MetricEntry("Loss", "", f"{format_number(value)},final"))], 0
+        )
+        store.end_split(Split.VALID)
+        if epoch % every == 0 or epoch == len(values):
+            for direction in (Direction.LOWEST, Direction.HIGHEST):
+                finite = [(v, e) for e, v in enumerate(values[:epoch], 1) if not math.isnan(v)]
+                pick = min if direction is Direction.LOWEST else max
+                best = None
+                if finite:
+                    target = pick(v for v, _ in finite)
+                    best = next(e for v, e in finite if v == target)
+                assert store.find_epoch("Loss", direction, Split.VALID) == best
+
+
+def test_event_store_memory_is_bounded_over_epochs(tmp_path: Path) -> None:
+    """3,000 epochs of two metrics on both splits, each asked for every epoch: the store's
+    cache and the file logger's bookkeeping stay bounded."""
+    logger = FileMetricLogger(tmp_path, interval=0.0)
+    store = EventStore([logger])
+    for epoch in range(1, 3001):
+        for split in (Split.TRAIN, Split.VALID):
+            store.start_split(split, epoch)
+            store.log(
+                split, [MetricState(MetricEntry(n, "", "1,1")) for n in ("Loss", "Accuracy")], 0
+            )
+            store.log(
+                split,
+                [
+                    MetricState(MetricEntry(n, "", f"{epoch % 7},final"))
+                    for n in ("Loss", "Accuracy")
+                ],
+                0,
+            )
+            store.end_split(split)
+        if epoch % 100 == 0:
+            assert store.find_epoch("Loss", Direction.LOWEST, Split.VALID) == 7
+            assert store.find_metric("Loss", epoch, Split.TRAIN) == epoch % 7
+    store.close()
+    assert len(store._cache) <= 256
+    assert len(logger._started) + len(logger._paths) + len(logger._pending) <= 8
+    assert logger.read_numeric("Loss", 3000, Split.VALID)[-1] == NumericEntry(4, final=True)

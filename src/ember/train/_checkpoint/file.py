@@ -8,7 +8,12 @@ the key ``"ember"``::
 
 ``metadata`` is :attr:`Record.metadata`; ``name`` and ``epoch`` are checked on restore, so a file
 copied under another epoch's name is refused. Loading parses the header with :mod:`json` and the
-tensors with safetensors' ``load``: no code from the file is ever run.
+tensors with safetensors' ``load``: no code from the file is ever run. Only a regular file is read
+(not a FIFO, a device or a link to one), and never more than its stated size
+(:func:`read_regular`), so a file swapped for ``/dev/zero`` is refused, not read forever.
+
+A record holding a NaN or an infinite value is refused before anything is written
+(:func:`refuse_non_finite`): a checkpoint never holds weights a resume could not train from.
 
 Every write goes through :func:`atomic_write` (temp file in the same directory, fsync, rename,
 fsync of the directory), so a final path only ever holds a complete file.
@@ -18,9 +23,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import secrets
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +48,8 @@ __all__ = [
     "atomic_write",
     "check_epoch",
     "checkpoint_file_name",
+    "read_regular",
+    "refuse_non_finite",
     "remove_stale_temps",
 ]
 
@@ -49,6 +58,8 @@ VERSION = 1
 SUFFIX = ".safetensors"
 _HEADER_KEY = "ember"
 _TEMP_RE = r"\.[0-9a-f]{16}\.tmp"
+MAX_FILE_SIZE = 1 << 40
+"""The largest checkpoint file read without a manifest stating its size (1 TiB)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +166,66 @@ def atomic_fill(path: Path, fill: Callable[[Path], None]) -> CheckpointFile:
     return CheckpointFile(path.name, size, digest.hexdigest())
 
 
+def regular_size(path: Path, what: str) -> int:
+    """The size of ``path`` (links followed) if it is a regular file; CheckpointError otherwise.
+
+    ``what`` names the file in messages (``"checkpoint file"``). A FIFO would block a read and a
+    device such as ``/dev/zero`` never ends: neither is ever opened.
+    """
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise CheckpointError(f"{what} {path} is missing") from None
+    except OSError as error:
+        raise CheckpointError(f"{what} {path} cannot be read: {error}") from error
+    if not stat.S_ISREG(info.st_mode):
+        raise CheckpointError(
+            f"{what} {path} is not a regular file (a FIFO, a device or a link to one): refused"
+        )
+    return info.st_size
+
+
+def read_regular(path: Path, what: str, size: int | None = None, *, limit: int) -> bytes:
+    """The bytes of the regular file ``path``: exactly ``size`` of them when given, and never
+    more than ``limit``; CheckpointError naming ``what`` and ``path`` otherwise."""
+    actual = regular_size(path, what)
+    if size is not None and actual != size:
+        raise CheckpointError(
+            f"{what} {path} is damaged: its size is {actual} bytes, expected {size} bytes"
+        )
+    if actual > limit:
+        raise CheckpointError(f"{what} {path} is {actual} bytes, more than {limit} bytes")
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(actual + 1)  # one byte more: a file that grew is refused
+    except OSError as error:
+        raise CheckpointError(f"{what} {path} cannot be read: {error}") from error
+    if len(data) != actual:
+        raise CheckpointError(f"{what} {path} changed size while it was read")
+    return data
+
+
+def refuse_non_finite(tensors: dict[str, torch.Tensor], what: str) -> None:
+    """CheckpointError naming the first tensor of ``tensors`` holding a NaN or an infinity.
+
+    One fused reduction over all floating-point tensors (their max-norms, which a NaN or an
+    infinity makes non-finite, in one ``foreach`` kernel and no copy), so a finite record, the
+    usual case, costs one pass over its bytes; only a refused one is searched for the name.
+    """
+    floats = [t.detach() for t in tensors.values() if t.is_floating_point() and t.numel()]
+    if not floats:
+        return
+    norms = torch._foreach_norm(floats, math.inf)
+    if bool(torch.isfinite(torch.stack([norm.float() for norm in norms])).all()):
+        return
+    for key, tensor in tensors.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise CheckpointError(
+                f"{what} holds a non-finite value in tensor {key!r}: refused, nothing written "
+                "(a NaN or infinite gradient or weight; the previous checkpoints are kept)"
+            )
+
+
 def remove_stale_temps(directory: Path, final_name_pattern: str) -> None:
     """Remove temp files that :func:`atomic_write` left for final names matching the regex."""
     temp = re.compile(rf"\.{final_name_pattern}{_TEMP_RE}")
@@ -194,7 +265,19 @@ class FileCheckpointer:
         return self._directory / checkpoint_file_name(self._name, epoch)
 
     def save(self, epoch: int, record: Record) -> CheckpointFile:
-        """Write ``record`` as epoch ``epoch`` atomically; return name, size and SHA-256 written."""
+        """Write ``record`` as epoch ``epoch`` atomically; return name, size and SHA-256 written.
+
+        A record holding a non-finite value is refused (CheckpointError naming the tensor).
+        """
+        self.refuse_non_finite(epoch, record)
+        return self.write(epoch, record)
+
+    def refuse_non_finite(self, epoch: int, record: Record) -> None:
+        """CheckpointError naming the file and the tensor if ``record`` holds a NaN or an inf."""
+        refuse_non_finite(record.tensors, f"checkpoint {self.path(epoch).name}")
+
+    def write(self, epoch: int, record: Record) -> CheckpointFile:
+        """:meth:`save` without the finiteness check (for a caller that checked already)."""
         path = self.path(epoch)
         tensors, metadata = serializable(record, self._name, epoch)
         remove_stale_temps(self._directory, re.escape(self._name) + r"-[0-9]+" + re.escape(SUFFIX))
@@ -214,12 +297,8 @@ class FileCheckpointer:
         path = self.path(epoch)
         if expected is not None and expected.name != path.name:
             raise ValueError(f"expected file {expected.name!r} is not {path.name!r}")
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            raise CheckpointError(f"checkpoint file {path} is missing") from None
-        except OSError as error:
-            raise CheckpointError(f"checkpoint file {path} cannot be read: {error}") from error
+        size = None if expected is None else expected.size
+        data = read_regular(path, "checkpoint file", size, limit=MAX_FILE_SIZE)
         if expected is not None:
             verify_bytes(path, data, expected)
         return deserialize(data, path, self._name, epoch)
@@ -317,6 +396,10 @@ def _read_document(data: bytes, path: Path) -> dict[str, Any]:
         header = json.loads(data[8 : 8 + length])
         metadata = header["__metadata__"]
         document = json.loads(metadata[_HEADER_KEY])
+    except RecursionError:
+        raise CheckpointError(
+            f"checkpoint file {path} has no valid ember header: it is nested too deeply"
+        ) from None
     except (ValueError, TypeError, KeyError) as error:
         raise CheckpointError(
             f"checkpoint file {path} has no valid ember header: {type(error).__name__}: {error}"

@@ -117,6 +117,7 @@ class LearningCheckpointer:
         state = records.state + {"checkpointing_strategy": strategy.state_dict()}
         then, on the "checkpoint-writer" thread (or inline when asynchronous=False):
             if Save in actions:
+                refuse a record holding a NaN or an infinity (CheckpointError naming it)
                 remove manifest-{epoch}.json if an older run left one (the epoch is re-written)
                 write model, optim, scheduler, state files        # atomic each
                 write manifest-{epoch}.json                       # commits the epoch
@@ -308,6 +309,10 @@ class LearningCheckpointer:
 
     def _save(self, epoch: int, records: TrainingRecords) -> None:
         manifest = manifest_path(self._directory, epoch)
+        # every file is checked before anything changes on disk: a record with a NaN (a NaN
+        # gradient under a finite loss) leaves the older checkpoints as they are
+        for name in NAMES:
+            self._files[name].refuse_non_finite(epoch, getattr(records, name))
         # an older checkpoint of this epoch (from a run resumed before it) must stop being
         # complete before its files are replaced
         with _noting(f"saving epoch {epoch}", manifest):
@@ -316,7 +321,7 @@ class LearningCheckpointer:
         for name in NAMES:
             checkpointer = self._files[name]
             with _noting(f"saving epoch {epoch}", checkpointer.path(epoch)):
-                files.append(checkpointer.save(epoch, getattr(records, name)))
+                files.append(checkpointer.write(epoch, getattr(records, name)))
         with _noting(f"saving epoch {epoch}", manifest):
             write_manifest(self._directory, epoch, files)
 

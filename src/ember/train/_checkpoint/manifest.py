@@ -30,6 +30,8 @@ from ember.train._checkpoint.file import (
     check_name,
     checkpoint_file_name,
     fsync_directory,
+    read_regular,
+    regular_size,
     remove_stale_temps,
 )
 
@@ -37,6 +39,7 @@ __all__ = [
     "Manifest",
     "complete_epochs",
     "delete_manifest",
+    "epoch_problem",
     "latest_complete_epoch",
     "manifest_epochs",
     "manifest_path",
@@ -50,6 +53,8 @@ VERSION = 1
 _NAME_RE = re.compile(r"manifest-([1-9][0-9]*)\.json")
 _SHA256_RE = re.compile(r"[0-9a-f]{64}")
 _log = logging.getLogger(__name__)
+MAX_MANIFEST_SIZE = 1 << 24
+"""A manifest lists a few files; a bigger one (16 MiB) is not a manifest and is not read."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,14 +98,13 @@ def write_manifest(directory: str | Path, epoch: int, files: Sequence[Checkpoint
 def read_manifest(directory: str | Path, epoch: int) -> Manifest:
     """Parse the manifest of ``epoch``; CheckpointError naming it if missing or invalid."""
     path = manifest_path(directory, epoch)
-    try:
-        text = path.read_bytes()
-    except FileNotFoundError:
-        raise CheckpointError(f"checkpoint manifest {path} is missing") from None
-    except OSError as error:
-        raise CheckpointError(f"checkpoint manifest {path} cannot be read: {error}") from error
+    text = read_regular(path, "checkpoint manifest", limit=MAX_MANIFEST_SIZE)
     try:
         document = json.loads(text)
+    except RecursionError:
+        raise CheckpointError(
+            f"checkpoint manifest {path} is not valid: its JSON is nested too deeply"
+        ) from None
     except ValueError as error:
         raise CheckpointError(f"checkpoint manifest {path} is not valid JSON: {error}") from None
     if not isinstance(document, dict):
@@ -158,26 +162,34 @@ def verify_manifest(
             raise CheckpointError(f"checkpoint manifest {where} does not list {file_name}")
     for entry in manifest.files:
         path = directory / entry.name
-        try:
-            size = path.stat().st_size
-            if size != entry.size:
-                raise CheckpointError(
-                    f"checkpoint file {path} is damaged: its size is {size} bytes, "
-                    f"{where} expects {entry.size} bytes"
-                )
-            with path.open("rb") as handle:
-                actual = hashlib.file_digest(handle, "sha256").hexdigest()
-        except FileNotFoundError:
+        if not path.exists() and not path.is_symlink():
+            raise CheckpointError(f"checkpoint file {path} (listed in {where}) is missing")
+        size = regular_size(path, "checkpoint file")  # never hash a FIFO or /dev/zero
+        if size != entry.size:
             raise CheckpointError(
-                f"checkpoint file {path} (listed in {where}) is missing"
-            ) from None
-        except OSError as error:
-            raise CheckpointError(f"checkpoint file {path} cannot be read: {error}") from error
+                f"checkpoint file {path} is damaged: its size is {size} bytes, "
+                f"{where} expects {entry.size} bytes"
+            )
+        actual = _sha256(path, entry.size)
         if actual != entry.sha256:
             raise CheckpointError(
                 f"checkpoint file {path} is damaged: its SHA-256 is {actual}, "
                 f"{where} expects {entry.sha256}"
             )
+
+
+def _sha256(path: Path, size: int) -> str:
+    """The SHA-256 of the first ``size`` bytes of ``path`` (its whole content: checked before)."""
+    digest = hashlib.sha256()
+    try:
+        with path.open("rb") as handle:
+            left = size
+            while left and (block := handle.read(min(left, 1 << 24))):
+                digest.update(block)
+                left -= len(block)
+    except OSError as error:
+        raise CheckpointError(f"checkpoint file {path} cannot be read: {error}") from error
+    return digest.hexdigest()
 
 
 def delete_manifest(directory: str | Path, epoch: int) -> bool:
@@ -200,14 +212,23 @@ def manifest_epochs(directory: str | Path) -> list[int]:
     return sorted(int(match.group(1)) for match in epochs if match)
 
 
-def is_complete(directory: str | Path, epoch: int, required: Collection[str] = ()) -> bool:
-    """Whether the manifest of ``epoch`` parses and all its files verify (see module doc)."""
+def epoch_problem(
+    directory: str | Path, epoch: int, required: Collection[str] = ()
+) -> CheckpointError | None:
+    """Why the checkpoint of ``epoch`` is not complete (the error naming the file), or None."""
     try:
         verify_manifest(directory, read_manifest(directory, epoch), required)
     except CheckpointError as error:
-        _log.info("checkpoint of epoch %d is incomplete: %s", epoch, error)
-        return False
-    return True
+        return error
+    return None
+
+
+def is_complete(directory: str | Path, epoch: int, required: Collection[str] = ()) -> bool:
+    """Whether the manifest of ``epoch`` parses and all its files verify (see module doc)."""
+    problem = epoch_problem(directory, epoch, required)
+    if problem is not None:
+        _log.info("checkpoint of epoch %d is incomplete: %s", epoch, problem)
+    return problem is None
 
 
 def complete_epochs(directory: str | Path, required: Collection[str] = ()) -> list[int]:

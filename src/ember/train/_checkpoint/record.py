@@ -143,9 +143,17 @@ def encode(value: Any, path: str, tensors: dict[str, torch.Tensor]) -> Any:
 
 
 def decode(value: Any, tensors: Mapping[str, torch.Tensor], where: str) -> Any:
-    """The inverse of :func:`encode`; CheckpointError naming ``where`` on a malformed document."""
+    """The inverse of :func:`encode`; CheckpointError naming ``where`` on a malformed document
+    (also one nested too deeply to decode)."""
+    try:
+        return _decode(value, tensors, where)
+    except RecursionError:
+        raise CheckpointError(f"{where} is malformed: it is nested too deeply") from None
+
+
+def _decode(value: Any, tensors: Mapping[str, torch.Tensor], where: str) -> Any:
     if isinstance(value, list):
-        return [decode(item, tensors, where) for item in value]
+        return [_decode(item, tensors, where) for item in value]
     if not isinstance(value, dict):
         return value
     if len(value) == 1 and _TENSOR in value:
@@ -154,19 +162,19 @@ def decode(value: Any, tensors: Mapping[str, torch.Tensor], where: str) -> Any:
             raise CheckpointError(f"{where} refers to a tensor {key!r} it does not contain")
         return tensors[key]
     if len(value) == 1 and _TUPLE in value and isinstance(value[_TUPLE], list):
-        return tuple(decode(item, tensors, where) for item in value[_TUPLE])
+        return tuple(_decode(item, tensors, where) for item in value[_TUPLE])
     if len(value) == 1 and _DICT in value and isinstance(value[_DICT], list):
         result: dict[Any, Any] = {}
         for pair in value[_DICT]:
             if not isinstance(pair, list) or len(pair) != 2:
                 raise CheckpointError(f"{where} has a malformed {_DICT} entry: {pair!r}")
-            key = decode(pair[0], {}, where)
+            key = _decode(pair[0], {}, where)
             try:
-                result[key] = decode(pair[1], tensors, where)
+                result[key] = _decode(pair[1], tensors, where)
             except TypeError as error:  # an unhashable key
                 raise CheckpointError(f"{where} has a malformed key {pair[0]!r}") from error
         return result
-    return {key: decode(item, tensors, where) for key, item in value.items()}
+    return {key: _decode(item, tensors, where) for key, item in value.items()}
 
 
 def _join(path: str, key: object) -> str:

@@ -57,7 +57,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
         cuda_states = [_tensor(s) for s in state.get("cuda", [])]
         if torch_state.numel() != torch.get_rng_state().numel():
             raise ValueError(f"torch state has {torch_state.numel()} bytes")
-    except (KeyError, TypeError, ValueError, binascii.Error) as error:
+    except (KeyError, TypeError, ValueError, OverflowError, binascii.Error) as error:
         raise CheckpointError(f"malformed RNG state: {type(error).__name__}: {error}") from None
     try:
         random.setstate(python_state)
@@ -66,7 +66,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
         if cuda_states and torch.cuda.is_available():
             for device, cuda_state in enumerate(cuda_states[: torch.cuda.device_count()]):
                 torch.cuda.set_rng_state(cuda_state, device)
-    except (TypeError, ValueError, RuntimeError) as error:
+    except (TypeError, ValueError, OverflowError, RuntimeError) as error:
         raise CheckpointError(f"malformed RNG state: {type(error).__name__}: {error}") from error
 
 
@@ -123,6 +123,8 @@ def _parse_python(value: Any) -> tuple[Any, ...]:
         raise TypeError("python RNG state must be a list of ints")
     if len(internal) != 625:
         raise ValueError(f"python RNG state has {len(internal)} words, expected 625")
+    if not all(0 <= x < 1 << 32 for x in internal[:624]) or not 0 <= internal[624] <= 624:
+        raise ValueError("python RNG state words must be 32-bit, its position 0..624")
     gauss = value["gauss_next"]
     if gauss is not None and not isinstance(gauss, float | int):
         raise TypeError("python RNG gauss_next must be a number or null")

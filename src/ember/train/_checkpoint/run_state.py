@@ -134,7 +134,12 @@ def restore_run(
                     f"named {name!r} (it has {sorted(saved)})"
                 )
             stateful.load_state_dict(saved[name])
-    set_rng_state(_rng_of(state, rank, epoch))
+    try:
+        set_rng_state(_rng_of(state, rank, epoch))
+    except CheckpointError as error:
+        raise CheckpointError(
+            f"the state file of epoch {epoch} in {checkpointer.directory} holds a {error}"
+        ) from None
     loop = state.get("loop", {})
     if not isinstance(loop, dict):
         raise CheckpointError(

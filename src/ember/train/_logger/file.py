@@ -13,7 +13,8 @@ thread of their own (``metric-writer``, as Burn's ``AsyncLogger``) and the metri
 waits for the disk. Lines are handed to it in blocks, at least every ``interval`` seconds, so a
 file is at most that far behind training, and the writer opens, appends and closes each file
 per block (no file stays open). Reading a value back and closing first write everything logged
-before them; a write error is raised by the next of those calls.
+before them; a write error is raised by the next of those calls or by the next ``log`` (so a
+logger that cannot write stops training at once, like any error of the metrics thread).
 """
 
 from __future__ import annotations
@@ -61,6 +62,10 @@ class _Writer:
             done = threading.Event()
             self._queue.put(("sync", done))
             done.wait()
+        self.raise_pending()
+
+    def raise_pending(self) -> None:
+        """Raise the error of a failed write, once."""
         if self.error is not None:
             error, self.error = self.error, None
             raise error
@@ -127,6 +132,7 @@ class FileMetricLogger:
         self._paths: dict[tuple[str, int, Split], str] = {}
         self._pending: dict[str, list[str]] = {}
         self._started: set[str] = set()
+        self._ended: list[str] = []  # paths of ended splits, forgotten after the next block
         self._interval = interval
         self._clock = clock
         self._last_hand_off = clock()
@@ -145,13 +151,17 @@ class FileMetricLogger:
         """Nothing to record: ``config.json`` is written by the launch."""
 
     def log(self, values: Sequence[MetricValue]) -> None:
-        """Queue one line per value (the text the metric serialized)."""
+        """Queue one line per value (the text the metric serialized); raise the error of an
+        earlier failed write (a read-only or full disk), which stops training at the metrics
+        thread's next chunk."""
+        self._writer.raise_pending()
         for value in values:
             self._queue(value.name, value.epoch, value.split, value.line)
         self._maybe_hand_off()
 
     def log_text(self, texts: Sequence[MetricText]) -> None:
-        """Queue one line per text entry."""
+        """Queue one line per text entry (raising an earlier write's error, as :meth:`log`)."""
+        self._writer.raise_pending()
         for text in texts:
             self._queue(text.name, text.epoch, text.split, text.text)
         self._maybe_hand_off()
@@ -170,9 +180,10 @@ class FileMetricLogger:
             self._hand_off()
 
     def end_split(self, epoch: int, split: Split) -> None:
-        """Forget the split's paths; its lines reach the disk with the next block."""
+        """Forget the split's paths; its lines reach the disk with the next block, after which
+        nothing of the split is kept (memory stays flat over any number of epochs)."""
         for key in [key for key in self._paths if key[1] == epoch and key[2] is split]:
-            del self._paths[key]
+            self._ended.append(self._paths.pop(key))
 
     def read_numeric(self, name: str, epoch: int, split: Split) -> list[NumericEntry]:
         """Parse the file of ``name``; a malformed line raises ``ValueError`` naming the file."""
@@ -198,9 +209,11 @@ class FileMetricLogger:
 
     def close(self) -> None:
         """Write everything, stop the writer thread; raise a pending write error."""
-        self._hand_off()
-        self._writer.sync()
-        self._writer.stop()
+        try:
+            self._hand_off()
+            self._writer.sync()
+        finally:  # the thread stops even when a write failed
+            self._writer.stop()
 
     def _hand_off(self) -> None:
         self._last_hand_off = self._clock()
@@ -210,5 +223,7 @@ class FileMetricLogger:
                 blocks.append((path, "\n".join(lines) + "\n", path not in self._started))
                 self._started.add(path)
         self._pending = {path: [] for path in self._paths.values()}
+        self._started.difference_update(self._ended)  # ended splits: their last block is out
+        self._ended.clear()
         if blocks:
             self._writer.write(blocks)

@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 
 __all__ = ["EventStore", "epoch_value"]
 
+_CACHE_SIZE = 256
+"""Finished epoch values kept for ``find_metric``: the recent ones, which strategies ask for."""
+
 
 def epoch_value(entries: Sequence[NumericEntry]) -> float | None:
     """One epoch's value: its ``final`` entry, else the weighted mean of its batch entries."""
@@ -43,8 +46,9 @@ class EventStore:
     """Routes metric values to the loggers and answers :class:`MetricQuery` questions from the
     loggers that read back (:class:`~ember.train._logger.base.MetricReader`).
 
-    Written to on the metrics thread; queried on the training thread after a flush. Values of
-    finished epochs are cached; an epoch still being logged is always read afresh.
+    Written to on the metrics thread; queried on the training thread after a flush. The values
+    of the latest finished epochs are cached (a bounded number) and ``find_epoch`` keeps only its
+    best so far; an epoch still being logged is always read afresh.
     """
 
     def __init__(self, loggers: Sequence[MetricLogger]) -> None:
@@ -53,7 +57,9 @@ class EventStore:
         self.readers = [logger for logger in self.loggers if isinstance(logger, MetricReader)]
         self._text_loggers = [logger for logger in self.loggers if isinstance(logger, TextLogger)]
         self._epoch: dict[Split, int] = {}
-        self._cache: dict[tuple[str, int, Split], float] = {}
+        self._cache: dict[tuple[str, int, Split], float] = {}  # bounded: _CACHE_SIZE
+        # per (name, direction, split): the next epoch to read, the best epoch and its value
+        self._best: dict[tuple[str, Direction, Split], tuple[int, int | None, float]] = {}
         self._lock = threading.Lock()
 
     def start(self, config: Mapping[str, Any]) -> None:
@@ -123,31 +129,51 @@ class EventStore:
 
     def find_metric(self, name: str, epoch: int, split: Split) -> float | None:
         """The epoch value of ``name`` from the first logger that has it."""
+        return self._value(name, epoch, split)[0]
+
+    def find_epoch(self, name: str, direction: Direction, split: Split) -> int | None:
+        """The best epoch so far; ties keep the earliest and NaN never wins.
+
+        The best of the finished epochs is kept per question, so each call reads only the
+        epochs logged since the last one (and nothing per epoch stays in memory).
+        """
+        key = (name, direction, split)
+        epoch, best_epoch, best = self._best.get(
+            key, (1, None, math.inf if direction is Direction.LOWEST else -math.inf)
+        )
+        settled = True  # the epochs read so far are final: the next call starts after them
+        while True:
+            value, final = self._value(name, epoch, split)
+            if value is None:
+                break
+            better = value < best if direction is Direction.LOWEST else value > best
+            if better or (best_epoch is None and not math.isnan(value)):
+                best, best_epoch = value, epoch
+            epoch += 1
+            settled = settled and final
+            if settled:
+                with self._lock:
+                    self._best[key] = (epoch, best_epoch, best)
+        return best_epoch
+
+    def _value(self, name: str, epoch: int, split: Split) -> tuple[float | None, bool]:
+        """The epoch value of ``name`` and whether it is final (its epoch is over)."""
         key = (name, epoch, split)
         cached = self._cache.get(key)
         if cached is not None:
-            return cached
+            return cached, True
         for reader in self.readers:
             entries = reader.read_numeric(name, epoch, split)
             if entries:
                 value = epoch_value(entries)
                 with self._lock:
-                    if entries[-1].final and self._epoch.get(split) != epoch:
+                    final = entries[-1].final and self._epoch.get(split) != epoch
+                    if final:
                         self._cache[key] = value  # type: ignore[assignment]  # never None here
-                return value
-        return None
-
-    def find_epoch(self, name: str, direction: Direction, split: Split) -> int | None:
-        """The best epoch so far; ties keep the earliest and NaN never wins."""
-        best_epoch: int | None = None
-        best = math.inf if direction is Direction.LOWEST else -math.inf
-        epoch = 1
-        while (value := self.find_metric(name, epoch, split)) is not None:
-            better = value < best if direction is Direction.LOWEST else value > best
-            if better or (best_epoch is None and not math.isnan(value)):
-                best, best_epoch = value, epoch
-            epoch += 1
-        return best_epoch
+                        while len(self._cache) > _CACHE_SIZE:  # the oldest entries go first
+                            del self._cache[next(iter(self._cache))]
+                return value, final
+        return None, False
 
 
 def _each(loggers: Sequence[MetricLogger], call: Any) -> None:

@@ -25,9 +25,9 @@ from tests.train.checkpoint.learning.helpers import TIMEOUT, LossQuery, make_rec
 
 @pytest.fixture
 def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[threading.Event, threading.Event]]:
-    """Holds every FileCheckpointer.save until released: (entered, release)."""
+    """Holds each FileCheckpointer.write (one file of a save) until released."""
     entered, release = threading.Event(), threading.Event()
-    original = FileCheckpointer.save
+    original = FileCheckpointer.write
 
     def gated(self: FileCheckpointer, epoch: int, record: Record) -> Any:
         entered.set()
@@ -35,7 +35,7 @@ def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[threading.Event, thr
             raise TimeoutError("the test never released the writer")
         return original(self, epoch, record)
 
-    monkeypatch.setattr(FileCheckpointer, "save", gated)
+    monkeypatch.setattr(FileCheckpointer, "write", gated)
     yield entered, release
     release.set()
 

@@ -8,6 +8,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from ember.train import (
 )
 from ember.train._metric.query import MetricQuery
 from ember.train._strategy.ddp.strategy import DistributedDataParallel
+from tests.train.fixtures import ember_threads
 
 TRAIN_ITEMS, VALID_ITEMS = 49, 13  # batches 8 and 4: tails of 1 item, so rank 1's share is empty
 
@@ -235,3 +237,21 @@ def on_gpus(out_dir: str) -> None:
     _succeeded(result)
     assert next(result.model.parameters()).device == torch.device("cuda", rank)
     save_weights(Path(out_dir) / f"gpu-rank{rank}.safetensors", result.model.cpu())
+
+
+def hang_at_step(out_dir: str, step: int, seconds: float, progress_timeout: float) -> None:
+    """Rank 1 stops making progress (sleeps ``seconds``) in its ``step``-th step; each rank
+    writes its result, how long its launch took and ember's threads still alive after it."""
+    rank = dist.get_rank()
+    strategy = DistributedDataParallel(progress_timeout=timedelta(seconds=progress_timeout))
+    builder, learner = training(Path(out_dir) / "run", 3, strategy)
+    if rank == 1:
+        learner.model.on_train_step = lambda s: time.sleep(seconds) if s == step else None
+    started = time.monotonic()
+    result = builder.launch(learner)
+    write_result(
+        Path(out_dir) / f"hang-rank{rank}.json",
+        result,
+        seconds=time.monotonic() - started,
+        threads=ember_threads(),
+    )

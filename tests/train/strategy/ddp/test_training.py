@@ -109,3 +109,20 @@ def test_a_dead_rank_fails_the_job_fast_naming_it(tmp_path: Path) -> None:
     elapsed = time.monotonic() - started
     assert elapsed < TIMEOUT.total_seconds() + 10
     assert caught.value.exit_codes[1] == 3
+
+
+def test_a_hung_rank_is_named_within_the_progress_timeout(tmp_path: Path) -> None:
+    """Rank 1 sleeps 12 s in its 3rd step (progress_timeout 2 s, collective timeout 30 s):
+    rank 0 stops within seconds with a DistributedError naming rank 1, not itself; both
+    launches return, with no ember thread left."""
+    spawn(
+        ddp_helpers.hang_at_step, 2, str(tmp_path), 3, 12.0, 2.0, timeout=TIMEOUT, join_timeout=120
+    )
+    waiting, hung = (result(tmp_path / f"hang-rank{rank}.json") for rank in (0, 1))
+    assert waiting["error"].startswith(
+        "DistributedError: rank 1 made no progress for 2 s: rank 0 reached the gradient "
+        "all-reduce of epoch 1, iteration 3 and rank 1 did not"
+    )
+    assert waiting["seconds"] < 12  # named before rank 1 woke up, long before the timeout
+    assert hung["error"] is not None and hung["error"].startswith("DistributedError")
+    assert waiting["threads"] == [] and hung["threads"] == []

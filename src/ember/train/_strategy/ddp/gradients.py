@@ -9,6 +9,7 @@ batch's gradients, and the replicas' optimizer steps keep them equal.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -51,13 +52,20 @@ class GradientReducer:
     early, as torch's DDP does; on the CPU the cores that would overlap it run the backward
     pass, and an extra collective only costs). A bucket is launched once all its gradients
     arrived and every bucket before it was launched, so all ranks issue the same collectives in
-    the same order.
+    the same order. ``before_reduction`` runs before a step's first bucket is launched (the
+    progress agreement, so a hung rank is named instead of waited for).
     A gradient is copied in multiplied by this rank's ``weight``; the sum over ranks is then
     the global batch's gradient. :meth:`finish` launches what is left (zeros for parameters
     without a gradient here), waits, and writes the results back into the step's gradients.
     """
 
-    def __init__(self, model: nn.Module, bucket_bytes: int) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        bucket_bytes: int,
+        *,
+        before_reduction: Callable[[], None] | None = None,
+    ) -> None:
         params = [(n, p) for n, p in trained_parameters(model) if p.requires_grad]
         self.buckets: list[_Bucket] = []
         self._slot: dict[nn.Parameter, tuple[_Bucket, int, int]] = {}
@@ -76,6 +84,7 @@ class GradientReducer:
             size += param.numel() * param.element_size()
         if current:
             self._add_bucket(current)
+        self._before_reduction = before_reduction
         self._weight = 1.0
         self._next = 0
         self._active = False
@@ -121,6 +130,8 @@ class GradientReducer:
 
     def _launch_ready(self) -> None:
         while self._next < len(self.buckets) and self.buckets[self._next].pending == 0:
+            if self._next == 0 and self._before_reduction is not None:
+                self._before_reduction()  # every rank got here: no collective can hang
             bucket = self.buckets[self._next]
             # kernels, not a copy from the host: that would wait for the device mid-backward
             if all(bucket.seen):

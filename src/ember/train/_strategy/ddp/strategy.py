@@ -18,6 +18,10 @@ rank::
                               # on the metrics thread)
     stop if any rank wished   # every rank stops after the same batch
 
+Before each step's gradient all-reduce (and each validation batch's exchange) the ranks agree
+through the job's store that all of them got there (``progress``): one that hangs is named
+within ``progress_timeout``.
+
 Validation reads shares of the valid loader the same way. So the metrics rank 0 computes and
 logs are those of the global batch, as in one process, and the gradient is the global batch's
 for a loss that averages over the batch's items (``loss_reduction="mean"``; use ``"sum"`` for
@@ -69,6 +73,7 @@ from ember.train._step import (
 )
 from ember.train._strategy.ddp.gradients import GradientReducer
 from ember.train._strategy.ddp.outputs import exchange_outputs
+from ember.train._strategy.ddp.progress import ProgressWatch
 from ember.train._strategy.ddp.ranks import Ranks
 
 __all__ = ["DistributedDataParallel", "DistributedRun"]
@@ -91,6 +96,11 @@ class DistributedDataParallel:
     (gradients weighted by share / global batch) or ``"sum"`` (gradients summed). Gradients are
     reduced in buckets of ``bucket_cap_mb``. With ``broadcast_buffers`` rank 0's buffers are
     copied to every rank before each step and each validation, as torch's DDP does.
+
+    A rank that makes no progress for ``progress_timeout`` (default: a fifth of ``timeout``)
+    while the others wait for it, hung in its step or its data loader, ends the run with a
+    :class:`~ember.distributed.DistributedError` naming it, long before the collective
+    timeout (``_strategy/ddp/progress.py``).
     """
 
     def __init__(
@@ -103,6 +113,7 @@ class DistributedDataParallel:
         loss_reduction: Literal["mean", "sum"] = "mean",
         bucket_cap_mb: float = 25.0,
         broadcast_buffers: bool = True,
+        progress_timeout: timedelta | None = None,
     ) -> None:
         if backend is not None and not isinstance(backend, str):
             raise TypeError(f"backend must be a str or None, got {type(backend).__name__}")
@@ -112,6 +123,14 @@ class DistributedDataParallel:
             raise ValueError(f"loss_reduction must be 'mean' or 'sum', got {loss_reduction!r}")
         if not bucket_cap_mb > 0:
             raise ValueError(f"bucket_cap_mb must be > 0, got {bucket_cap_mb}")
+        if progress_timeout is not None and (
+            not isinstance(progress_timeout, timedelta)
+            or not timedelta(0) < progress_timeout <= timeout
+        ):
+            raise ValueError(
+                "progress_timeout must be None or a positive timedelta no longer than timeout "
+                f"({timeout}), got {progress_timeout!r}"
+            )
         self.backend = backend
         self.timeout = timeout
         self.init_method = init_method
@@ -119,6 +138,7 @@ class DistributedDataParallel:
         self.loss_reduction = loss_reduction
         self.bucket_cap_mb = bucket_cap_mb
         self.broadcast_buffers = broadcast_buffers
+        self.progress_timeout = progress_timeout or timeout / 5
         self._ranks: Ranks | None = None
         self._world_group: Any = None
 
@@ -230,7 +250,11 @@ class DistributedRun:
         self.loaders: Mapping[str, DataLoader[Any]] = dict(views)
         with collective("broadcasting rank 0's weights"):
             broadcast_coalesced([*model.parameters(), *model.buffers()], 0)
-        self._reducer = GradientReducer(model, int(strategy.bucket_cap_mb * 2**20))
+        self._watch = ProgressWatch(ranks, strategy.progress_timeout)
+        self._agreed = False  # since the last exchange: the step's reduction agreed already
+        self._reducer = GradientReducer(
+            model, int(strategy.bucket_cap_mb * 2**20), before_reduction=self._agree_reduction
+        )
 
     @property
     def rank(self) -> int:
@@ -287,6 +311,9 @@ class DistributedRun:
     def report(self, items: Sequence[Any], stop: bool) -> tuple[Sequence[Any], int | None]:
         """One exchange: every rank's stop wish, and the outputs merged on rank 0."""
         ranks = self._ranks
+        if not self._agreed:  # one agreement per unit of work: validation's is here
+            self._watch.arrive("the exchange after a batch")
+        self._agreed = False
         wish = ranks.world - ranks.rank if stop else 0
         item = items[0] if items else None
         merged, highest = exchange_outputs(
@@ -334,10 +361,15 @@ class DistributedRun:
         """Remove the reducer's hooks and close the shares; after an ``error`` on this rank,
         tear the process group down so the other ranks fail at once."""
         self._reducer.close()
+        self._watch.close(failed=error is not None)
         for view in self._views.values():
             view.close()
         if error is not None:
             self._strategy._abandon()
+
+    def _agree_reduction(self) -> None:
+        self._watch.arrive("the gradient all-reduce")
+        self._agreed = True
 
     def _sync_buffers(self) -> None:
         if self._buffers:
