@@ -230,6 +230,7 @@ def _test(config: TrainingConfig, result: LearningResult[M]) -> LearningResult[M
             checkpoint=config.test_checkpoint,
             renderer=renderer,
             summary=config.summary,
+            precision=config.precision,
         )
     except Exception as error:  # reported in the result (the renderer has shown it)
         return dataclasses.replace(result, error=error)

@@ -15,6 +15,7 @@ from ember.train._checkpoint.export import CheckpointEpoch, load_checkpoint
 from ember.train._evaluation.evaluator import EvaluatorBuilder
 from ember.train._evaluation.summary import EvaluationSummary
 from ember.train._metric.base import Metric, Numeric
+from ember.train._precision import Precision
 from ember.train._renderer.base import EvaluationRenderer, MetricsRenderer
 from ember.train._strategy.base import SupervisedLearningStrategy
 from ember.train._summary import LearnerSummary
@@ -69,6 +70,7 @@ class LearningResult(Generic[M]):
         checkpoint: CheckpointEpoch | None = "best",
         renderer: EvaluationRenderer | None = None,
         summary: bool = True,
+        precision: Precision = "32",
     ) -> EvaluationSummary:
         """Evaluate the run's model on ``tests`` with ``metrics`` (numeric ones summarised).
 
@@ -91,6 +93,7 @@ class LearningResult(Generic[M]):
             builder.summary()
         if self.strategy is not None:
             builder.with_strategy(self.strategy)
+        builder.precision(precision)
         evaluator = builder.build(self.model)  # checks the metrics before loading anything
         if checkpoint is not None:
             load_checkpoint(self.directory, checkpoint, into=self.model)

@@ -6,6 +6,7 @@ import io
 import json
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -223,3 +224,25 @@ def test_a_failing_metric_writes_no_summary(tmp_path: Path) -> None:
         evaluator.eval_all([("a", loader(4)), ("b", loader(4))])
     assert not (tmp_path / "test" / "summary.json").exists()
     assert not (tmp_path / "test" / "b").exists()  # stopped after the first test
+
+
+def test_evaluation_runs_under_the_training_precision(tmp_path: Path) -> None:
+    """EvaluatorBuilder.precision("bf16-mixed"): inference_step runs under autocast."""
+    seen: list[bool] = []
+
+    class Watching(TinyRegressor):
+        def inference_step(self, batch: Batch) -> Any:
+            seen.append(torch.is_autocast_enabled("cpu"))
+            return super().inference_step(batch)
+
+    evaluator = (
+        EvaluatorBuilder(tmp_path)
+        .metrics(LossMetric())
+        .renderer(CliMetricsRenderer(io.StringIO()))
+        .precision("bf16-mixed")
+        .build(Watching())
+    )
+    evaluator.eval("test", loader(8, 4))
+    assert seen == [True, True]
+    with pytest.raises(ValueError, match="precision must be one of"):
+        EvaluatorBuilder(tmp_path).precision("fp8")  # type: ignore[arg-type]

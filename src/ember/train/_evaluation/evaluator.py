@@ -34,6 +34,7 @@ import dataclasses
 import logging
 import os
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,7 @@ from ember.train._events import (
 )
 from ember.train._metric.base import Metric, Numeric
 from ember.train._metric.registered import MetricsTraining
+from ember.train._precision import Precision, autocast_of, check_precision
 from ember.train._processor import AsyncProcessorTraining
 from ember.train._renderer.base import EvaluationRenderer
 from ember.train._renderer.cli import CliMetricsRenderer
@@ -85,6 +87,7 @@ class EvaluatorConfig:
     summary: bool = False
     application_log: Path | None = None
     strategy: SupervisedLearningStrategy | None = None
+    precision: Precision = "32"
 
 
 class EvaluatorBuilder:
@@ -150,6 +153,10 @@ class EvaluatorBuilder:
     def with_application_logger(self, path: str | os.PathLike[str] | None) -> EvaluatorBuilder:
         """Write the application log to ``path``, or nowhere with None."""
         return self._set(application_log=None if path is None else Path(path))
+
+    def precision(self, precision: Precision) -> EvaluatorBuilder:
+        """Run ``inference_step`` under autocast, as training with this precision did."""
+        return self._set(precision=check_precision(precision))
 
     def with_strategy(self, strategy: SupervisedLearningStrategy) -> EvaluatorBuilder:
         """Place the model and read the tests as ``strategy`` does for validation (e.g.
@@ -270,10 +277,15 @@ class Evaluator:
                 log.info("Evaluating test %r over %s items", name, loader.num_items())
                 emit(StartTest(name, loader.num_items()))
                 model.eval()
+                first = next(model.parameters(), None)  # placed by the strategy's start
+                device = first.device if first is not None else torch.device("cpu")
+                autocast = autocast_of(self._config.precision, device)
                 with torch.inference_mode():
                     iteration = 0
                     for batch, progress in run.valid_pass():
-                        items, _ = run.report([run.inference_step(batch)], False)
+                        with torch.autocast(*autocast) if autocast else nullcontext():
+                            output = run.inference_step(batch)
+                        items, _ = run.report([output], False)
                         for item in items:
                             iteration += 1
                             emit(ProcessedItem(TrainingItem(item, progress, iteration, None)))
