@@ -325,17 +325,3 @@ class BatchDataLoader(BatchingLoader[ItemT, BatchT]):
             ("kind", "version", "num_items", "batch_size", "seed", "stream"),
         )
         self._load_position(state)
-
-    def _describe(self) -> dict[str, object]:
-        """The settings ``repr`` shows."""
-        return {
-            "num_items": self.num_items(),
-            "batch_size": self._batch_size,
-            "seed": self._seed,
-            "device": str(self._device),
-            "epoch": self._epoch,
-        }
-
-    def __repr__(self) -> str:
-        settings = ", ".join(f"{key}={value!r}" for key, value in self._describe().items())
-        return f"{type(self).__name__}({settings})"
