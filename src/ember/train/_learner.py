@@ -92,6 +92,7 @@ class Learner(Generic[M]):
                     f"parameters, or a mapping of names to those, got {type(value).__name__}"
                 )
         self._optims: dict[str, OptimizerLike] = given
+        self._first = next(iter(given))  # whose param group 0 sets lr_current
         own_optimize = _own_optimize(model)
         if self._several and not own_optimize:
             raise TypeError(
@@ -109,6 +110,10 @@ class Learner(Generic[M]):
         self._step: TrainStep[Any, Any] = model  # type: ignore[assignment]  # checked above
         self._scheduler = None if lr_scheduler is None else as_scheduler(lr_scheduler)
         self._ratios: list[float] | None = None  # each group's lr over group 0's, as built
+        # resolved once: a runtime protocol check costs more than a small model's step
+        self._built: dict[str, torch.optim.Optimizer] | None = None
+        self._optimizes = isinstance(model, OptimizeStep)
+        self._per_group = isinstance(self._scheduler, GroupLrScheduler)
         self._lr_current: float | None = None
 
     @property
@@ -131,6 +136,9 @@ class Learner(Generic[M]):
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         """Every optimizer by name (``{"optimizer": ...}`` for a single one); factories are
         called on first use."""
+        ready = self._built
+        if ready is not None:
+            return ready
         for name, value in self._optims.items():
             if not isinstance(value, torch.optim.Optimizer):
                 built = value(self._model.parameters())
@@ -141,7 +149,9 @@ class Learner(Generic[M]):
                     )
                 self._optims[name] = built
         self._check_closures(_own_optimize(self._model))
-        return self._optims  # type: ignore[return-value]  # every factory was called above
+        optimizers: dict[str, torch.optim.Optimizer] = self._optims  # type: ignore[assignment]
+        self._built = optimizers  # every factory was called above
+        return optimizers
 
     @property
     def several_optimizers(self) -> bool:
@@ -202,19 +212,24 @@ class Learner(Generic[M]):
     def lr_step(self) -> float:
         """Advance the scheduler and write the lrs into the param groups (see the class doc);
         returns param group 0's lr."""
-        groups = next(iter(self.optimizers.values())).param_groups
+        built = self._built
+        groups = (built if built is not None else self.optimizers)[self._first].param_groups
         scheduler = self._scheduler
         if scheduler is None:
             lr = float(groups[0]["lr"])
-        elif isinstance(scheduler, GroupLrScheduler):
-            lrs = scheduler.step_all()
+        elif self._per_group:
+            lrs = scheduler.step_all()  # type: ignore[attr-defined]  # a GroupLrScheduler
             for group, value in zip(groups, lrs, strict=True):
                 group["lr"] = value
             lr = lrs[0]
         else:
             lr = scheduler.step()
-            for group, ratio in zip(groups, self._group_ratios(), strict=True):
-                group["lr"] = lr if ratio == 1.0 else lr * ratio
+            ratios = self._ratios if self._ratios is not None else self._group_ratios()
+            if len(ratios) == 1:
+                groups[0]["lr"] = lr
+            else:
+                for group, ratio in zip(groups, ratios, strict=True):
+                    group["lr"] = lr if ratio == 1.0 else lr * ratio
         self._lr_current = lr
         return lr
 
@@ -246,8 +261,8 @@ class Learner(Generic[M]):
         """One optimizer step with ``grads``, through the model's ``optimize`` if it has one."""
         if self._several:
             self._model.optimize(self.optimizers, self._lr_current, grads)  # type: ignore[operator]
-        elif isinstance(self._model, OptimizeStep):
-            self._model.optimize(self.optimizer, self._lr_current, grads)
+        elif self._optimizes:
+            self._model.optimize(self.optimizer, self._lr_current, grads)  # type: ignore[operator]
         else:
             default_optimize(self._model, self.optimizer, grads)
 

@@ -187,13 +187,16 @@ class TrainingLoop:
         for unit, progress in run.train_pass():
             items, consumed = progress.items_processed - consumed, progress.items_processed
             context = window.context(epoch, iteration + 1, unit, items)
-            with step_context(context):
-                outputs = run.train_step(learner, unit)
             norm = None
-            if window.closes(progress):
-                with step_context(context, autocast=False):  # optimize() may read the batch
+            with step_context(context):  # optimize() may read the batch too
+                if context.autocast is None:
+                    outputs = run.train_step(learner, unit)
+                else:
+                    with torch.autocast(*context.autocast):
+                        outputs = run.train_step(learner, unit)
+                if window.closes(progress):
                     norm = window.step(learner)
-                run.after_optimizer_step()
+                    run.after_optimizer_step()
             logged, stopper = run.report(
                 [output.item for output in outputs], self.interrupter.should_stop()
             )

@@ -99,51 +99,46 @@ def current_step() -> StepContext | None:
 
 
 class step_context:  # noqa: N801  # used as a context manager, like contextlib's
-    """Make ``context`` the current step for the block, under its autocast if it has one and
-    ``autocast`` is True (the loop's and strategies' tool: a device thread enters the context
-    it is handed; the optimizer step runs in the context, outside autocast)."""
+    """Make ``context`` the current step for the block (the loop's and strategies' tool: a
+    device thread enters the context it is handed). Its ``autocast`` is the caller's to enter,
+    around the forward pass only."""
 
-    __slots__ = ("_autocast", "_context", "_token", "_with_autocast")
+    __slots__ = ("_context", "_token")
 
-    def __init__(self, context: StepContext, *, autocast: bool = True) -> None:
+    def __init__(self, context: StepContext) -> None:
         self._context = context
-        self._with_autocast = autocast
         self._token: contextvars.Token[StepContext | None] | None = None
-        self._autocast: torch.autocast | None = None
 
     def __enter__(self) -> StepContext:
         self._token = _CURRENT.set(self._context)
-        if self._with_autocast and self._context.autocast is not None:
-            device_type, dtype = self._context.autocast
-            self._autocast = torch.autocast(device_type, dtype)
-            self._autocast.__enter__()  # type: ignore[no-untyped-call]  # untyped in torch
         return self._context
 
     def __exit__(self, *exc: object) -> None:
         assert self._token is not None
-        if self._autocast is not None:
-            self._autocast.__exit__(None, None, None)
         _CURRENT.reset(self._token)
 
 
 class GradientsParams(Mapping[str, torch.Tensor]):
     """Gradients keyed by parameter name, as ``model.named_parameters()`` names them."""
 
-    __slots__ = ("_grads",)
+    __slots__ = ("_grads", "owner")
 
-    def __init__(self, grads: Mapping[str, torch.Tensor] | None = None) -> None:
+    def __init__(
+        self, grads: Mapping[str, torch.Tensor] | None = None, owner: nn.Module | None = None
+    ) -> None:
         self._grads: dict[str, torch.Tensor] = dict(grads or {})
+        self.owner = owner
+        """The module whose ``.grad`` slots hold these very tensors (``from_module``), or None."""
 
     @classmethod
     def from_module(cls, module: nn.Module) -> GradientsParams:
         """The gradients in ``module``'s ``.grad`` slots (the same tensors, left in place)."""
-        return cls(
-            {
-                name: param.grad
-                for name, param in trained_parameters(module)
-                if param.grad is not None
-            }
-        )
+        made = cls.__new__(cls)  # no copy of the fresh dict: this runs twice a step
+        made._grads = {
+            name: param.grad for name, param in trained_parameters(module) if param.grad is not None
+        }
+        made.owner = module
+        return made
 
     def __getitem__(self, name: str) -> torch.Tensor:
         return self._grads[name]

@@ -50,6 +50,7 @@ class OptimizerWindow:
     """Groups training units into optimizer steps; counts the steps taken and skipped."""
 
     __slots__ = (
+        "_adjusts",
         "_filled",
         "_first_items",
         "_items",
@@ -83,6 +84,7 @@ class OptimizerWindow:
         )
         self.optimizer_steps = 0
         self.skipped_steps = 0
+        self._adjusts = self.mean or self.measure_norm or clipping is not None or scaler is not None
         self._filled = 0
         self._items = 0
         self._first_items = 0
@@ -115,44 +117,61 @@ class OptimizerWindow:
         """One optimizer step with the gradients in the main model's ``.grad`` slots (see the
         module doc); returns the total gradient norm before clipping when it was measured."""
         learner.lr_step()
-        model, scaler = learner.model, self.scaler
+        model = learner.model
+        norm = None
+        if self._adjusts:  # nothing to adjust (the common case): straight to the optimizer
+            norm = self._adjust(learner)
+            if norm is not None and self.scaler is not None and not bool(torch.isfinite(norm)):
+                self._skip(model)
+                return norm
+        learner.optimizer_step(GradientsParams.from_module(model))
+        if self.scaler is not None:
+            self.scaler.update()
+        self._stepped()
+        return norm
+
+    def _adjust(self, learner: Learner[Any]) -> torch.Tensor | None:
+        """Unscale, apply the mean's correction, measure and clip; returns the norm, if any."""
+        scaler = self.scaler
         if scaler is not None:
             for optimizer in learner.optimizers.values():
                 scaler.unscale_(optimizer)
-        params = [param for _, param in trained_parameters(model)]
+        params = [param for _, param in trained_parameters(learner.model)]
         if self.mean and self._items != self.size * self._first_items:
             factor = self.size * self._first_items / self._items
             for param in params:
                 if param.grad is not None:
                     param.grad.mul_(factor)
         norm = None
-        grads = [p.grad for p in params if p.grad is not None]
         clipping = self.clipping
         if self.measure_norm:
             norm_type = clipping[2] if clipping is not None and clipping[0] == "norm" else 2.0
-            norm = get_total_norm(grads, norm_type)
+            norm = get_total_norm([p.grad for p in params if p.grad is not None], norm_type)
         if clipping is not None:
             if clipping[0] == "value":
                 clip_grad_value_(params, clipping[1])
             else:
                 assert norm is not None  # measure_norm is set when clipping by norm
                 clip_grads_with_norm_(params, clipping[1], norm)
-        if scaler is not None and norm is not None and not bool(torch.isfinite(norm)):
-            self.skipped_steps += 1  # the scaler lowers its scale in update()
-            log.info(
-                "Optimizer step %d skipped: non-finite gradients at loss scale %g",
-                self.optimizer_steps + 1,
-                scaler.get_scale(),
-            )
-            for param in params:
-                param.grad = None
-        else:
-            learner.optimizer_step(GradientsParams.from_module(model))
-        if scaler is not None:
-            scaler.update()
+        return norm
+
+    def _skip(self, model: Any) -> None:
+        """A 16-mixed step whose gradients are not finite: dropped, the scale lowered."""
+        assert self.scaler is not None
+        self.skipped_steps += 1  # the scaler lowers its scale in update()
+        log.info(
+            "Optimizer step %d skipped: non-finite gradients at loss scale %g",
+            self.optimizer_steps + 1,
+            self.scaler.get_scale(),
+        )
+        for _, param in trained_parameters(model):
+            param.grad = None
+        self.scaler.update()
+        self._stepped()
+
+    def _stepped(self) -> None:
         self.optimizer_steps += 1
         self._filled = self._items = 0
-        return norm
 
     def drop(self) -> None:
         """Forget a partial window (an interrupted split): its gradients are never applied."""

@@ -143,6 +143,8 @@ def add_gradients(model: nn.Module, grads: GradientsParams) -> None:
     A gradient that already is the slot's tensor (what ``TrainOutput.from_loss`` captures) is
     left alone, so the common step costs a loop of identity checks.
     """
+    if grads.owner is model:  # TrainOutput.from_loss's: already in the slots
+        return
     params = dict(trained_parameters(model)) if grads else {}
     for name, grad in grads.items():
         param = params[name]

@@ -366,8 +366,11 @@ def _work(
         try:
             if context is None:
                 results.put((step(batch), None))
-            else:
+            elif context.autocast is None:
                 with step_context(context):
+                    results.put((step(batch), None))
+            else:  # autocast is per thread: enter it here too, as the loop does
+                with step_context(context), torch.autocast(*context.autocast):
                     results.put((step(batch), None))
         except BaseException as error:  # anything: collect() re-raises it on the training side
             results.put((None, error))
