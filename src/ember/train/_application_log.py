@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["ExperimentLogHandler", "experiment_log"]
+__all__ = ["ExperimentLogHandler", "experiment_log", "warnings_to"]
 
 _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -115,3 +115,33 @@ def experiment_log(path: Path | None) -> Iterator[ExperimentLogHandler | None]:
         logger.removeHandler(handler)
         logger.setLevel(previous)
         handler.close()
+
+
+class _ToRenderer(logging.Handler):
+    """Hands each warning of the ``ember`` loggers to a renderer's ``on_warning``."""
+
+    def __init__(self, show: Callable[[str], None]) -> None:
+        super().__init__(logging.WARNING)
+        self._show = show
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Show the record's message (a renderer that fails here must not stop training)."""
+        try:
+            self._show(record.getMessage())
+        except Exception:  # the record is in experiment.log either way
+            self.handleError(record)
+
+
+@contextmanager
+def warnings_to(show: Callable[[str], None] | None) -> Iterator[None]:
+    """Send the ``ember`` loggers' warnings to ``show`` (a renderer's) for the block."""
+    if show is None:
+        yield
+        return
+    handler = _ToRenderer(show)
+    logger = logging.getLogger("ember")
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)

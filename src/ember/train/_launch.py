@@ -45,7 +45,7 @@ from typing import Any, TypeVar
 from torch import nn
 
 from ember._errors import CheckpointError
-from ember.train._application_log import experiment_log
+from ember.train._application_log import experiment_log, warnings_to
 from ember.train._checkpoint.export import best_epoch, model_checkpoints
 from ember.train._checkpoint.file import atomic_write
 from ember.train._checkpoint.learning import LearningCheckpointer, RunCheckpointer
@@ -73,7 +73,7 @@ from ember.train._processor import (
     FullEventProcessorTraining,
     SilentProcessor,
 )
-from ember.train._renderer.base import EvaluationRenderer, MetricsRenderer
+from ember.train._renderer.base import EvaluationRenderer, MetricsRenderer, WarningRenderer
 from ember.train._renderer.cli import CliMetricsRenderer
 from ember.train._renderer.default import default_renderer
 from ember.train._result import LearningResult
@@ -112,12 +112,15 @@ def launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
     interrupter = config.interrupter
     renderer: MetricsRenderer = CliMetricsRenderer(io.StringIO())
     with experiment_log(config.application_log if main else None) as application_log:
-        if config.resume == "latest":  # skipped checkpoints are warned of in experiment.log
-            starting_epoch = _starting_epoch(config, checkpointer)
+        if main:
+            renderer = config.renderer or default_renderer(interrupter)
+        show = renderer.on_warning if main and isinstance(renderer, WarningRenderer) else None
+        with warnings_to(show):  # skipped checkpoints: in experiment.log and on the screen
+            if config.resume == "latest":
+                starting_epoch = _starting_epoch(config, checkpointer)
         store = EventStore(loggers if main else [])
         if main:
             _start_loggers(config, learner, store)
-            renderer = config.renderer or default_renderer(interrupter)
         async_processor = AsyncProcessorTraining(
             FullEventProcessorTraining(_metrics(config), renderer, store),
             on_error=lambda error: interrupter.stop(f"metrics thread failed: {error!r}"),

@@ -59,8 +59,9 @@ def snapshot(directory: Path) -> dict[str, bytes]:
 def test_damaged_newest_checkpoint_is_skipped_with_a_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, threads_before: set[threading.Thread]
 ) -> None:
-    """Epoch 3 is truncated: the run resumes after epoch 2 and says, in the log and in
-    experiment.log, which file is damaged and that epoch 3 is trained and written again."""
+    """Epoch 3 is truncated: the run resumes after epoch 2 and says, in the log, in
+    experiment.log and on the renderer, which file is damaged and that epoch 3 is trained and
+    written again."""
     run = checkpointed_run(tmp_path)
     model_3 = run / "checkpoint" / "model-3.safetensors"
     truncate(model_3)
@@ -76,6 +77,7 @@ def test_damaged_newest_checkpoint_is_skipped_with_a_warning(
     assert any(r.getMessage().startswith(expected) for r in caplog.records)
     assert "this run trains epoch 3 again and overwrites that checkpoint" in caplog.text
     assert expected in (run / "experiment.log").read_text()
+    assert f"Warning: {expected}" in stream.getvalue()  # the CLI renderer's on_warning
     assert ember_threads(since=threads_before) == []
 
 

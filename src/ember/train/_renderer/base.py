@@ -29,6 +29,7 @@ __all__ = [
     "MetricsRendererEvaluation",
     "MetricsRendererTraining",
     "TrainingProgressLogger",
+    "WarningRenderer",
 ]
 
 
@@ -83,6 +84,16 @@ class TrainingProgressLogger(Protocol):
 
     def end(self) -> None:
         """Training ended."""
+        ...
+
+
+@runtime_checkable
+class WarningRenderer(Protocol):
+    """A renderer that shows ember's warnings (a damaged checkpoint skipped, a metric not
+    found) to the person watching, besides ``experiment.log``; optional for a renderer."""
+
+    def on_warning(self, message: str) -> None:
+        """Show ``message``; called on whichever thread logged it."""
         ...
 
 

@@ -136,6 +136,10 @@ class CliMetricsRenderer:
         text = "".join(traceback.format_exception(error)).rstrip()
         self._print(f"Training failed: {type(error).__name__}: {error}\n{text}")
 
+    def on_warning(self, message: str) -> None:
+        """Print the warning on a line of its own."""
+        self._print(f"Warning: {message}", flush=True)
+
     def close(self) -> None:
         """Flush what was written."""
         self.stream.flush()
