@@ -31,6 +31,7 @@ from ember.train import (
     TrainOutput,
 )
 from ember.train._metric.query import MetricQuery
+from ember.train._precision import Precision
 from ember.train._strategy.ddp.strategy import DistributedDataParallel
 from tests.train.fixtures import ember_threads
 
@@ -162,6 +163,13 @@ def equal_and_exact(out_dir: str) -> None:
         _succeeded(result)
         dist.barrier()  # the next run reads what rank 0 wrote
         save_weights(out / f"{name}{epochs}-rank{rank}.safetensors", result.model)
+    runs: tuple[tuple[str, Precision], ...] = (("d", "32"), ("e", "bf16-mixed"))
+    for name, precision in runs:
+        builder, learner = training(out / f"{name}-{rank}", 2, DistributedDataParallel())
+        builder = builder.clip_grad_norm(0.05).grads_accumulation(2, mean=True)
+        result = builder.precision(precision).launch(learner)
+        _succeeded(result)
+        save_weights(out / f"{name}-rank{rank}.safetensors", result.model)
 
 
 class StopAfter:

@@ -60,6 +60,24 @@ def test_weights_and_loss_logs_equal_one_process(two_ranks: Path, tmp_path: Path
                 assert value == pytest.approx(reference, abs=1e-6)
 
 
+def test_clipping_mean_accumulation_and_mixed_precision_under_ddp(
+    two_ranks: Path, tmp_path: Path
+) -> None:
+    """clip_grad_norm and grads_accumulation(mean=True) act on the reduced gradients: 2 ranks
+    equal one process; bf16-mixed trains on every rank and keeps the replicas identical."""
+    builder, learner = ddp_helpers.training(tmp_path / "single", 2)
+    single = builder.clip_grad_norm(0.05).grads_accumulation(2, mean=True).launch(learner)
+    assert single.error is None, single.traceback
+    rank0 = load_file(two_ranks / "d-rank0.safetensors")
+    for name, tensor in learner.model.state_dict().items():
+        torch.testing.assert_close(rank0[name], tensor, rtol=0, atol=1e-6)
+    bf16 = [load_file(two_ranks / f"e-rank{rank}.safetensors") for rank in (0, 1)]
+    initial = ddp_helpers.training(tmp_path / "fresh", 1)[1].model.state_dict()
+    for name, tensor in bf16[0].items():
+        assert torch.equal(tensor, bf16[1][name]) and torch.isfinite(tensor).all()
+    assert any(not torch.equal(bf16[0][n], initial[n]) for n in initial)
+
+
 def test_only_rank_0_writes_files(two_ranks: Path) -> None:
     """Rank 1's run directory holds no file (its checkpoint folder, made by the user's
     builder, stays empty); rank 0's has the logs and the checkpoints."""
