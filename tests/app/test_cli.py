@@ -168,3 +168,11 @@ def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     for command in ("demo", "summary", "plot", "digits", "eval", "export"):
         assert command in out
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    """``ember --version`` prints the version and exits 0."""
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.strip() == "ember 0.1.0"

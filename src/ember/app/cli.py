@@ -15,6 +15,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from ember._version import __version__
+
 __all__ = ["main"]
 
 
@@ -47,6 +49,7 @@ def _parser() -> argparse.ArgumentParser:
     from ember.app.digits import DEFAULT_EPOCHS  # scikit-learn itself loads only when digits runs
 
     parser = argparse.ArgumentParser(prog="ember", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"ember {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser(
         "demo", help="the seed's experiment: a hand loop and the Learner, bit for bit"

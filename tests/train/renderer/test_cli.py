@@ -58,6 +58,18 @@ def test_resume_is_announced() -> None:
     assert stream.getvalue() == "Starting training for 5 epochs. (resuming at epoch 3)\n"
 
 
+def test_one_epoch_is_singular_and_warnings_have_their_line() -> None:
+    """ "1 epoch", not "1 epochs"; a warning is printed on a line of its own."""
+    stream = io.StringIO()
+    renderer = CliMetricsRenderer(stream)
+    renderer.start(1, 1)
+    renderer.on_warning("a checkpoint was skipped")
+    assert stream.getvalue().splitlines() == [
+        "Starting training for 1 epoch.",
+        "Warning: a checkpoint was skipped",
+    ]
+
+
 class FlushRecorder(io.StringIO):
     """A stream that remembers how much of its text had been flushed, and how often."""
 

@@ -73,7 +73,8 @@ class CliMetricsRenderer:
         self._total_epochs = total_epochs
         self._epoch = starting_epoch
         resumed = f" (resuming at epoch {starting_epoch})" if starting_epoch > 1 else ""
-        self._print(f"Starting training for {total_epochs} epochs.{resumed}")
+        epochs = "1 epoch" if total_epochs == 1 else f"{total_epochs} epochs"
+        self._print(f"Starting training for {epochs}.{resumed}")
 
     def start_split(self, split: Split, total_items: int | None) -> None:
         """Announce a pass."""
