@@ -19,7 +19,8 @@ from ember.train import (
     predict,
 )
 from ember.train._strategy.ddp.strategy import DistributedDataParallel
-from tests.train.strategy.ddp.helpers import Batch, Mlp, batcher, samples
+from tests.train.fixtures import Batch, batcher
+from tests.train.strategy.ddp.helpers import Mlp, samples
 
 TEST_ITEMS = 13  # batches of 4: shares 2+2, 2+2, 2+2 and 1+0 (rank 1's last share is empty)
 

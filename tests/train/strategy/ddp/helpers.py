@@ -7,7 +7,6 @@ import json
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -33,21 +32,9 @@ from ember.train import (
 from ember.train._metric.query import MetricQuery
 from ember.train._precision import Precision
 from ember.train._strategy.ddp.strategy import DistributedDataParallel
-from tests.train.fixtures import ember_threads
+from tests.train.fixtures import Batch, batcher, ember_threads
 
 TRAIN_ITEMS, VALID_ITEMS = 49, 13  # batches 8 and 4: tails of 1 item, so rank 1's share is empty
-
-
-@dataclass(frozen=True)
-class Batch:
-    x: torch.Tensor
-    y: torch.Tensor
-
-
-def batcher(items: list[tuple[list[float], float]], device: torch.device) -> Batch:
-    x = torch.tensor([item[0] for item in items], dtype=torch.float32, device=device)
-    y = torch.tensor([[item[1]] for item in items], dtype=torch.float32, device=device)
-    return Batch(x, y)
 
 
 def samples(count: int, seed: int) -> list[tuple[list[float], float]]:
