@@ -85,7 +85,7 @@ def test_build_refuses_an_empty_dataset_and_a_non_dataset() -> None:
 def test_batcher_must_be_a_batcher_or_a_function() -> None:
     """A batcher that is neither a Batcher nor callable is refused by the builder's constructor."""
     with pytest.raises(TypeError, match="batcher must have a batch"):
-        DataLoaderBuilder("stack")  # type: ignore[arg-type]  # the wrong type is the test
+        DataLoaderBuilder("stack")  # type: ignore[call-overload]  # the wrong type is the test
 
 
 @pytest.mark.parametrize("workers", [0, 2])

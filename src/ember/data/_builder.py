@@ -1,6 +1,7 @@
 """``DataLoaderBuilder``: Burn's chained way of configuring a loader.
 
-``DataLoaderBuilder(batcher).batch_size(32).shuffle(7).num_workers(2).build(dataset)``. Each
+``DataLoaderBuilder(batcher).batch_size(32).shuffle(7).num_workers(2).build(dataset)``; without
+a batcher, items are collated as torch's ``default_collate`` does (``default_batch``). Each
 method checks its argument at the call (naming it and the value) and returns the builder itself,
 so a builder is configured in place; ``build`` may be called several times, for several
 datasets. ``build`` takes a map-style dataset (``BatchDataLoader``/``MultiThreadDataLoader``)
@@ -16,7 +17,7 @@ import torch
 from torch.utils.data import IterableDataset
 
 from ember._checks import check_int, check_seed
-from ember.data._batcher import Batcher, BatchFn, batch_function
+from ember.data._batcher import Batcher, BatchFn, batch_function, default_batch
 from ember.data._dataset import Dataset
 from ember.data._device import DeviceLike, available_device
 from ember.data._loader import BatchDataLoader
@@ -33,10 +34,22 @@ class DataLoaderBuilder(Generic[ItemT, BatchT]):
     """Settings for a loader over any dataset of ``ItemT`` batched by ``batcher``.
 
     Defaults: ``batch_size`` 1, no shuffling, no workers (batches built on the caller's
-    thread), device CPU.
+    thread), device CPU, and without a batcher the items collated as torch's
+    ``default_collate`` does (tensors, numbers, dicts, tuples, NamedTuples and dataclasses),
+    the batch put on the loader's device.
     """
 
-    def __init__(self, batcher: Batcher[ItemT, BatchT] | BatchFn[ItemT, BatchT]) -> None:
+    @overload
+    def __init__(self: DataLoaderBuilder[Any, Any], batcher: None = None) -> None: ...
+
+    @overload
+    def __init__(self, batcher: Batcher[ItemT, BatchT] | BatchFn[ItemT, BatchT]) -> None: ...
+
+    def __init__(
+        self, batcher: Batcher[ItemT, BatchT] | BatchFn[ItemT, BatchT] | None = None
+    ) -> None:
+        if batcher is None:
+            batcher = default_batch
         batch_function(batcher)  # rejects a batcher that is neither a Batcher nor a function
         self._batcher = batcher
         self._batch_size = 1

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Iterator, Mapping
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import torch
 from torch.utils.data import (
@@ -30,13 +30,13 @@ from torch.utils.data import (
 from torch.utils.data import DataLoader as TorchLoader
 from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
-from ember._checks import check_slice
+from ember._checks import check_protocol, check_slice
 from ember._errors import DataLoaderError
 from ember.data._device import DeviceLike, as_device, move_to_device
-from ember.data._loader import DataLoaderIterator
+from ember.data._loader import DataLoader, DataLoaderIterator
 from ember.data._pass import PassIterator, PassTracker, check_state
 
-__all__ = ["TORCH_STATE_KIND", "TorchDataLoader"]
+__all__ = ["TORCH_STATE_KIND", "TorchDataLoader", "as_ember_loader"]
 
 BatchT = TypeVar("BatchT")
 
@@ -227,3 +227,13 @@ class TorchDataLoader(PassTracker, Generic[BatchT]):
             live._shutdown_workers()
             if self._loader._iterator is live:
                 self._loader._iterator = None  # a later iter() must not reuse the dead workers
+
+
+def as_ember_loader(loader: Any, what: str) -> DataLoader[Any]:
+    """``loader`` as an ember loader: a ``torch.utils.data.DataLoader`` (the loader a PyTorch
+    user already has) in a :class:`TorchDataLoader`, anything else checked against the
+    ``DataLoader`` protocol (TypeError naming ``what`` and the missing members)."""
+    if isinstance(loader, TorchLoader):
+        return TorchDataLoader(loader)
+    check_protocol(loader, DataLoader, what)
+    return cast(DataLoader[Any], loader)

@@ -21,9 +21,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from torch import nn
+from torch.utils.data import DataLoader as TorchLoader
 
 from ember._checks import check_positive_int, check_protocol, check_real
 from ember.data import DataLoader
+from ember.data._torch_loader import as_ember_loader
 from ember.train._checkpoint.export import CheckpointEpoch, check_checkpoint_epoch
 from ember.train._checkpoint.learning import RunCheckpointer
 from ember.train._checkpoint.strategy import CheckpointingStrategy
@@ -52,6 +54,11 @@ M = TypeVar("M", bound=nn.Module)
 class SupervisedTraining:
     """Configures a supervised training run over ``train`` and ``valid`` in ``directory``.
 
+    ``train`` and ``valid`` are ember loaders or ``torch.utils.data.DataLoader`` objects (each
+    adapted by ``TorchDataLoader``). Without ``valid`` the run trains only: no valid split,
+    no valid metrics, and what reads a validation value (early stopping or checkpointing on a
+    valid metric, ``ReduceLROnPlateau``, ``with_test``) is refused at launch.
+
     Defaults (Burn's): 1 epoch; ``directory/experiment.log`` application log; metrics logged to
     files under ``directory`` (and to the loggers given); the renderer picked by
     ``default_renderer``; the device of the model's first parameter.
@@ -60,8 +67,8 @@ class SupervisedTraining:
     def __init__(
         self,
         directory: str | os.PathLike[str],
-        train: DataLoader[Any],
-        valid: DataLoader[Any],
+        train: DataLoader[Any] | TorchLoader[Any],
+        valid: DataLoader[Any] | TorchLoader[Any] | None = None,
     ) -> None:
         if not isinstance(directory, str | os.PathLike):
             raise TypeError(
@@ -71,8 +78,8 @@ class SupervisedTraining:
         path = Path(directory)
         if path.exists() and not path.is_dir():
             raise ValueError(f"directory is a file, not a directory: {str(path)!r}")
-        for name, loader in (("train", train), ("valid", valid)):
-            check_protocol(loader, DataLoader, f"the {name} loader")
+        train = as_ember_loader(train, "the train loader")
+        valid = None if valid is None else as_ember_loader(valid, "the valid loader")
         self._config = TrainingConfig(path, train, valid, application_log=path / "experiment.log")
 
     @property
@@ -108,14 +115,23 @@ class SupervisedTraining:
         return self._register(Split.VALID, metric, summarised=True)
 
     def metrics(self, *metrics: Numeric) -> SupervisedTraining:
-        """Compute each numeric metric on both splits."""
+        """Compute each numeric metric on both splits (the training split only when training
+        only)."""
         for metric in metrics:
             self.metric_train_numeric(metric)
-            self.metric_valid_numeric(metric)
+            if self._config.valid is not None:
+                self.metric_valid_numeric(metric)
         return self
 
     def _register(self, split: Split, metric: Metric, *, summarised: bool) -> SupervisedTraining:
         check_protocol(metric, Metric, "metric")
+        if split is Split.VALID and self._config.valid is None:
+            raise ValueError(
+                f"{type(metric).__name__} is registered on the valid split, and this run has "
+                "no valid loader (SupervisedTraining(directory, train) trains only): give one, "
+                "SupervisedTraining(directory, train, valid), or register it with "
+                "metric_train_numeric/metric_train"
+            )
         if summarised and not isinstance(metric, Numeric):
             raise TypeError(
                 f"{type(metric).__name__} is not a numeric metric (it needs attributes, value, "

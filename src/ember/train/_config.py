@@ -44,7 +44,8 @@ class TrainingConfig:
 
     directory: Path
     train: DataLoader[Any]
-    valid: DataLoader[Any]
+    valid: DataLoader[Any] | None
+    """None: train only (no valid split)."""
     metrics: tuple[tuple[Split, Metric], ...] = ()
     summary_metrics: frozenset[str] = frozenset()
     num_epochs: int = 1

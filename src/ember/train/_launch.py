@@ -53,6 +53,7 @@ from ember.train._checkpoint.manifest import manifest_path
 from ember.train._checkpoint.resume import resume_latest_epoch
 from ember.train._checkpoint.strategy import (
     ComposedCheckpointingStrategy,
+    KeepLastNCheckpoints,
     MetricCheckpointingStrategy,
     default_checkpointing_strategy,
 )
@@ -141,6 +142,7 @@ def launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
             if isinstance(learner.model, TrainingHooks)
             else config.hooks,
             stateful=dict(config.stateful),
+            validate=config.valid is not None,
         )
         error: BaseException | None = None
         result = LoopResult(starting_epoch - 1)
@@ -149,7 +151,10 @@ def launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
             log.info(
                 "Starting training for %d epochs at epoch %d", config.num_epochs, starting_epoch
             )
-            run = strategy.start(learner, config.train, config.valid)
+            # train only: the strategy places the train loader in valid's place too (never
+            # iterated: the loop skips validation), so every strategy runs unchanged
+            valid = config.train if config.valid is None else config.valid
+            run = strategy.start(learner, config.train, valid)
             loop = TrainingLoop(
                 plan,
                 learner,
@@ -198,6 +203,7 @@ def _check_tests(config: TrainingConfig, checkpointer: RunCheckpointer | None) -
     """``with_test`` needs the valid split's metrics, and checkpoints to take weights from."""
     if not config.tests:
         return
+    _check_validation(config, "with_test (it evaluates with the valid split's metrics)")
     if not any(split is Split.VALID for split, _ in config.metrics):
         raise ValueError(
             "with_test evaluates with the valid split's metrics, and none is registered: "
@@ -243,6 +249,8 @@ def _test(config: TrainingConfig, result: LearningResult[M]) -> LearningResult[M
 def _check_monitor(config: TrainingConfig, learner: Learner[Any]) -> None:
     """A metric-driven scheduler's metric must be registered on the validation split."""
     monitor = learner.monitor
+    if monitor is not None:
+        _check_validation(config, f"the scheduler stepped with the validation metric {monitor!r}")
     valid = sorted(m.name for split, m in config.metrics if split is Split.VALID)
     if monitor is not None and monitor not in valid:
         raise ValueError(
@@ -271,6 +279,8 @@ def _check_metric_names(config: TrainingConfig) -> None:
         elif isinstance(strategy, MetricCheckpointingStrategy):
             wanted.append(("the checkpointing strategy", strategy.name, strategy.split))
     for who, name, split in wanted:
+        if split is Split.VALID:
+            _check_validation(config, f"{who} on the valid metric {name!r}")
         registered = sorted(m.name for s, m in config.metrics if s is split)
         if name not in registered:
             raise ValueError(
@@ -278,6 +288,17 @@ def _check_metric_names(config: TrainingConfig) -> None:
                 f"registered there (registered: {registered}); register it (metric_"
                 f"{split.value}_numeric(...) or metrics(...)) or fix the name"
             )
+
+
+def _check_validation(config: TrainingConfig, who: str) -> None:
+    """Refuse ``who``, which reads validation values, in a run that trains only."""
+    if config.valid is None:
+        raise ValueError(
+            f"{who} needs a validation split, and this run has none: "
+            "SupervisedTraining(directory, train) trains only; give it a valid loader, "
+            "SupervisedTraining(directory, train, valid), or read a train metric "
+            "(split=Split.TRAIN)"
+        )
 
 
 def _metrics(config: TrainingConfig) -> MetricsTraining:
@@ -290,7 +311,11 @@ def _metrics(config: TrainingConfig) -> MetricsTraining:
 def _checkpointer(config: TrainingConfig) -> RunCheckpointer | None:
     checkpointer = config.checkpointer
     if checkpointer == DEFAULT_CHECKPOINTERS:
-        strategy = config.checkpointing_strategy or default_checkpointing_strategy()
+        strategy = config.checkpointing_strategy or (
+            default_checkpointing_strategy()
+            if config.valid is not None
+            else KeepLastNCheckpoints(2)  # train only: no valid Loss to keep the best of
+        )
         return LearningCheckpointer(config.directory / "checkpoint", strategy)
     assert not isinstance(checkpointer, str)
     return checkpointer

@@ -9,6 +9,7 @@ from typing import Any, Generic, TypeVar
 import torch
 from torch import nn
 
+from ember.train._first_batch import first_train_step
 from ember.train._lr_scheduler.base import (
     EpochLrScheduler,
     GroupLrScheduler,
@@ -115,6 +116,7 @@ class Learner(Generic[M]):
         self._optimizes = isinstance(model, OptimizeStep)
         self._per_group = isinstance(self._scheduler, GroupLrScheduler)
         self._lr_current: float | None = None
+        self._first_step = True  # the first train_step is checked (_first_batch.py)
 
     @property
     def model(self) -> M:
@@ -170,6 +172,7 @@ class Learner(Generic[M]):
     @property
     def lr_scheduler(self) -> LrScheduler | None:
         """The learning-rate scheduler (None: the optimizer's own lrs)."""
+        return self._scheduler
 
     @property
     def optimizer_or_factory(self) -> OptimizerLike | dict[str, OptimizerLike]:
@@ -177,7 +180,6 @@ class Learner(Generic[M]):
         describing a run must not build its optimizer before the model is placed); a mapping
         of them for several optimizers."""
         return dict(self._optims) if self._several else self._optims["optimizer"]
-        return self._scheduler
 
     @property
     def lr_current(self) -> float | None:
@@ -206,7 +208,12 @@ class Learner(Generic[M]):
             self._group_ratios()  # the groups' lrs as built, before any step writes them
 
     def train_step(self, batch: Any) -> TrainOutput[Any]:
-        """The model's forward and backward pass on ``batch``."""
+        """The model's forward and backward pass on ``batch``; the first one's output and batch
+        are checked, so a protocol mistake is named with the line to write."""
+        if self._first_step:
+            output = first_train_step(self._model, self._step, batch)
+            self._first_step = False
+            return output
         return self._step.train_step(batch)
 
     def lr_step(self) -> float:

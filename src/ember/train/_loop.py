@@ -26,6 +26,7 @@ up the run directory, the logs, the renderer and ``train-worker`` around it. The
         EndSplit(epoch)
         if stopped: go to "stop"
         StartSplit(epoch, valid items) ; main model in eval mode, under inference_mode
+                                                        # (skipped when training only)
         for batch, progress in run.valid_pass():
             ProcessedItem(run.inference_step(batch)) ; stop after this batch if asked
         EndSplit(epoch) ; EndEpoch(epoch)
@@ -97,6 +98,8 @@ class LoopPlan:
     hooks: tuple[TrainingHooks, ...] = ()
     stateful: Mapping[str, Stateful] = field(default_factory=dict)
     """User state that joins every checkpoint, by name (``with_stateful``)."""
+    validate: bool = True
+    """False: train only (no valid loader): no valid split, an epoch ends after training."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +218,13 @@ class TrainingLoop:
             hooks.on_split_end(Split.TRAIN, epoch)
 
     def _valid_pass(self, epoch: int) -> None:
+        if self.plan.validate:  # train only: no valid split, no valid events
+            self._validate(epoch)
+        self.processor.process_train(EndEpoch(epoch))
+        for hooks in self.plan.hooks:
+            hooks.on_epoch_end(epoch)
+
+    def _validate(self, epoch: int) -> None:
         run, processor = self.run, self.processor
         processor.process_valid(StartSplit(epoch, run.loaders["valid"].num_items()))
         for hooks in self.plan.hooks:
@@ -243,9 +253,6 @@ class TrainingLoop:
         processor.process_valid(EndSplit(epoch))
         for hooks in self.plan.hooks:
             hooks.on_split_end(Split.VALID, epoch)
-        processor.process_train(EndEpoch(epoch))
-        for hooks in self.plan.hooks:
-            hooks.on_epoch_end(epoch)
 
     # --- the end of an epoch ------------------------------------------------------------------
 

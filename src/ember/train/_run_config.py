@@ -77,7 +77,7 @@ def run_configuration(config: TrainingConfig, learner: Learner[Any]) -> dict[str
         "gradient_checkpointing": _json(config.gradient_checkpointing),
         "strategy": type(strategy).__name__,
         "train": _loader(config.train),
-        "valid": _loader(config.valid),
+        "valid": None if config.valid is None else _loader(config.valid),
         "optimizer": _optimizer(learner.optimizer_or_factory),
         "lr_scheduler": _scheduler(learner.lr_scheduler),
         "metrics": metrics,

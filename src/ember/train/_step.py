@@ -214,18 +214,27 @@ class TrainOutput(Generic[T_co]):
         if context is None or not context.accumulating:
             for _, param in trained_parameters(model):
                 param.grad = None
-        if context is None:
-            torch.autograd.backward(loss)
-        else:
-            if context.loss_factor is not None:
-                loss = loss * context.loss_factor
-            if context.scaler is not None:
-                loss = context.scaler.scale(loss)
-            if context.autocast is None:
+        try:
+            if context is None:
                 torch.autograd.backward(loss)
             else:
-                with torch.autocast(context.autocast[0], enabled=False):
+                if context.loss_factor is not None:
+                    loss = loss * context.loss_factor
+                if context.scaler is not None:
+                    loss = context.scaler.scale(loss)
+                if context.autocast is None:
                     torch.autograd.backward(loss)
+                else:
+                    with torch.autocast(context.autocast[0], enabled=False):
+                        torch.autograd.backward(loss)
+        except RuntimeError as error:  # checked only on failure: nothing to pay per step
+            if loss.numel() == 1:
+                raise
+            raise ValueError(
+                f"loss has shape {tuple(loss.shape)}, not a scalar: backward needs one number; "
+                "reduce it before TrainOutput.from_loss, e.g. `loss = loss.mean()` (or a "
+                "criterion with reduction='mean')"
+            ) from error
         return TrainOutput(GradientsParams.from_module(model), item)
 
 

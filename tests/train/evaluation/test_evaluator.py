@@ -130,7 +130,7 @@ def test_layout_lines_summary_and_mode(tmp_path: Path) -> None:
     assert lines[0] == "Starting evaluation with 2 test(s)."
     assert lines[1] == "Starting test 'test' with 10 items."
     assert "Starting test 'hard' with 5 items." in lines
-    assert "[test hard] 5/5 items (100%)" in lines
+    assert any(line.startswith("[test hard] 5/5 items (100%) · Loss ") for line in lines)
     assert any(line.startswith("Test ended.  Loss ") for line in lines)
     assert "Evaluation ended." in lines
     table = str(summary).splitlines()

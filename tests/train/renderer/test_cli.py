@@ -35,8 +35,47 @@ def test_progress_is_rate_limited_and_values_shown_at_split_end() -> None:
     assert lines[1] == "Starting split 'train' with 100 items."
     progress = [line for line in lines if line.startswith("[epoch")]
     assert 2 <= len(progress) <= 4
-    assert progress[-1] == "[epoch 1/3] train 100/100 items (100%)"
-    assert lines[-1] == "Split ended.  Loss 3.5"
+    # the running mean of the batch losses 1..100, 100 items in 2.5 s, two more epochs to go
+    assert progress[-1] == (
+        "[epoch 1/3] train 100/100 items (100%) · Loss 50.5 · 40 items/s · ETA 0:00:00, "
+        "run 0:00:05"
+    )
+    assert lines[-1] == "Split ended: train  Loss 3.5"
+
+
+def test_a_piped_run_says_its_loss_speed_and_what_is_left() -> None:
+    """Issue 12, item 8: in a pipe each progress line shows the running value of the first
+    numeric metric, items/s, the split's ETA and the run's (validation counted once it ran);
+    the split-end line names the split."""
+    stream, clock = io.StringIO(), FakeClock()
+    renderer = CliMetricsRenderer(stream, interval=0.0, clock=clock)
+    renderer.start(2, 1)
+    for split, total, seconds in ((Split.TRAIN, 200, 2.0), (Split.VALID, 50, 1.0)):
+        renderer.start_split(split, total)
+        for done in range(10, total + 1, 10):
+            clock.now += seconds * 10 / total
+            renderer.update_split(done)
+            state = MetricState(MetricEntry("Loss", "", "2.0,10"), NumericEntry(2.0, 10))
+            accuracy = MetricState(MetricEntry("Acc", "", "9,10"), NumericEntry(9.0, 10))
+            update = renderer.update_train if split is Split.TRAIN else renderer.update_valid
+            update(state)
+            update(accuracy)  # not the first numeric metric: not shown
+        renderer.end_split()
+    renderer.update_epoch(1)
+    renderer.start_split(Split.TRAIN, 200)
+    clock.now += 1.0
+    renderer.update_split(100)
+    lines = stream.getvalue().splitlines()
+    # 1 s left of this pass, then 2 s for epoch 2's (validation is not measured yet)
+    assert (
+        "[epoch 1/2] train 100/200 items (50%) · Loss 2 · 100 items/s · ETA 0:00:01, run 0:00:03"
+    ) in lines
+    assert "Split ended: train" in lines  # no epoch value was given: the bare line
+    assert "Split ended: valid" in lines
+    # half of this train pass (1 s) and the valid pass at its measured pace (1 s)
+    assert lines[-1] == (
+        "[epoch 2/2] train 100/200 items (50%) · 100 items/s · ETA 0:00:01, run 0:00:02"
+    )
 
 
 def test_error_is_printed_with_traceback() -> None:
@@ -100,7 +139,7 @@ def test_split_end_lines_go_out_with_the_next_line_and_all_by_the_end() -> None:
     renderer.end()
     assert stream.flushed == len(stream.getvalue())
     assert stream.flushes == 1 + 50 * 2 + 1
-    assert stream.getvalue().count("Split ended.") == 100
+    assert stream.getvalue().count("Split ended: ") == 100
 
 
 def test_a_stream_prints_counts_without_a_total() -> None:

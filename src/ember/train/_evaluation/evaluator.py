@@ -45,6 +45,7 @@ from torch import nn
 from ember._checks import check_protocol
 from ember._errors import DistributedError
 from ember.data import DataLoader
+from ember.data._torch_loader import as_ember_loader
 from ember.train._application_log import experiment_log
 from ember.train._checkpoint.file import atomic_write, check_name
 from ember.train._evaluation.prediction import inference_learner
@@ -346,7 +347,7 @@ def check_tests(tests: Sequence[Test]) -> list[Test]:
             ) from None
         if any(name == other for other, _ in checked):
             raise ValueError(f"test name {name!r} is given twice; each test needs its own name")
-        check_protocol(loader, DataLoader, f"loader of test {name!r}")
+        loader = as_ember_loader(loader, f"loader of test {name!r}")
         if loader.num_items() == 0:
             raise ValueError(f"the loader of test {name!r} is empty: it holds no item to evaluate")
         checked.append((name, loader))

@@ -312,8 +312,10 @@ def adapt(item: Any, input_type: type[T]) -> T:
         adapted = item.adapt(input_type)
         if isinstance(adapted, input_type):
             return adapted
+    feeders = sorted({output.__name__ for output, target in _ADAPTORS if target is input_type})
+    known = f"return one that does ({', '.join(feeders)}), " if feeders else ""
     raise TypeError(
         f"{type(item).__name__} cannot feed a metric that reads {input_type.__name__}: "
-        f"give {type(item).__name__} an adapt(input_type) method or register one with "
+        f"{known}give {type(item).__name__} an adapt(input_type) method or register one with "
         f"ember.train.register_adaptor({type(item).__name__}, {input_type.__name__})"
     )

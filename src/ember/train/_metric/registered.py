@@ -59,7 +59,14 @@ class MetricsTraining:
         states = []
         for metric, input_type, numeric in self._resolved[split]:
             given = loss if input_type is LossInput and loss is not None else None
-            entry = metric.update(given or adapt(item, input_type), metadata)
+            try:
+                adapted = given or adapt(item, input_type)
+            except TypeError as error:  # the step's output does not fit this metric
+                raise TypeError(
+                    f"the {split.value} metric {metric.name!r} ({type(metric).__name__}) "
+                    f"cannot read the model's output: {error}"
+                ) from error
+            entry = metric.update(adapted, metadata)
             value = metric.value() if numeric else None  # type: ignore[attr-defined]
             states.append(MetricState(entry, value))
         return states

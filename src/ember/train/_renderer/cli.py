@@ -1,4 +1,13 @@
-"""A renderer for logs and pipes: a few readable lines per split or test, never one per batch."""
+"""A renderer for logs and pipes: a few readable lines per split or test, never one per batch.
+
+A progress line says where the run is, the running value of the split's first numeric metric,
+the speed and what is left::
+
+    [epoch 1/3] train 96/200 items (48%) · Loss 7.012 · 640 items/s · ETA 0:00:01, run 0:00:04
+
+The run's ETA counts the splits still to come at the speed each had last (validation joins
+the estimate once it has run once).
+"""
 
 from __future__ import annotations
 
@@ -48,6 +57,9 @@ class CliMetricsRenderer:
         self._last_print: float | None = None
         self._epoch_values: dict[str, str] = {}
         self._test: str | None = None
+        self._started = 0.0  # when the split started (the clock's time)
+        self._running: tuple[str, float, float] | None = None  # metric, weighted sum, weight
+        self._pace: dict[Split, tuple[int, float]] = {}  # items of a pass, seconds per item
 
     @property
     def stream(self) -> TextIO:
@@ -85,8 +97,9 @@ class CliMetricsRenderer:
         self._split = split
         self._split_total = total_items
         self._split_done = 0
-        self._last_print = self._clock()
+        self._last_print = self._started = self._clock()
         self._epoch_values = {}
+        self._running = None
 
     def update_split(self, items_processed: int) -> None:
         """Print progress if ``interval`` has passed since the last line."""
@@ -105,6 +118,17 @@ class CliMetricsRenderer:
         self._remember(state)
 
     def _remember(self, state: MetricState) -> None:
+        numeric = state.numeric
+        if numeric is not None and not numeric.final:
+            running, weight = self._running, numeric.weight or 1.0
+            if running is None:
+                self._running = (state.entry.name, numeric.value * weight, weight)
+            elif running[0] == state.entry.name:
+                self._running = (
+                    running[0],
+                    running[1] + numeric.value * weight,
+                    running[2] + weight,
+                )
         if state.numeric is not None and state.numeric.final:
             self._epoch_values[state.entry.name] = f"{state.numeric.value:.4g}"
         elif state.numeric is None and state.entry.is_available:
@@ -112,7 +136,7 @@ class CliMetricsRenderer:
 
     def end_split(self) -> None:
         """Print the last progress line and the split's epoch values."""
-        self._print_end("Split ended.")
+        self._print_end(f"Split ended: {self._split.value if self._split else '?'}")
 
     def _print_end(self, line: str) -> None:
         self._print_progress(flush=False)
@@ -186,7 +210,38 @@ class CliMetricsRenderer:
         else:
             percent = 100 * self._split_done // total if total else 100
             done = f"{self._split_done}/{total} items ({percent}%)"
-        self._print(f"{where} {done}", flush=flush)
+        parts = [f"{where} {done}"]
+        if self._running is not None:
+            name, weighted, weight = self._running
+            parts.append(f"{name} {weighted / weight:.4g}" if weight else name)
+        parts.extend(self._speed())
+        self._print(" · ".join(parts), flush=flush)
+
+    def _speed(self) -> list[str]:
+        """``items/s`` and the ETAs of the split and of the run, once there is a speed."""
+        elapsed, done = self._clock() - self._started, self._split_done
+        if elapsed <= 0 or done <= 0:
+            return []
+        rate = done / elapsed
+        speed = [f"{rate:.0f} items/s" if rate >= 10 else f"{rate:.3g} items/s"]
+        total, split = self._split_total, self._split
+        if total is None or split is None:
+            return speed
+        self._pace[split] = (total, elapsed / done)
+        left = max(total - done, 0) / rate
+        if split is Split.TEST:
+            return [*speed, f"ETA {_duration(left)}"]
+        later = [Split.VALID] if split is Split.TRAIN else []  # the rest of this epoch
+        passes = later + [Split.TRAIN, Split.VALID] * max(self._total_epochs - self._epoch, 0)
+        known = [pace for pace in map(self._pace.get, passes) if pace is not None]
+        run = left + sum(items * seconds for items, seconds in known)
+        return [*speed, f"ETA {_duration(left)}, run {_duration(run)}"]
+
+
+def _duration(seconds: float) -> str:
+    """``H:MM:SS``, to the nearest second."""
+    minutes, secs = divmod(round(seconds), 60)
+    return f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}"
 
 
 def _items(total: int | None) -> str:

@@ -58,6 +58,7 @@ from torch import nn
 
 from ember.data import DataLoader, DataLoaderError, DataLoaderIterator, DeviceLike, Progress
 from ember.data._device import as_device
+from ember.train._first_batch import check_train_output
 from ember.train._learner import Learner
 from ember.train._step import (
     StepContext,
@@ -183,6 +184,7 @@ class MultiDeviceRun(LocalRun):
         self.loaders = loaders
         self.replicas = (learner.model, *_replicate(learner.model, devices[1:]))
         self._threads = _DeviceThreads(self.replicas, devices)
+        self._checked = False  # the first round's outputs are checked (_first_batch.py)
         # The replicas' tensors, paired with the main model's, for re-synchronising them.
         main_params = [param for _, param in trained_parameters(learner.model)]
         main_buffers = list(learner.model.buffers())
@@ -230,6 +232,10 @@ class MultiDeviceRun(LocalRun):
         for i, device_batch in batch:
             self._threads.submit(i, device_batch, context)
         outputs = self._threads.collect([i for i, _ in batch])
+        if not self._checked:
+            for output in outputs:
+                check_train_output(output, self._main)
+            self._checked = True
         for output in outputs:
             add_gradients(self._main, output.grads)
         self._synchronise(self._buffers)
