@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -176,3 +177,17 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
         main(["--version"])
     assert done.value.code == 0
     assert capsys.readouterr().out.strip() == "ember 0.1.0"
+
+
+@pytest.mark.parametrize("command", [[], ["demo"], ["summary"], ["plot"], ["eval"], ["export"]])
+def test_help_is_plain_text(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 12, item 8: --help reads in a terminal, without reStructuredText markup (the
+    module doc's ``ember demo`` became "ember demo")."""
+    with pytest.raises(SystemExit) as exit_info:
+        main([*command, "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "``" not in out
+    assert re.search(r":[a-z]+:`", out) is None
+    if not command:
+        assert "The ember command. ember demo runs the seed's experiment;" in " ".join(out.split())

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any, NamedTuple, cast
+
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.utils.data import default_collate
 
-from ember.data import InMemDataset
-from ember.data._batcher import BatchBuilder, batch_function
+from ember.data import DataLoaderBuilder, InMemDataset
+from ember.data._batcher import BatchBuilder, batch_function, default_batch
 
 
 class Stack:
@@ -44,3 +50,72 @@ def test_batch_builder_fetches_items_and_calls_the_batcher_on_its_device() -> No
     build = BatchBuilder(InMemDataset("abcdef"), record, torch.device("meta"))
     assert build([4, 0, 2]) == "eac"
     assert calls == [torch.device("meta")]
+
+
+@dataclasses.dataclass(frozen=True)
+class Sample:
+    image: torch.Tensor
+    label: int
+    name: str
+
+
+class Pair(NamedTuple):
+    x: torch.Tensor
+    y: float
+
+
+def test_a_builder_without_a_batcher_collates_like_torch() -> None:
+    """Issue 12, item 7: DataLoaderBuilder() without a batcher batches what a dataset holds
+    (dataclasses, dicts, tuples, NamedTuples, numbers) as torch's default_collate does."""
+    samples = [Sample(torch.full((2,), float(i)), i, f"s{i}") for i in range(5)]
+    (first, second) = list(DataLoaderBuilder().batch_size(3).build(InMemDataset(samples)))
+    assert isinstance(first, Sample)  # its fields now hold the batch's tensors and lists
+    first, second = cast(Any, first), cast(Any, second)
+    assert torch.equal(first.image, torch.stack([s.image for s in samples[:3]]))
+    assert torch.equal(first.label, torch.tensor([0, 1, 2]))
+    assert first.name == ["s0", "s1", "s2"]
+    assert torch.equal(second.label, torch.tensor([3, 4]))
+    pairs = [Pair(torch.ones(3) * i, i / 2) for i in range(4)]
+    (batch,) = list(DataLoaderBuilder().batch_size(4).build(InMemDataset(pairs)))
+    assert isinstance(batch, Pair)
+    assert torch.equal(cast(Any, batch.y), default_collate([p.y for p in pairs]))
+    nested = [{"pair": (torch.tensor(i), float(i)), "sample": samples[i]} for i in range(2)]
+    (batch,) = list(DataLoaderBuilder().batch_size(2).build(InMemDataset(nested)))
+    assert isinstance(batch["pair"], tuple)  # a tuple stays a tuple (torch makes a list)
+    assert torch.equal(batch["pair"][0], torch.tensor([0, 1]))
+    assert isinstance(batch["sample"], Sample)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.integers(1, 6),
+    st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=3, unique=True),
+    st.integers(0, 2**16),
+)
+def test_dicts_of_tensors_collate_as_default_collate(
+    count: int, keys: list[str], seed: int
+) -> None:
+    """Whatever the keys and the batch size, the batch equals torch's default_collate."""
+    generator = torch.Generator().manual_seed(seed)
+    items = [
+        {key: torch.randn(2, generator=generator) for key in keys} | {"n": i} for i in range(count)
+    ]
+    batch = default_batch(items, torch.device("cpu"))
+    expected = default_collate(items)
+    assert batch.keys() == expected.keys()
+    for key in expected:
+        assert torch.equal(batch[key], expected[key])
+
+
+def test_the_default_batch_is_put_on_the_loaders_device() -> None:
+    """set_device moves the collated batch (the meta device stands in for a GPU)."""
+    items = [{"x": torch.ones(2), "y": 1} for _ in range(2)]
+    loader = DataLoaderBuilder().batch_size(2).set_device("meta").build(InMemDataset(items))
+    (batch,) = list(loader)
+    assert batch["x"].device.type == "meta"
+    assert batch["y"].device.type == "meta"
+
+
+def test_items_of_another_structure_are_named() -> None:
+    with pytest.raises(ValueError, match=r"the first is a tuple of 2, another has \[2, 3\]"):
+        default_batch([(1, 2), (1, 2, 3)], torch.device("cpu"))

@@ -11,6 +11,7 @@ losses differ.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -45,10 +46,17 @@ def _checkpoint_epoch(text: str) -> int | str:
         ) from None
 
 
+def _plain(text: str) -> str:
+    """``text`` without reStructuredText markup (``literals``, :role:`targets`): what --help
+    prints is read in a terminal, where the markup is noise."""
+    text = re.sub(r":[a-z:]+:`~?([^`]*)`", r"\1", text)
+    return re.sub(r"``([^`]*)``", r"\1", text)
+
+
 def _parser() -> argparse.ArgumentParser:
     from ember.app.digits import DEFAULT_EPOCHS  # scikit-learn itself loads only when digits runs
 
-    parser = argparse.ArgumentParser(prog="ember", description=__doc__)
+    parser = argparse.ArgumentParser(prog="ember", description=_plain(__doc__ or ""))
     parser.add_argument("--version", action="version", version=f"ember {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser(

@@ -316,7 +316,11 @@ class SupervisedTraining:
         return self._set(application_log=None if path is None else Path(path))
 
     def with_test(
-        self, name: str, loader: DataLoader[Any], *, checkpoint: CheckpointEpoch | None = "best"
+        self,
+        name: str,
+        loader: DataLoader[Any] | TorchLoader[Any],
+        *,
+        checkpoint: CheckpointEpoch | None = "best",
     ) -> SupervisedTraining:
         """After training, evaluate the test ``name`` over ``loader`` with the valid split's
         metrics, from the weights of ``checkpoint`` (``"best"``: the epoch the checkpointing
@@ -333,7 +337,9 @@ class SupervisedTraining:
                 f"every test of a run is evaluated from one checkpoint; the earlier tests use "
                 f"{config.test_checkpoint!r}, this one asks for {checkpoint!r}"
             )
-        tests = check_tests([*config.tests, (name, loader)])
+        tests = check_tests(
+            [*config.tests, (name, as_ember_loader(loader, f"loader of test {name!r}"))]
+        )
         return self._set(tests=tuple(tests), test_checkpoint=checkpoint)
 
     # launch ------------------------------------------------------------------------------

@@ -37,8 +37,7 @@ def test_progress_is_rate_limited_and_values_shown_at_split_end() -> None:
     assert 2 <= len(progress) <= 4
     # the running mean of the batch losses 1..100, 100 items in 2.5 s, two more epochs to go
     assert progress[-1] == (
-        "[epoch 1/3] train 100/100 items (100%) · Loss 50.5 · 40 items/s · ETA 0:00:00, "
-        "run 0:00:05"
+        "[epoch 1/3] train 100/100 items (100%) · Loss 50.5 · 40 items/s · ETA 0:00:00, run 0:00:05"
     )
     assert lines[-1] == "Split ended: train  Loss 3.5"
 
