@@ -2,12 +2,31 @@
 
 from __future__ import annotations
 
+import io
+import json
 import math
+from pathlib import Path
+from typing import Any
 
+import torch
+import torch.nn.functional as F
 from torch import nn
 
-from ember.train import LearnerSummary, MetricSummary, Split
-from ember.train._summary import describe_model
+from ember.data import DataLoaderBuilder, InMemDataset
+from ember.train import (
+    AccuracyMetric,
+    ClassificationOutput,
+    CliMetricsRenderer,
+    Learner,
+    LearnerModel,
+    LearnerSummary,
+    LossMetric,
+    MetricSummary,
+    Split,
+    SupervisedTraining,
+    TrainOutput,
+)
+from ember.train._summary import describe_model, format_cell
 
 
 class FakeQuery:
@@ -87,3 +106,59 @@ def test_describe_model_counts_parameters() -> None:
             ")",
         ]
     )
+
+
+class Classifier(LearnerModel):
+    """``Linear(3, 3)`` scores with cross-entropy, on ``(x, label)`` items."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(3, 3)
+
+    def classify(self, batch: tuple[torch.Tensor, torch.Tensor]) -> ClassificationOutput:
+        x, labels = batch
+        scores = self.linear(x)
+        return ClassificationOutput(F.cross_entropy(scores, labels), scores, labels)
+
+    def train_step(self, batch: Any) -> TrainOutput[ClassificationOutput]:
+        out = self.classify(batch)
+        return TrainOutput.from_loss(self, out.loss, out)
+
+    def inference_step(self, batch: Any) -> ClassificationOutput:
+        return self.classify(batch)
+
+
+def test_accuracy_is_in_percent_and_the_table_says_so(tmp_path: Path) -> None:
+    """Issue 12, item 11: a torchmetrics user reading "81.944" as a fraction is told: the
+    Metric column reads "Accuracy (%)" (summary.json keeps the unit); the value is 100 times
+    correct over counted, and the log files keep their names and line format."""
+    generator = torch.Generator().manual_seed(3)
+    items = [(torch.randn(3, generator=generator), int(i % 3)) for i in range(36)]
+    train = DataLoaderBuilder().batch_size(8).build(InMemDataset(items))
+    valid = DataLoaderBuilder().batch_size(8).build(InMemDataset(items))
+    model = Classifier()
+    result = (
+        SupervisedTraining(tmp_path, train, valid)
+        .renderer(CliMetricsRenderer(io.StringIO()))
+        .metrics(AccuracyMetric(), LossMetric())
+        .summary()
+        .launch(Learner(model, torch.optim.SGD(model.parameters(), lr=0.1)))
+    )
+    assert result.error is None and result.summary is not None
+    with torch.no_grad():
+        x = torch.stack([x for x, _ in items])
+        correct = int((model.linear(x).argmax(dim=1) == torch.tensor([y for _, y in items])).sum())
+    table = str(result.summary).splitlines()
+    assert "| Split | Metric       | Min.     | Epoch    | Max.     | Epoch    |" in table
+    row = next(line for line in table if line.startswith("| Valid | Accuracy (%) | "))
+    assert row == f"| Valid | Accuracy (%) | {format_cell(100 * correct / 36)}| 1        " + (
+        f"| {format_cell(100 * correct / 36)}| 1        |"
+    )
+    written = json.loads((tmp_path / "summary.json").read_text(encoding="utf-8"))
+    accuracy = next(
+        r for r in written["metrics"] if r["name"] == "Accuracy" and r["split"] == "Valid"
+    )
+    assert accuracy["unit"] == "%" and accuracy["max_value"] == 100 * correct / 36
+    assert LearnerSummary.from_json(written) == result.summary
+    lines = (tmp_path / "valid" / "epoch-1" / "Accuracy.log").read_text().splitlines()
+    assert lines[-1].endswith(",final")

@@ -65,6 +65,7 @@ from ember.train._hooks import TrainingHooks
 from ember.train._learner import Learner
 from ember.train._logger.run import run_artifacts, run_loggers
 from ember.train._loop import LoopPlan, LoopResult, TrainingLoop
+from ember.train._metric.base import Numeric
 from ember.train._metric.grad_norm import GradNormMetric
 from ember.train._metric.registered import MetricsTraining
 from ember.train._metric.store import EventStore
@@ -349,6 +350,7 @@ def _write_summary(
         result.last_epoch,
         model=describe_model(learner.model),
         stop_reason=result.stop_reason,
+        units={m.name: m.attributes.unit for _, m in config.metrics if isinstance(m, Numeric)},
     )
     atomic_write(config.directory / "summary.json", summary.dumps().encode("utf-8"))
     return summary

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -56,7 +56,8 @@ def _sort_key(value: float) -> float:
 
 @dataclass(frozen=True, slots=True)
 class MetricSummary:
-    """One row of the table: a metric on a split, with its extreme epoch values."""
+    """One row of the table: a metric on a split, with its extreme epoch values; ``unit``
+    (the metric's ``attributes.unit``, e.g. ``"%"`` for Accuracy) is shown after the name."""
 
     split: str
     name: str
@@ -64,15 +65,21 @@ class MetricSummary:
     min_epoch: int
     max_value: float
     max_epoch: int
+    unit: str | None = None
 
     @classmethod
     def from_values(
-        cls, split: Split, name: str, values: Sequence[tuple[int, float]]
+        cls, split: Split, name: str, values: Sequence[tuple[int, float]], unit: str | None = None
     ) -> MetricSummary:
         """Min is the first minimal epoch, max the last maximal one (NaN counts as largest)."""
         min_epoch, min_value = min(values, key=lambda pair: _sort_key(pair[1]))
         max_epoch, max_value = max(reversed(values), key=lambda pair: _sort_key(pair[1]))
-        return cls(split.value.capitalize(), name, min_value, min_epoch, max_value, max_epoch)
+        return cls(split.value.capitalize(), name, min_value, min_epoch, max_value, max_epoch, unit)
+
+    @property
+    def label(self) -> str:
+        """The Metric column's text: ``Accuracy (%)``, or the bare name without a unit."""
+        return f"{self.name} ({self.unit})" if self.unit else self.name
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,8 +100,10 @@ class LearnerSummary:
         *,
         model: str | None = None,
         stop_reason: str | None = None,
+        units: Mapping[str, str | None] | None = None,
     ) -> LearnerSummary:
-        """Read the epoch values of ``names`` (sorted) for epochs 1..``epochs`` on both splits."""
+        """Read the epoch values of ``names`` (sorted) for epochs 1..``epochs`` on both splits;
+        ``units`` gives a metric's unit by name."""
         rows = []
         for split in (Split.TRAIN, Split.VALID):
             for name in sorted(set(names)):
@@ -104,7 +113,8 @@ class LearnerSummary:
                     if (value := query.find_metric(name, epoch, split)) is not None
                 ]
                 if values:
-                    rows.append(MetricSummary.from_values(split, name, values))
+                    unit = (units or {}).get(name)
+                    rows.append(MetricSummary.from_values(split, name, values, unit))
         return cls(epochs, tuple(rows), model, stop_reason)
 
     def to_json(self) -> dict[str, Any]:
@@ -128,7 +138,7 @@ class LearnerSummary:
 
     def __str__(self) -> str:
         width_split = max([5, *(len(row.split) for row in self.metrics)])
-        width_name = max([6, *(len(row.name) for row in self.metrics)])
+        width_name = max([6, *(len(row.label) for row in self.metrics)])
         out = [f"{_RULE} Learner Summary {_RULE}"]
         if self.model is not None:
             out += ["Model:", self.model]
@@ -145,7 +155,7 @@ class LearnerSummary:
         ]
         for row in self.metrics:
             out.append(
-                f"| {row.split:<{width_split}} | {row.name:<{width_name}} "
+                f"| {row.split:<{width_split}} | {row.label:<{width_name}} "
                 f"| {format_cell(row.min_value)}| {row.min_epoch:<9}"
                 f"| {format_cell(row.max_value)}| {row.max_epoch:<9}|"
             )

@@ -197,6 +197,35 @@ def test_quit_popup_s_stops_training_with_the_reason(screen: Screen) -> None:
     assert f"Training stopped after 0 of 2 epochs: {STOP_REASON}" in screen.after_exit()
 
 
+def test_a_stop_inside_an_epoch_shows_the_last_completed_epochs_values(screen: Screen) -> None:
+    """Issue 12, item 9: q then s in the middle of epoch 2 abandons it; the values printed are
+    epoch 1's, not the partial epoch's mean, and the partial epoch is said not to be kept."""
+    tui = screen.tui
+    tui.register_metric(LOSS)
+    tui.start(3, 1)
+    run_epoch(screen, 1)
+    tui.start_split(Split.TRAIN, 224)
+    screen.clock.now += 0.5
+    tui.update_train(loss(99.0))
+    tui.update_split(32)
+    screen.press(b"q")
+    screen.clock.now += 0.1
+    screen.press(b"s")
+    tui.update_train(final("Loss", 99.0))  # the abandoned pass's mean, as the split ends
+    tui.end_split()
+    tui.end()
+    tui.close()
+    after = screen.after_exit().splitlines()
+    assert after[:4] == [
+        f"Training stopped after 1 of 3 epochs: {STOP_REASON}",
+        "  epoch 2 was stopped partway and not kept (a resume trains it again); the values "
+        "are epoch 1's",
+        "  train  Loss 10",
+        "  valid  Loss 10",
+    ]
+    assert not any("99" in line for line in after)
+
+
 @pytest.mark.parametrize("key", [b"c", b"\x1b"])
 def test_quit_popup_c_or_escape_cancels(screen: Screen, key: bytes) -> None:
     """c (or Esc) closes the popup and training goes on."""

@@ -220,14 +220,23 @@ class TuiMetricsRenderer:
         with self._lock:
             started, self._state.started = self._state.started, False
             evaluating, self._state.evaluating = self._state.evaluating, False
-            values = self._state.epoch_values()
             done, total = self._state.epoch - 1, self._state.total_epochs
+            stopped = not evaluating and self._interrupter.should_stop()
+            # a stop inside an epoch abandons it: show the last completed epoch's values
+            values = self._state.epoch_values(done if stopped else None)
+            partial = stopped and self._state.has_values_after(done)
         if started:
             if evaluating:
                 self._print(f"Evaluation ended after {done} of {total} tests.")
-            elif self._interrupter.should_stop():
+            elif stopped:
                 reason = self._interrupter.message or "interrupted"
                 self._print(f"Training stopped after {done} of {total} epochs: {reason}")
+                if partial:
+                    kept = f"the values are epoch {done}'s" if done else "no epoch completed"
+                    self._print(
+                        f"  epoch {done + 1} was stopped partway and not kept (a resume trains "
+                        f"it again); {kept}"
+                    )
             else:
                 self._print(f"Training ended after {done} of {total} epochs.")
             for split, pairs in values.items():

@@ -169,11 +169,21 @@ class RunState:
             popup=popup,
         )
 
-    def epoch_values(self) -> dict[Split, list[tuple[str, float]]]:
-        """The last epoch value of each numeric metric, per split."""
+    def epoch_values(self, last: int | None = None) -> dict[Split, list[tuple[str, float]]]:
+        """The latest epoch value of each numeric metric, per split; with ``last``, of the
+        epochs up to ``last`` only (a stopped run's partial epoch left out)."""
         values: dict[Split, list[tuple[str, float]]] = {}
         for name, plot in self.plots.items():
             for split, epochs in plot.epochs.items():
-                if epochs:
-                    values.setdefault(split, []).append((name, epochs[-1][1]))
+                kept = [value for epoch, value in epochs if last is None or epoch <= last]
+                if kept:
+                    values.setdefault(split, []).append((name, kept[-1]))
         return values
+
+    def has_values_after(self, epoch: int) -> bool:
+        """Whether a split logged values of an epoch after ``epoch`` (one stopped partway)."""
+        return any(
+            epochs and epochs[-1][0] > epoch
+            for plot in self.plots.values()
+            for epochs in plot.epochs.values()
+        )
