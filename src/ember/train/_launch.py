@@ -401,7 +401,9 @@ def _start_loggers(config: TrainingConfig, learner: Learner[Any], store: EventSt
     run_config = run_configuration(config, learner)
     try:
         text = json.dumps(run_config, indent=2, sort_keys=True) + "\n"
-        atomic_write(config.directory / "config.json", text.encode("utf-8"))
+        # not flushed to disk: written again by every launch (a resume too), and two flushes
+        # cost a short run several percent of its time (benchmarks/precision.py)
+        atomic_write(config.directory / "config.json", text.encode("utf-8"), sync=False)
         store.start(run_config)
     except BaseException:
         store.close()
