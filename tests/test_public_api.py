@@ -159,6 +159,7 @@ TRAIN = {
 
 EXTEND = {
     "AccuracyInput",
+    "ArtifactLogger",
     "CerInput",
     "CheckpointFile",
     "Checkpointer",

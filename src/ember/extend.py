@@ -34,6 +34,7 @@ from ember.train._events import (
 )
 from ember.train._hooks import Stateful, TrainingHooks
 from ember.train._logger.base import (
+    ArtifactLogger,
     MetricLogger,
     MetricReader,
     MetricText,
@@ -83,6 +84,7 @@ from ember.train._vocabulary import Direction, Split
 
 __all__ = [
     "AccuracyInput",
+    "ArtifactLogger",
     "CerInput",
     "CheckpointFile",
     "Checkpointer",

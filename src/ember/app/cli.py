@@ -126,7 +126,7 @@ def _error(command: str, error: Exception) -> int:
 
 
 def _summary(directory: Path) -> int:
-    from ember.app.plot import load_summary
+    from ember.train._run_logs import load_summary
 
     try:
         summary = load_summary(directory)
@@ -137,7 +137,7 @@ def _summary(directory: Path) -> int:
 
 
 def _plot(directory: Path, output: Path | None) -> int:
-    from ember.app.plot import plot_run
+    from ember.train._run_logs import plot_run
 
     try:
         path = plot_run(directory, output)

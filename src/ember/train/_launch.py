@@ -17,7 +17,8 @@
         flush; summary.json and the table (main process, no error)
         finish, whatever happened (each step runs even if one before it failed):
             drain train-worker; log the error; finish the checkpoint writes; End(summary);
-            stop train-worker; renderer.on_error(error); the loggers' end(summary, artifacts);
+            stop train-worker; renderer.on_error(error); the artifacts the loggers asked for
+            (the best checkpoint exported, the curves drawn); the loggers' end(summary, artifacts);
             close the loggers and the renderer
         result = LearningResult(model in eval mode, renderer, error, summary, stop reason,
                                 the checkpoints and the best epoch)
@@ -63,7 +64,7 @@ from ember.train._events import End
 from ember.train._gradient_checkpointing import checkpointed_modules
 from ember.train._hooks import TrainingHooks
 from ember.train._learner import Learner
-from ember.train._logger.run import run_artifacts, run_loggers
+from ember.train._logger.run import run_artifacts, run_loggers, wanted_artifacts
 from ember.train._loop import LoopPlan, LoopResult, TrainingLoop
 from ember.train._metric.base import Numeric
 from ember.train._metric.grad_norm import GradNormMetric
@@ -178,7 +179,9 @@ def launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
         except Exception as caught:  # reported in the result, never lost
             error = caught
         finally:
-            artifacts = run_artifacts(config.directory) if main else {}
+            wanted = wanted_artifacts(loggers)
+            where = checkpointer.directory if checkpointer is not None else None
+            artifacts = (lambda: run_artifacts(config.directory, wanted, where)) if main else dict
             error = _finish(async_processor, store, checkpointer, summary, artifacts, error)
             renderer = async_processor.processor.renderer
     if application_log is not None and application_log.error is not None:
@@ -361,12 +364,12 @@ def _finish(
     store: EventStore,
     checkpointer: RunCheckpointer | None,
     summary: LearnerSummary | None,
-    artifacts: dict[str, Path],
+    artifacts: Callable[[], dict[str, Path]],
     error: BaseException | None,
 ) -> BaseException | None:
     """End a run whatever happened: drain the metrics thread, finish the checkpoint writes, send
-    ``End``, show the error, give the loggers the summary and ``artifacts``, close the logs and
-    the renderer. Returns the run's first error.
+    ``End``, show the error, write the ``artifacts`` and give them to the loggers with the
+    summary, close the logs and the renderer. Returns the run's first error.
 
     Each step runs whatever the steps before it did (a full disk, a renderer that raises): the
     first error is the run's, later ones are notes on it, and every thread is stopped.
@@ -386,7 +389,9 @@ def _finish(
     if outcome.error is not None:
         failure = outcome.error
         outcome.run(lambda: renderer.on_error(failure))
-    outcome.run(lambda: store.end(summary, artifacts))
+    files: dict[str, Path] = {}
+    outcome.run(lambda: files.update(artifacts()))  # after the last checkpoint write
+    outcome.run(lambda: store.end(summary, files))
     outcome.run(store.close)
     outcome.run(renderer.close)
     return outcome.error
@@ -423,7 +428,9 @@ def _start_loggers(config: TrainingConfig, learner: Learner[Any], store: EventSt
     run_config = run_configuration(config, learner)
     try:
         text = json.dumps(run_config, indent=2, sort_keys=True) + "\n"
-        atomic_write(config.directory / "config.json", text.encode("utf-8"))
+        # not flushed to disk: written again by every launch (a resume too), and two flushes
+        # cost a short run several percent of its time (benchmarks/precision.py)
+        atomic_write(config.directory / "config.json", text.encode("utf-8"), sync=False)
         store.start(run_config)
     except BaseException:
         store.close()

@@ -222,6 +222,21 @@ def test_atomic_write_replaces_whole_files(tmp_path: Path) -> None:
     assert os.listdir(tmp_path) == ["x.json"]
 
 
+def test_atomic_write_without_sync_flushes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sync=False (config.json): still whole and renamed into place, but no fsync at all; the
+    default flushes the file and its directory."""
+    calls: list[int] = []
+    monkeypatch.setattr(os, "fsync", calls.append)
+    path = tmp_path / "x.json"
+    atomic_write(path, b"one", sync=False)
+    assert path.read_bytes() == b"one" and os.listdir(tmp_path) == ["x.json"]
+    assert calls == []
+    atomic_write(path, b"two")
+    assert path.read_bytes() == b"two" and len(calls) == 2
+
+
 @pytest.mark.timeout(30)  # reading /dev/zero or a FIFO would never end
 @pytest.mark.parametrize("kind", ["symlink to /dev/zero", "FIFO"])
 def test_restore_refuses_what_is_not_a_regular_file(tmp_path: Path, kind: str) -> None:

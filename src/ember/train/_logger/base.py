@@ -14,11 +14,13 @@ A tracker (MLflow, Weights & Biases, a JSON-lines file) implements :class:`Metri
 Loggers that keep values where they can be read again (files, memory, one CSV file) are also
 :class:`MetricReader`; checkpointing strategies, early stopping and the summary ask them. Ember's
 file logger also writes the text of metrics that log text, not numbers (:class:`TextLogger`).
+A logger that wants files the run does not write unasked (the best checkpoint's export, the
+curves PNG) names them (:class:`ArtifactLogger`), and gets their paths in ``end``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
     from ember.train._summary import LearnerSummary
 
 __all__ = [
+    "ArtifactLogger",
     "MetricLogger",
     "MetricReader",
     "MetricText",
@@ -129,6 +132,23 @@ class TextLogger(Protocol):
 
     def log_text(self, texts: Sequence[MetricText]) -> None:
         """The text entries of one batch, or of the split end."""
+        ...
+
+
+@runtime_checkable
+class ArtifactLogger(Protocol):
+    """A logger that asks the run for files it writes only when asked.
+
+    ``"model"``: the best epoch's weights (the last epoch's without a metric checkpointing
+    strategy) exported as one plain safetensors file, ``DIR/model.safetensors``;
+    ``"curves"``: the per-epoch curves, ``DIR/metrics.png`` (needs matplotlib, the ``plot``
+    extra). They are written at the end of the run, after the last checkpoint, and handed to
+    every logger's ``end`` with the other artifacts; ``launch`` refuses, before training, a
+    request the run cannot meet (no checkpoints, no file logs).
+    """
+
+    def wanted_artifacts(self) -> Collection[str]:
+        """The names of the files wanted, of ``"model"`` and ``"curves"``."""
         ...
 
 

@@ -4,7 +4,8 @@ the run's files as artifacts.
 Needs the ``ember[mlflow]`` extra, imported only when a logger is created::
 
     SupervisedTraining(...).with_metric_logger(
-        MLflowLogger(tracking_uri="http://127.0.0.1:5000", experiment="mnist", run_name="lr-0.1")
+        MLflowLogger(tracking_uri="http://127.0.0.1:5000", experiment="mnist", run_name="lr-0.1",
+                     artifacts=("model", "curves"))
     )
 
 * **Where**: ``tracking_uri`` is a server (``http://...``), a local ``sqlite:///path.db`` or
@@ -18,8 +19,11 @@ Needs the ``ember[mlflow]`` extra, imported only when a logger is created::
   (``train/Loss`` at the global step, ``valid/Loss`` and ``{split}/Loss/epoch`` per epoch).
   MLflow accepts only letters, digits, ``_ - . /`` and spaces in a name: any other character
   becomes ``_`` (``Accuracy (%)`` is logged as ``Accuracy _``), so no metric is dropped.
-* **End**: the summary as ``summary.txt``, the run's files (``config.json``, ``summary.json``, the
-  curves ``metrics.png`` when ``ember plot`` drew them) as artifacts; the run is then finished.
+* **End**: the summary as ``summary.txt`` and the run's files as artifacts: always
+  ``config.json`` and ``summary.json``, and those chosen with ``artifacts``: ``"model"``, the
+  best epoch's weights exported as ``model.safetensors`` (the run must keep checkpoints), and
+  ``"curves"``, the curves ``metrics.png`` as ``ember plot`` draws them (needs matplotlib, the
+  ``plot`` extra); the run is then finished.
 * **Resume**: the MLflow run id is kept in ``DIR/mlflow-run.json``; a resumed run of ember
   (``resume_latest()``/``checkpoint(n)``) continues the same MLflow run, its steps following
   the earlier ones.
@@ -37,12 +41,13 @@ import queue
 import re
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ember.train._checkpoint.file import atomic_write
 from ember.train._logger.base import MetricValue, tracker_points
+from ember.train._logger.run import check_artifacts
 from ember.train._vocabulary import Split
 
 if TYPE_CHECKING:
@@ -77,7 +82,9 @@ def _mlflow() -> Any:
 class MLflowLogger:
     """Logs a run to the MLflow ``experiment`` at ``tracking_uri`` (see the module docstring).
 
-    ``run_name`` names a new MLflow run (MLflow picks one without it).
+    ``run_name`` names a new MLflow run (MLflow picks one without it). ``artifacts`` chooses
+    files the run writes at its end for this logger: ``"model"`` (the best checkpoint's export)
+    and ``"curves"`` (the PNG of the curves).
     """
 
     def __init__(
@@ -85,11 +92,13 @@ class MLflowLogger:
         tracking_uri: str | None = None,
         experiment: str = "ember",
         run_name: str | None = None,
+        artifacts: Collection[str] = (),
     ) -> None:
         if tracking_uri is not None and not isinstance(tracking_uri, str):
             raise TypeError(f"tracking_uri must be a string, got {type(tracking_uri).__name__}")
         if not isinstance(experiment, str) or not experiment:
             raise ValueError(f"experiment must be a non-empty string, got {experiment!r}")
+        self.artifacts = check_artifacts(artifacts)
         self._mlflow = _mlflow()
         self.tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or None
         self.experiment = experiment
@@ -99,6 +108,10 @@ class MLflowLogger:
         self._pending: list[Any] = []
         self._sender: _Sender | None = None
         self._ended = False
+
+    def wanted_artifacts(self) -> Collection[str]:
+        """The files chosen with ``artifacts`` (see :class:`~ember.extend.ArtifactLogger`)."""
+        return self.artifacts
 
     def start(self, config: Mapping[str, Any]) -> None:
         """Connect, find or create the experiment and the run, log the params."""

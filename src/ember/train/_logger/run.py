@@ -4,25 +4,79 @@ The file logs (``FileMetricLogger`` on the run directory) are always there unles
 said ``without_file_logs()``; they are what the summary, early stopping and metric-based
 checkpointing read back. Without them, one of the given loggers must read back
 (:class:`~ember.train._logger.base.MetricReader`), or the run is refused before training.
+
+At the end the loggers get the run's files: ``config.json`` and ``summary.json`` when they
+exist, and the files a logger asked for (:class:`~ember.train._logger.base.ArtifactLogger`),
+written then: the best checkpoint's export and the curves PNG. Both cost time and disk (a copy
+of the weights, matplotlib), so no run writes them unasked.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import logging
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 
+from ember.train._checkpoint.export import best_epoch, export_weights
+from ember.train._checkpoint.manifest import manifest_epochs
 from ember.train._checkpoint.strategy import KeepLastNCheckpoints
 from ember.train._config import DEFAULT_CHECKPOINTERS, TrainingConfig
-from ember.train._logger.base import MetricLogger, MetricReader
+from ember.train._logger.base import ArtifactLogger, MetricLogger, MetricReader
 from ember.train._logger.file import FileMetricLogger
+from ember.train._run_logs import plot_run
 
-__all__ = ["ARTIFACTS", "run_artifacts", "run_loggers"]
+__all__ = [
+    "ARTIFACTS",
+    "WRITTEN_WHEN_ASKED",
+    "check_artifacts",
+    "run_artifacts",
+    "run_loggers",
+    "wanted_artifacts",
+]
+
+log = logging.getLogger("ember.train")
 
 ARTIFACTS = {
     "config": "config.json",
     "summary": "summary.json",
-    "curves": "metrics.png",  # drawn by `ember plot`
+    "model": "model.safetensors",  # the best epoch's weights, exported
+    "curves": "metrics.png",  # what `ember plot` draws
 }
 """The run's files handed to the loggers at the end, by name, relative to the run directory."""
+
+WRITTEN_WHEN_ASKED = {
+    "model": "the best epoch's weights as one safetensors file",
+    "curves": "the per-epoch curves as a PNG (matplotlib)",
+}
+"""The artifacts a logger can ask for (:class:`~ember.train._logger.base.ArtifactLogger`)."""
+
+
+def check_artifacts(names: object) -> tuple[str, ...]:
+    """``names`` as a tuple (without repeats) when each is one of :data:`WRITTEN_WHEN_ASKED`;
+    else TypeError or ValueError naming the value and the choices. ``"curves"`` needs
+    matplotlib: ImportError saying what to install."""
+    if isinstance(names, str) or not isinstance(names, Iterable):
+        raise TypeError(
+            f"artifacts must be a collection of names such as ('model', 'curves'), got {names!r}"
+        )
+    wanted = tuple(dict.fromkeys(names))
+    for name in wanted:
+        if name not in WRITTEN_WHEN_ASKED:
+            choices = "; ".join(f"{key!r}: {what}" for key, what in WRITTEN_WHEN_ASKED.items())
+            raise ValueError(f"unknown artifact {name!r}; choose from {choices}")
+    if "curves" in wanted and importlib.util.find_spec("matplotlib") is None:
+        raise ImportError("the 'curves' artifact needs matplotlib: pip install ember[plot]")
+    return wanted
+
+
+def wanted_artifacts(loggers: Sequence[MetricLogger]) -> tuple[str, ...]:
+    """The artifacts the loggers ask for, each checked (:func:`check_artifacts`)."""
+    wanted: dict[str, None] = {}
+    for logger in loggers:
+        if isinstance(logger, ArtifactLogger):
+            wanted.update(dict.fromkeys(check_artifacts(logger.wanted_artifacts())))
+    return tuple(wanted)
 
 
 def run_loggers(config: TrainingConfig) -> list[MetricLogger]:
@@ -36,7 +90,9 @@ def run_loggers(config: TrainingConfig) -> list[MetricLogger]:
             for logger in given
         ):
             given.insert(0, FileMetricLogger(config.directory))
+        _check_wanted(config, given)
         return given
+    _check_wanted(config, given)
     needs = _readers_needed(config)
     if needs and not any(isinstance(logger, MetricReader) for logger in given):
         names = ", ".join(type(logger).__name__ for logger in given) or "none"
@@ -64,7 +120,43 @@ def _readers_needed(config: TrainingConfig) -> list[str]:
     return needs
 
 
-def run_artifacts(directory: Path) -> dict[str, Path]:
-    """The run's files that exist, by name (see :data:`ARTIFACTS`)."""
-    paths = {name: directory / file for name, file in ARTIFACTS.items()}
-    return {name: path for name, path in paths.items() if path.is_file()}
+def _check_wanted(config: TrainingConfig, loggers: Sequence[MetricLogger]) -> None:
+    """Refuse, before training, an artifact the run could not write."""
+    wanted = wanted_artifacts(loggers)
+    if "model" in wanted and config.checkpointer is None:
+        raise ValueError(
+            "a logger asks for the 'model' artifact (the best checkpoint's export), but the run "
+            "keeps no checkpoints; call with_default_checkpointers() (or with_checkpointers(...))"
+        )
+    if "curves" in wanted and not config.file_logs:
+        raise ValueError(
+            "a logger asks for the 'curves' artifact, drawn from the file logs, but the run "
+            "writes none (without_file_logs()); keep the file logs"
+        )
+
+
+def run_artifacts(
+    directory: Path, wanted: Collection[str] = (), checkpoints: Path | None = None
+) -> dict[str, Path]:
+    """Write the ``wanted`` artifacts (the best checkpoint of ``checkpoints`` exported, the
+    curves drawn), then give the run's files by name (see :data:`ARTIFACTS`): the config and
+    summary when they exist, the wanted ones when written. Run after the last checkpoint write.
+
+    An artifact there is nothing for (no checkpoint yet, no epoch logged) is left out, with a
+    warning in the run's log; a failure to write one is raised.
+    """
+    paths = {name: directory / ARTIFACTS[name] for name in ("config", "summary")}
+    found = {name: path for name, path in paths.items() if path.is_file()}
+    if "model" in wanted and checkpoints is not None:
+        path = directory / ARTIFACTS["model"]
+        if checkpoints.is_dir() and manifest_epochs(checkpoints):
+            export_weights(checkpoints, path, "best" if best_epoch(checkpoints) else "last")
+            found["model"] = path
+        else:
+            log.warning("No 'model' artifact: the run saved no checkpoint")
+    if "curves" in wanted:
+        try:
+            found["curves"] = plot_run(directory, directory / ARTIFACTS["curves"])
+        except FileNotFoundError as error:  # no epoch was logged
+            log.warning("No 'curves' artifact: %s", error)
+    return found
