@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import io
 import json
 import os
@@ -31,6 +32,7 @@ from ember.train import (
 )
 from ember.train._metric.query import MetricQuery
 from ember.train._precision import Precision
+from ember.train._step import current_step
 from ember.train._strategy.ddp.strategy import DistributedDataParallel
 from tests.train.fixtures import Batch, batcher, ember_threads
 
@@ -250,3 +252,29 @@ def hang_at_step(out_dir: str, step: int, seconds: float, progress_timeout: floa
         seconds=time.monotonic() - started,
         threads=ember_threads(),
     )
+
+
+def accumulation(out_dir: str) -> None:
+    """grads_accumulation(2) with outputs reported every 3 units: the weights, the Loss lines,
+    and the all-reduces of the gradients (unit, closing) recorded as they are launched."""
+    out, rank = Path(out_dir), dist.get_rank()
+    calls: list[tuple[int, bool]] = []
+    all_reduce = dist.all_reduce
+
+    def counting(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        step = current_step()
+        if step is not None:  # inside a training step: a gradient all-reduce
+            calls.append((step.iteration, step.closing))
+        return all_reduce(tensor, *args, **kwargs)
+
+    dist.all_reduce = counting
+    try:
+        builder, learner = training(out / f"f-{rank}", 2, DistributedDataParallel(report_every=3))
+        result = builder.grads_accumulation(2).launch(learner)
+    finally:
+        dist.all_reduce = all_reduce
+    _succeeded(result)
+    assert type(result.model) is Mlp  # no wrapper, no class swap
+    copy.deepcopy(result.model)  # torch's replicate forbids this: ember leaves the model plain
+    save_weights(out / f"f-rank{rank}.safetensors", result.model)
+    (out / f"f-calls-rank{rank}.json").write_text(json.dumps(calls), encoding="utf-8")
