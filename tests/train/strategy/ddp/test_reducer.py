@@ -49,7 +49,7 @@ def test_accumulation_reduces_only_at_a_window_s_last_unit(tmp_path: Path) -> No
 @pytest.mark.usefixtures("one_rank")
 def test_a_model_already_under_torch_s_replicate_is_refused(tmp_path: Path) -> None:
     """replicate applied by the user, then ember's DDP: a clear error, before any step."""
-    from torch.distributed._composable import replicate
+    from torch.distributed._composable.replicate import replicate
 
     builder, learner = ddp_helpers.training(tmp_path / "run", 1, DistributedDataParallel())
     replicate(learner.model)
