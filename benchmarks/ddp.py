@@ -17,7 +17,7 @@ ratios. Every process uses one intra-op thread; the time is measured inside the 
 a barrier to the end of training. The machine's load average is printed before and after:
 on a shared machine the ratios are the figure to read, not the samples/s.
 
-    python benchmarks/ddp.py [--quick]
+    python benchmarks/ddp.py [--quick] [--gpus N]     # --gpus: N processes, nccl, cuda:rank
 """
 
 from __future__ import annotations
@@ -96,6 +96,19 @@ def dataset(items: int) -> InMemDataset[tuple[torch.Tensor, torch.Tensor]]:
     return InMemDataset(list(zip(x.unbind(), y.unbind(), strict=True)))
 
 
+def _device() -> torch.device:
+    """This rank's device: ``cuda:LOCAL_RANK`` under nccl (``--gpus``), else the CPU."""
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")
+
+
+def _synchronized(device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
 def ember_run(name: str, epochs: int) -> float:
     """Seconds ember's DDP takes to train ``epochs`` epochs (validation on one batch)."""
     width, batch, batches, _ = MODELS[name]
@@ -118,10 +131,10 @@ def ember_run(name: str, epochs: int) -> float:
             .with_training_strategy(DistributedDataParallel())
         )
         dist.barrier()
-        start = time.perf_counter()
+        start = _synchronized(_device())
         result = builder.launch(Learner(model, torch.optim.Adam(model.parameters()), 1e-3))
         dist.barrier()
-        elapsed = time.perf_counter() - start
+        elapsed = _synchronized(_device()) - start
     if result.error is not None:
         raise RuntimeError(result.traceback)
     return elapsed
@@ -131,7 +144,10 @@ def torch_run(name: str, epochs: int) -> float:
     """Seconds a raw loop with torch's DDP takes over the same global batches."""
     width, batch, batches, _ = MODELS[name]
     torch.manual_seed(0)
-    model = nn.parallel.DistributedDataParallel(Mlp(width))
+    device = _device()
+    model = nn.parallel.DistributedDataParallel(
+        Mlp(width).to(device), device_ids=[device] if device.type == "cuda" else None
+    )
     rank, world = dist.get_rank(), dist.get_world_size()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     # the same shares as ember's, read by the same sharded loader: only the engines differ
@@ -139,12 +155,13 @@ def torch_run(name: str, epochs: int) -> float:
         DataLoaderBuilder(stack_batcher)
         .batch_size(batch)
         .shuffle(1)
-        .build(dataset(batch * batches)),
+        .build(dataset(batch * batches))
+        .to_device(device),
         rank,
         world,
     )
     dist.barrier()
-    start = time.perf_counter()
+    start = _synchronized(device)
     for _ in range(epochs):
         losses = []
         for x, y in loader:
@@ -155,7 +172,7 @@ def torch_run(name: str, epochs: int) -> float:
             losses.append(loss.detach())
         torch.stack(losses).tolist()
     dist.barrier()
-    elapsed = time.perf_counter() - start
+    elapsed = _synchronized(device) - start
     loader.close()
     return elapsed
 
@@ -181,17 +198,21 @@ def _worker(out: str, name: str, epochs: int, pairs: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer epochs and pairs")
+    parser.add_argument("--gpus", type=int, default=0, help="N processes on N GPUs (nccl)")
     options = parser.parse_args()
     epochs, pairs = (1, 3) if options.quick else (3, 7)
+    processes, backend = (options.gpus, "nccl") if options.gpus else (2, "gloo")
     load = os.getloadavg()[0]
     print(
-        f"2 gloo processes, 1 thread each, {os.cpu_count()} cores, load average {load:.1f} "
-        f"before; median of {pairs} alternated pairs, {epochs} epochs a run"
+        f"{processes} {backend} processes, 1 thread each, {os.cpu_count()} cores, load average "
+        f"{load:.1f} before; median of {pairs} alternated pairs, {epochs} epochs a run"
     )
     for name, (width, batch, batches, target) in MODELS.items():
         with tempfile.TemporaryDirectory() as directory:
             out = Path(directory) / "times.json"
-            spawn(_worker, 2, str(out), name, epochs, pairs, join_timeout=900)
+            spawn(
+                _worker, processes, str(out), name, epochs, pairs, backend=backend, join_timeout=900
+            )
             times = json.loads(out.read_text(encoding="utf-8"))
         items = batch * batches * epochs
         ratio = statistics.median(raw / ember for ember, raw in times)
