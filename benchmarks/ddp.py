@@ -55,7 +55,7 @@ from learner_overhead import stack_batcher
 # name -> (hidden width, global batch, batches per epoch, target ratio)
 MODELS = {
     "communication-bound": (256, 128, 40, 0.95),
-    "compute-dominated": (1024, 2048, 6, 0.98),
+    "compute-dominated": (1024, 2048, 4, 0.98),
 }
 
 
