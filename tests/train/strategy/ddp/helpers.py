@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 from torch import nn
 
-from ember.data import DataLoader, DataLoaderBuilder, InMemDataset
+from ember.data import DataLoader, DataLoaderBuilder, InMemDataset, TorchDataLoader
 from ember.train import (
     CliMetricsRenderer,
     KeepLastNCheckpoints,
@@ -278,3 +278,67 @@ def accumulation(out_dir: str) -> None:
     copy.deepcopy(result.model)  # torch's replicate forbids this: ember leaves the model plain
     save_weights(out / f"f-rank{rank}.safetensors", result.model)
     (out / f"f-calls-rank{rank}.json").write_text(json.dumps(calls), encoding="utf-8")
+
+
+class Recorded(torch.utils.data.Dataset[tuple[list[float], float]]):
+    """``samples(count, seed)`` that records every index torch reads."""
+
+    def __init__(self, count: int, seed: int) -> None:
+        self.rows = samples(count, seed)
+        self.seen: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index: int) -> tuple[list[float], float]:
+        self.seen.append(index)
+        return self.rows[index]
+
+
+def torch_training(
+    directory: Path, sampler: str, strategy: Any = None
+) -> tuple[SupervisedTraining, Learner[Mlp], Recorded]:
+    """One epoch on TorchDataLoaders: shuffled by a seeded generator (``sampler="plain"``, the
+    global batch 8) or by a DistributedSampler (``"distributed"``, 4 items a rank)."""
+    torch.manual_seed(0)
+    model = Mlp()
+    dataset = Recorded(TRAIN_ITEMS, 0)
+
+    def collate(items: list[tuple[list[float], float]]) -> Batch:
+        return batcher(items, torch.device("cpu"))
+
+    if sampler == "plain":
+        generator = torch.Generator().manual_seed(3)
+        torch_loader = torch.utils.data.DataLoader(
+            dataset, batch_size=8, shuffle=True, generator=generator, collate_fn=collate
+        )
+    else:
+        distributed: torch.utils.data.DistributedSampler[Any] = torch.utils.data.DistributedSampler(
+            dataset, shuffle=True, seed=3
+        )
+        torch_loader = torch.utils.data.DataLoader(
+            dataset, batch_size=4, sampler=distributed, collate_fn=collate
+        )
+    valid = torch.utils.data.DataLoader(Recorded(VALID_ITEMS, 1), batch_size=4, collate_fn=collate)
+    builder = (
+        SupervisedTraining(directory, TorchDataLoader(torch_loader), TorchDataLoader(valid))
+        .renderer(CliMetricsRenderer(io.StringIO()))
+        .metrics(LossMetric())
+        .num_epochs(1)
+    )
+    if strategy is not None:
+        builder = builder.with_training_strategy(strategy)
+    return builder, Learner(model, torch.optim.Adam(model.parameters()), 1e-2), dataset
+
+
+def torch_loaders(out_dir: str) -> None:
+    """Both TorchDataLoader paths under DDP: the indices each rank read, and the weights."""
+    out, rank = Path(out_dir), dist.get_rank()
+    for sampler in ("plain", "distributed"):
+        builder, learner, dataset = torch_training(
+            out / f"{sampler}-{rank}", sampler, DistributedDataParallel()
+        )
+        result = builder.launch(learner)
+        _succeeded(result)
+        save_weights(out / f"{sampler}-rank{rank}.safetensors", result.model)
+        (out / f"{sampler}-seen-rank{rank}.json").write_text(json.dumps(dataset.seen))

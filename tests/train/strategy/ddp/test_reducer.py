@@ -62,3 +62,34 @@ def test_a_model_already_under_torch_s_replicate_is_refused(tmp_path: Path) -> N
 def test_report_every_is_checked() -> None:
     with pytest.raises(ValueError, match="report_every"):
         DistributedDataParallel(report_every=0)
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(150)
+def test_torch_loaders_give_disjoint_shares_seeing_every_item_once(tmp_path: Path) -> None:
+    """A TorchDataLoader under DDP, 2 ranks, one epoch of 49 items. Plain shuffled sampler
+    (seeded generator): ember shards every global batch of 8, the ranks read disjoint shares
+    and the weights equal one process's. DistributedSampler (4 a rank): torch pads rank 1 with
+    a duplicate; ember leaves it out of the shares, so every item is read (and so counted in
+    the gradients and the metrics) exactly once."""
+    spawn(ddp_helpers.torch_loaders, 2, str(tmp_path), timeout=TIMEOUT, join_timeout=120)
+    for sampler in ("plain", "distributed"):
+        seen = [
+            json.loads((tmp_path / f"{sampler}-seen-rank{rank}.json").read_text("utf-8"))
+            for rank in (0, 1)
+        ]
+        assert not set(seen[0]) & set(seen[1])
+        assert sorted(seen[0] + seen[1]) == list(range(ddp_helpers.TRAIN_ITEMS))
+        lines = losses(tmp_path / f"{sampler}-0" / "train" / "epoch-1" / "Loss.log")
+        assert len(lines) == 7 + 1  # a line per global batch (8 items, or 4 a rank), the epoch
+    builder, learner, _ = ddp_helpers.torch_training(tmp_path / "single", "plain")
+    single = builder.launch(learner)
+    assert single.error is None, single.traceback
+    for rank in (0, 1):
+        weights = load_file(tmp_path / f"plain-rank{rank}.safetensors")
+        for name, tensor in learner.model.state_dict().items():
+            torch.testing.assert_close(weights[name], tensor, rtol=0, atol=1e-6)
+    ours = losses(tmp_path / "plain-0" / "train" / "epoch-1" / "Loss.log")
+    theirs = losses(tmp_path / "single" / "train" / "epoch-1" / "Loss.log")
+    assert [w for _, w in ours] == [w for _, w in theirs]
+    assert [v for v, _ in ours] == pytest.approx([v for v, _ in theirs], abs=1e-6)

@@ -61,7 +61,7 @@ import torch.distributed as dist
 
 from ember._checks import check_positive_int
 from ember._errors import DistributedError
-from ember.data import DataLoader, Progress
+from ember.data import DataLoader, Progress, TorchDataLoader
 from ember.data._loader import BatchingLoader
 from ember.data._shard import ShardedDataLoader, ShardIterator
 from ember.distributed._messages import broadcast_bytes, broadcast_coalesced, gather_bytes
@@ -72,11 +72,13 @@ from ember.train._strategy.ddp.gradients import TorchReducer, check_not_distribu
 from ember.train._strategy.ddp.outputs import exchange_outputs
 from ember.train._strategy.ddp.progress import ProgressWatch
 from ember.train._strategy.ddp.ranks import Ranks
+from ember.train._strategy.ddp.torch_shares import SharesIterator, TorchShares
 
 __all__ = ["DistributedDataParallel", "DistributedRun"]
 
 log = logging.getLogger("ember.train")
 T = TypeVar("T")
+Shares = ShardedDataLoader[Any] | TorchShares  # a rank's view of a loader
 
 
 class DistributedDataParallel:
@@ -174,9 +176,7 @@ class DistributedDataParallel:
         try:
             learner.fork(ranks.device)
             views = {
-                name: ShardedDataLoader(
-                    _ember_loader(name, loader).to_device(ranks.device), ranks.rank, ranks.world
-                )
+                name: _shares(name, loader, ranks)
                 for name, loader in (("train", train), ("valid", valid))
             }
             return DistributedRun(self, ranks, learner, views)
@@ -223,14 +223,17 @@ class DistributedDataParallel:
                 log.debug("destroying the process group failed", exc_info=True)
 
 
-def _ember_loader(name: str, loader: DataLoader[Any]) -> BatchingLoader[Any, Any]:
+def _shares(name: str, loader: DataLoader[Any], ranks: Ranks) -> Shares:
+    """This rank's view of ``loader``: its share of every global batch (of every unit)."""
+    if isinstance(loader, TorchDataLoader):
+        return TorchShares(loader.to_device(ranks.device), ranks.rank, ranks.world)
     if not isinstance(loader, BatchingLoader):
         raise TypeError(
             "DistributedDataParallel shards ember's BatchDataLoader/MultiThreadDataLoader/"
-            "StreamingDataLoader; the "
-            f"{name} loader is a {type(loader).__name__}"
+            f"StreamingDataLoader and TorchDataLoader; the {name} loader is a "
+            f"{type(loader).__name__}"
         )
-    return loader
+    return ShardedDataLoader(loader.to_device(ranks.device), ranks.rank, ranks.world)
 
 
 class DistributedRun:
@@ -241,7 +244,7 @@ class DistributedRun:
         strategy: DistributedDataParallel,
         ranks: Ranks,
         learner: Learner[Any],
-        views: Mapping[str, ShardedDataLoader[Any]],
+        views: Mapping[str, Shares],
     ) -> None:
         self._strategy = strategy
         self._ranks = ranks
@@ -276,8 +279,8 @@ class DistributedRun:
         self._sync_buffers()
         return self._shares_of(self._views["valid"])
 
-    def _shares_of(self, view: ShardedDataLoader[Any]) -> Iterator[tuple[Any, Progress]]:
-        iterator: ShardIterator[Any] = iter(view)
+    def _shares_of(self, view: Shares) -> Iterator[tuple[Any, Progress]]:
+        iterator: ShardIterator[Any] | SharesIterator = view.__iter__()  # iter() loses the type
         for batch in iterator:
             self._shares = iterator.shares
             progress = iterator.progress()
