@@ -1,17 +1,23 @@
-"""DistributedDataParallel: 2 gloo processes against 1 on the medium MLP (targets: docs/design.md).
+"""DistributedDataParallel: ember's against torch's own, 2 gloo processes (targets: issue 15).
 
-The medium MLP (784-256-256-10, Adam) trains on synthetic data with a global batch of 128: in
-one process (the Learner on one device), and in 2 processes started by
-``ember.distributed.spawn`` (each with 64 items per step, gradients all-reduced over gloo). For
-reference the same pair runs as raw PyTorch loops (one process, and
-``torch.nn.parallel.DistributedDataParallel`` over 2 processes). Every process uses one intra-op
-thread (``torch.set_num_threads(1)``); the time is measured inside the processes from a barrier
-to the end of training, so process start-up is not counted. Medians over the repeats.
+Two models, each trained by 2 processes started by ``ember.distributed.spawn``:
 
-On a machine with fewer free cores than processes the 2-process figures measure contention,
-not scaling: the report prints the core count next to the ratios.
+- **communication-bound**: the medium MLP (784-256-256-10, Adam, global batch 128; 1 MiB of
+  gradients against a few ms of compute per step), target ember >= 0.95x torch;
+- **compute-dominated**: a wide MLP (784-1024-1024-10, Adam, global batch 2048), target
+  ember >= 0.98x torch.
 
-    python benchmarks/ddp.py [--quick]
+ember is the Learner with ``DistributedDataParallel()`` (sharded loader, a Loss metric on rank
+0, outputs reaching rank 0 in chunks); torch is a raw loop over the same global batches with
+``torch.nn.parallel.DistributedDataParallel``, each rank reading its share of every global
+batch through the same ``ShardedDataLoader`` ember uses. Both
+run **in the same processes, alternated** (ember, torch, torch, ember, ...) after a warm-up
+run of each, so a pair sees the same machine load; the figure is the median of the pairs'
+ratios. Every process uses one intra-op thread; the time is measured inside the processes from
+a barrier to the end of training. The machine's load average is printed before and after:
+on a shared machine the ratios are the figure to read, not the samples/s.
+
+    python benchmarks/ddp.py [--quick] [--gpus N]     # --gpus: N processes, nccl, cuda:rank
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -31,146 +38,196 @@ import torch.nn.functional as F
 from torch import nn
 
 from ember.data import DataLoaderBuilder, InMemDataset
+from ember.data._shard import ShardedDataLoader
 from ember.distributed import spawn
 from ember.train import (
+    ClassificationOutput,
     CliMetricsRenderer,
     Learner,
+    LearnerModel,
     LossMetric,
     SupervisedTraining,
+    TrainOutput,
 )
 from ember.train._strategy.ddp.strategy import DistributedDataParallel
-from learner_overhead import MediumMlp, stack_batcher  # the same model as the overhead benchmark
+from learner_overhead import stack_batcher
 
-BATCH = 128
-ITEMS = BATCH * 40
+# name -> (hidden width, global batch, batches per epoch, target ratio)
+MODELS = {
+    "communication-bound": (256, 128, 40, 0.95),
+    "compute-dominated": (1024, 2048, 8, 0.98),
+}
 
 
-def dataset() -> InMemDataset[tuple[torch.Tensor, torch.Tensor]]:
+class Mlp(LearnerModel):
+    """784-width-width-10 classifier."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Linear(784, width),
+            nn.ReLU(),
+            nn.Linear(width, width),
+            nn.ReLU(),
+            nn.Linear(width, 10),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.net(x)
+        return out
+
+    def classify(self, batch: tuple[torch.Tensor, torch.Tensor]) -> ClassificationOutput:
+        x, y = batch
+        logits = self(x)
+        return ClassificationOutput(F.cross_entropy(logits, y), logits, y)
+
+    def train_step(self, batch: tuple[torch.Tensor, torch.Tensor]) -> TrainOutput[Any]:
+        out = self.classify(batch)
+        return TrainOutput.from_loss(self, out.loss, out)
+
+    def inference_step(self, batch: tuple[torch.Tensor, torch.Tensor]) -> ClassificationOutput:
+        return self.classify(batch)
+
+
+def dataset(items: int) -> InMemDataset[tuple[torch.Tensor, torch.Tensor]]:
     generator = torch.Generator().manual_seed(0)
-    x = torch.randn(ITEMS, 784, generator=generator)
-    y = torch.randint(0, 10, (ITEMS,), generator=generator)
+    x = torch.randn(items, 784, generator=generator)
+    y = torch.randint(0, 10, (items,), generator=generator)
     return InMemDataset(list(zip(x.unbind(), y.unbind(), strict=True)))
 
 
-def learner_run(directory: Path, epochs: int, ddp: bool) -> float:
-    """Seconds the Learner takes to train ``epochs`` epochs (validation on one batch)."""
+def _device() -> torch.device:
+    """This rank's device: ``cuda:LOCAL_RANK`` under nccl (``--gpus``), else the CPU."""
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")
+
+
+def _synchronized(device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+def ember_run(name: str, epochs: int) -> float:
+    """Seconds ember's DDP takes to train ``epochs`` epochs (validation on 8 items)."""
+    width, batch, batches, _ = MODELS[name]
     torch.manual_seed(0)
-    model = MediumMlp()
-    data = dataset()
-    train = DataLoaderBuilder(stack_batcher).batch_size(BATCH).shuffle(1).build(data)
+    model = Mlp(width)
+    data = dataset(batch * batches)
+    train = DataLoaderBuilder(stack_batcher).batch_size(batch).shuffle(1).build(data)
     valid = (
         DataLoaderBuilder(stack_batcher)
-        .batch_size(BATCH)
-        .build(InMemDataset([data[i] for i in range(BATCH)]))
+        .batch_size(batch)
+        .build(
+            InMemDataset([data[i] for i in range(8)])
+        )  # a token validation: the raw loop has none
     )
-    builder = (
-        SupervisedTraining(directory, train, valid)
-        .renderer(CliMetricsRenderer(io.StringIO()))
-        .metric_train_numeric(LossMetric())
-        .with_application_logger(None)
-        .num_epochs(epochs)
-    )
-    if ddp:
-        builder = builder.with_training_strategy(DistributedDataParallel())
+    with tempfile.TemporaryDirectory() as directory:
+        builder = (
+            SupervisedTraining(Path(directory), train, valid)
+            .renderer(CliMetricsRenderer(io.StringIO()))
+            .metric_train_numeric(LossMetric())
+            .with_application_logger(None)
+            .num_epochs(epochs)
+            .with_training_strategy(DistributedDataParallel())
+        )
         dist.barrier()
-    start = time.perf_counter()
-    result = builder.launch(Learner(model, torch.optim.Adam(model.parameters()), 1e-3))
-    if ddp:
+        start = _synchronized(_device())
+        result = builder.launch(Learner(model, torch.optim.Adam(model.parameters()), 1e-3))
         dist.barrier()
-    elapsed = time.perf_counter() - start
+        elapsed = _synchronized(_device()) - start
     if result.error is not None:
         raise RuntimeError(result.traceback)
     return elapsed
 
 
-def raw_run(epochs: int, ddp: bool) -> float:
-    """Seconds a raw loop (torch's DDP with ``ddp``) takes over the same batches."""
+def torch_run(name: str, epochs: int) -> float:
+    """Seconds a raw loop with torch's DDP takes over the same global batches."""
+    width, batch, batches, _ = MODELS[name]
     torch.manual_seed(0)
-    model: nn.Module = MediumMlp()
-    rank, world = (dist.get_rank(), dist.get_world_size()) if ddp else (0, 1)
-    if ddp:
-        model = nn.parallel.DistributedDataParallel(model)
+    device = _device()
+    model = nn.parallel.DistributedDataParallel(
+        Mlp(width).to(device), device_ids=[device] if device.type == "cuda" else None
+    )
+    rank, world = dist.get_rank(), dist.get_world_size()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    loader = DataLoaderBuilder(stack_batcher).batch_size(BATCH).shuffle(1).build(dataset())
-    share = BATCH // world
-    if ddp:
-        dist.barrier()
-    start = time.perf_counter()
+    # the same shares as ember's, read by the same sharded loader: only the engines differ
+    loader = ShardedDataLoader(
+        DataLoaderBuilder(stack_batcher)
+        .batch_size(batch)
+        .shuffle(1)
+        .build(dataset(batch * batches))
+        .to_device(device),
+        rank,
+        world,
+    )
+    dist.barrier()
+    start = _synchronized(device)
     for _ in range(epochs):
         losses = []
         for x, y in loader:
-            x, y = x[rank * share : (rank + 1) * share], y[rank * share : (rank + 1) * share]
             loss = F.cross_entropy(model(x), y)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
             losses.append(loss.detach())
         torch.stack(losses).tolist()
-    if ddp:
-        dist.barrier()
-    return time.perf_counter() - start
+    dist.barrier()
+    elapsed = _synchronized(device) - start
+    loader.close()
+    return elapsed
 
 
-def timed(kind: str, epochs: int, ddp: bool) -> float:
-    """Seconds of one run of ``kind`` (learner or raw), after a one-epoch warm-up run (the
-    first run in a process pays one-time costs: lazy imports, allocator, thread start-up)."""
+def _worker(out: str, name: str, epochs: int, pairs: int) -> None:
+    """One rank: a warm-up run of each, then ``pairs`` alternated pairs; rank 0 writes them."""
     torch.set_num_threads(1)
-    seconds = 0.0
-    for run_epochs in (1, epochs):
-        with tempfile.TemporaryDirectory() as directory:
-            seconds = (
-                learner_run(Path(directory), run_epochs, ddp)
-                if kind == "learner"
-                else raw_run(run_epochs, ddp)
-            )
-    return seconds
-
-
-def _ddp_worker(out: str, epochs: int, kind: str) -> None:
-    """One rank of a 2-process measurement; rank 0 writes the seconds to ``out``."""
-    seconds = timed(kind, epochs, ddp=True)
+    ember_run(name, 1)
+    torch_run(name, 1)
+    times: list[tuple[float, float]] = []
+    for pair in range(pairs):
+        if pair % 2 == 0:
+            ember = ember_run(name, epochs)
+            raw = torch_run(name, epochs)
+        else:
+            raw = torch_run(name, epochs)
+            ember = ember_run(name, epochs)
+        times.append((ember, raw))
     if dist.get_rank() == 0:
-        Path(out).write_text(json.dumps(seconds), encoding="utf-8")
-
-
-def measure(kind: str, processes: int, epochs: int) -> float:
-    """Samples per second of one run of ``kind`` (learner or raw) on ``processes``."""
-    if processes == 1:
-        seconds = timed(kind, epochs, ddp=False)
-    else:
-        with tempfile.TemporaryDirectory() as directory:
-            out = Path(directory) / "seconds.json"
-            spawn(_ddp_worker, processes, str(out), epochs, kind, join_timeout=600)
-            seconds = json.loads(out.read_text(encoding="utf-8"))
-    return ITEMS * epochs / seconds
+        Path(out).write_text(json.dumps(times), encoding="utf-8")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="fewer epochs and repeats")
+    parser.add_argument("--quick", action="store_true", help="fewer epochs and pairs")
+    parser.add_argument("--gpus", type=int, default=0, help="N processes on N GPUs (nccl)")
     options = parser.parse_args()
-    epochs, repeats = (2, 1) if options.quick else (5, 3)
-    runs: dict[tuple[str, int], list[float]] = {}
-    for _ in range(repeats):
-        for kind in ("learner", "raw"):
-            for processes in (1, 2):
-                runs.setdefault((kind, processes), []).append(measure(kind, processes, epochs))
-    rate = {key: statistics.median(values) for key, values in runs.items()}
+    epochs, pairs = (1, 3) if options.quick else (2, 7)
+    processes, backend = (options.gpus, "nccl") if options.gpus else (2, "gloo")
+    load = os.getloadavg()[0]
     print(
-        f"medium MLP 784-256-256-10, global batch {BATCH}, {ITEMS} items x {epochs} epochs, "
-        f"1 thread per process, {os.cpu_count()} cores, median of {repeats}"
+        f"{processes} {backend} processes, 1 thread each, {os.cpu_count()} cores, load average "
+        f"{load:.1f} before; median of {pairs} alternated pairs, {epochs} epochs a run"
     )
-    for kind, label in (("learner", "ember Learner"), ("raw", "raw PyTorch loop")):
-        one, two = rate[(kind, 1)], rate[(kind, 2)]
+    for name, (width, batch, batches, target) in MODELS.items():
+        with tempfile.TemporaryDirectory() as directory:
+            out = Path(directory) / "times.json"
+            spawn(
+                _worker, processes, str(out), name, epochs, pairs, backend=backend, join_timeout=900
+            )
+            times = json.loads(out.read_text(encoding="utf-8"))
+        items = batch * batches * epochs
+        ratio = statistics.median(raw / ember for ember, raw in times)
+        ember_rate = statistics.median(items / ember for ember, _ in times)
+        torch_rate = statistics.median(items / raw for _, raw in times)
+        verdict = "met" if ratio >= target else "NOT met"
         print(
-            f"{label:18} 1 process {one:8.0f} samples/s   2 processes (gloo) {two:8.0f} "
-            f"samples/s   ratio {two / one:.2f}x"
+            f"{name:20} 784-{width}-{width}-10, global batch {batch}: ember {ember_rate:7.0f} "
+            f"samples/s, torch DDP {torch_rate:7.0f} samples/s, ember/torch {ratio:.3f}x "
+            f"(target >= {target}x: {verdict}; pairs {min(r / e for e, r in times):.3f}"
+            f"-{max(r / e for e, r in times):.3f}x)"
         )
-    print(
-        "ember DDP / torch DDP: "
-        f"{rate[('learner', 2)] / rate[('raw', 2)]:.2f}x   "
-        f"(ember single / raw single: {rate[('learner', 1)] / rate[('raw', 1)]:.2f}x)"
-    )
+    print(f"load average {os.getloadavg()[0]:.1f} after")
 
 
 if __name__ == "__main__":

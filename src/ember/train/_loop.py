@@ -21,7 +21,8 @@ up the run directory, the logs, the renderer and ``train-worker`` around it. The
                 lr_step; unscale; clip; optimizer_step (the model's optimize), or skip it on
                 non-finite 16-mixed gradients; run.after_optimizer_step()
             items, stopper = run.report(outputs' items, interrupter.should_stop())
-            ProcessedItem per item (iteration counts items; lr = the last step's lr)
+            ProcessedItem per item (iteration counts items; lr = the last step's lr); a run
+                may return earlier units' items later (DDP's chunks): each gets its unit's stamp
             if stopper is not None: the partial window is dropped; stop after EndSplit
         EndSplit(epoch)
         if stopped: go to "stop"
@@ -51,6 +52,7 @@ metrics thread does.
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,6 +60,7 @@ from typing import Any
 import torch
 
 from ember._errors import CheckpointError
+from ember.data import Progress
 from ember.train._checkpoint.learning import RunCheckpointer, TrainingRecords
 from ember.train._checkpoint.rng import rng_state
 from ember.train._checkpoint.run_state import restore_run, snapshot_run
@@ -187,9 +190,11 @@ class TrainingLoop:
         for replica in run.replicas:
             replica.train()
         iteration = consumed = 0
+        stamps: deque[tuple[Progress, float | None, int, torch.Tensor | None]] = deque()
         for unit, progress in run.train_pass():
             items, consumed = progress.items_processed - consumed, progress.items_processed
-            context = window.context(epoch, iteration + 1, unit, items)
+            # the unit's iteration counts the items not logged yet too (a DDP chunk's)
+            context = window.context(epoch, iteration + len(stamps) + 1, unit, items, progress)
             norm = None
             with step_context(context):  # optimize() may read the batch too
                 if context.autocast is None:
@@ -200,14 +205,16 @@ class TrainingLoop:
                 if window.closes(progress):
                     norm = window.step(learner)
                     run.after_optimizer_step()
-            logged, stopper = run.report(
-                [output.item for output in outputs], self.interrupter.should_stop()
+            reported = [output.item for output in outputs]
+            stamps.extend(
+                [(progress, learner.lr_current, window.optimizer_steps, norm)] * len(reported)
             )
-            lr, step = learner.lr_current, window.optimizer_steps
-            for item in logged:
+            logged, stopper = run.report(reported, self.interrupter.should_stop())
+            for item in logged:  # a run may log earlier units' items later: their own stamps
                 iteration += 1
+                at, lr, step, unit_norm = stamps.popleft()
                 processor.process_train(
-                    ProcessedItem(TrainingItem(item, progress, iteration, lr, step, norm))
+                    ProcessedItem(TrainingItem(item, at, iteration, lr, step, unit_norm))
                 )
             if stopper is not None:
                 window.drop()
@@ -234,18 +241,20 @@ class TrainingLoop:
         autocast = self.window.autocast
         with torch.inference_mode():
             iteration = 0
+            stamps: deque[tuple[Progress, int]] = deque()
             for batch, progress in run.valid_pass():
                 if autocast is None:
                     output = run.inference_step(batch)
                 else:
                     with torch.autocast(*autocast):
                         output = run.inference_step(batch)
+                stamps.append((progress, self.window.optimizer_steps))
                 items, stopper = run.report([output], self.interrupter.should_stop())
-                step = self.window.optimizer_steps
                 for item in items:
                     iteration += 1
+                    at, step = stamps.popleft()
                     processor.process_valid(
-                        ProcessedItem(TrainingItem(item, progress, iteration, None, step))
+                        ProcessedItem(TrainingItem(item, at, iteration, None, step))
                     )
                 if stopper is not None:
                     self._stopped_by(stopper)

@@ -75,7 +75,9 @@ class StepContext:
     backward adds to the gradients already in the ``.grad`` slots instead of replacing them.
     ``loss_factor`` multiplies the loss before backward (None: the loss as it is); ``scaler``
     (``precision("16-mixed")``) scales it after that. ``autocast`` is the ``(device type,
-    dtype)`` the forward pass runs under (mixed precision), or None.
+    dtype)`` the forward pass runs under (mixed precision), or None. ``closing`` is True when
+    the unit is its window's last (the optimizer steps after it): a distributed strategy
+    reduces the gradients over its processes only then.
     """
 
     epoch: int
@@ -86,6 +88,7 @@ class StepContext:
     loss_factor: float | None = None
     scaler: torch.amp.GradScaler | None = None
     autocast: tuple[str, torch.dtype] | None = None
+    closing: bool = True
 
 
 _CURRENT: contextvars.ContextVar[StepContext | None] = contextvars.ContextVar(

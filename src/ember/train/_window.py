@@ -5,8 +5,9 @@ window of an epoch that ends naturally may be shorter); without it, every batch 
 one. Every strategy's batches go through one :class:`OptimizerWindow`, so the rules are written
 once::
 
-    context = window.context(epoch, iteration, unit, items)   # before the unit's train_step
+    context = window.context(epoch, iteration, unit, items, progress)   # before train_step
         accumulating = not the window's first unit               # backward adds to .grad
+        closing      = the window's last unit                    # DDP all-reduces only then
         loss_factor  = items / (n x the window's first items)    # mean=True only
     window.closes(progress)          # True at the window's last unit: n, or the split's end
     window.step(learner)             # the window's gradients are in the main model's .grad
@@ -89,8 +90,11 @@ class OptimizerWindow:
         self._items = 0
         self._first_items = 0
 
-    def context(self, epoch: int, iteration: int, batch: Any, items: int) -> StepContext:
-        """The step context of the window's next unit, of ``items`` items."""
+    def context(
+        self, epoch: int, iteration: int, batch: Any, items: int, progress: Progress | None = None
+    ) -> StepContext:
+        """The step context of the window's next unit, of ``items`` items (``progress``: the
+        split's after it, which says whether the unit closes the window)."""
         factor = None
         if self.mean:
             if self._filled == 0:
@@ -106,6 +110,7 @@ class OptimizerWindow:
             factor,
             self.scaler,
             self.autocast,
+            progress is None or self._filled + 1 == self.size or progress.is_completed,
         )
 
     def closes(self, progress: Progress) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import io
 import json
 import os
@@ -17,7 +18,7 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 from torch import nn
 
-from ember.data import DataLoader, DataLoaderBuilder, InMemDataset
+from ember.data import DataLoader, DataLoaderBuilder, InMemDataset, TorchDataLoader
 from ember.train import (
     CliMetricsRenderer,
     KeepLastNCheckpoints,
@@ -31,6 +32,7 @@ from ember.train import (
 )
 from ember.train._metric.query import MetricQuery
 from ember.train._precision import Precision
+from ember.train._step import current_step
 from ember.train._strategy.ddp.strategy import DistributedDataParallel
 from tests.train.fixtures import Batch, batcher, ember_threads
 
@@ -250,3 +252,93 @@ def hang_at_step(out_dir: str, step: int, seconds: float, progress_timeout: floa
         seconds=time.monotonic() - started,
         threads=ember_threads(),
     )
+
+
+def accumulation(out_dir: str) -> None:
+    """grads_accumulation(2) with outputs reported every 3 units: the weights, the Loss lines,
+    and the all-reduces of the gradients (unit, closing) recorded as they are launched."""
+    out, rank = Path(out_dir), dist.get_rank()
+    calls: list[tuple[int, bool]] = []
+    all_reduce = dist.all_reduce
+
+    def counting(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        step = current_step()
+        if step is not None:  # inside a training step: a gradient all-reduce
+            calls.append((step.iteration, step.closing))
+        return all_reduce(tensor, *args, **kwargs)
+
+    dist.all_reduce = counting
+    try:
+        builder, learner = training(out / f"f-{rank}", 2, DistributedDataParallel(report_every=3))
+        result = builder.grads_accumulation(2).launch(learner)
+    finally:
+        dist.all_reduce = all_reduce
+    _succeeded(result)
+    assert type(result.model) is Mlp  # no wrapper, no class swap
+    copy.deepcopy(result.model)  # torch's replicate forbids this: ember leaves the model plain
+    save_weights(out / f"f-rank{rank}.safetensors", result.model)
+    (out / f"f-calls-rank{rank}.json").write_text(json.dumps(calls), encoding="utf-8")
+
+
+class Recorded(torch.utils.data.Dataset[tuple[list[float], float]]):
+    """``samples(count, seed)`` that records every index torch reads."""
+
+    def __init__(self, count: int, seed: int) -> None:
+        self.rows = samples(count, seed)
+        self.seen: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index: int) -> tuple[list[float], float]:
+        self.seen.append(index)
+        return self.rows[index]
+
+
+def torch_training(
+    directory: Path, sampler: str, strategy: Any = None
+) -> tuple[SupervisedTraining, Learner[Mlp], Recorded]:
+    """One epoch on TorchDataLoaders: shuffled by a seeded generator (``sampler="plain"``, the
+    global batch 8) or by a DistributedSampler (``"distributed"``, 4 items a rank)."""
+    torch.manual_seed(0)
+    model = Mlp()
+    dataset = Recorded(TRAIN_ITEMS, 0)
+
+    def collate(items: list[tuple[list[float], float]]) -> Batch:
+        return batcher(items, torch.device("cpu"))
+
+    if sampler == "plain":
+        generator = torch.Generator().manual_seed(3)
+        torch_loader = torch.utils.data.DataLoader(
+            dataset, batch_size=8, shuffle=True, generator=generator, collate_fn=collate
+        )
+    else:
+        distributed: torch.utils.data.DistributedSampler[Any] = torch.utils.data.DistributedSampler(
+            dataset, shuffle=True, seed=3
+        )
+        torch_loader = torch.utils.data.DataLoader(
+            dataset, batch_size=4, sampler=distributed, collate_fn=collate
+        )
+    valid = torch.utils.data.DataLoader(Recorded(VALID_ITEMS, 1), batch_size=4, collate_fn=collate)
+    builder = (
+        SupervisedTraining(directory, TorchDataLoader(torch_loader), TorchDataLoader(valid))
+        .renderer(CliMetricsRenderer(io.StringIO()))
+        .metrics(LossMetric())
+        .num_epochs(1)
+    )
+    if strategy is not None:
+        builder = builder.with_training_strategy(strategy)
+    return builder, Learner(model, torch.optim.Adam(model.parameters()), 1e-2), dataset
+
+
+def torch_loaders(out_dir: str) -> None:
+    """Both TorchDataLoader paths under DDP: the indices each rank read, and the weights."""
+    out, rank = Path(out_dir), dist.get_rank()
+    for sampler in ("plain", "distributed"):
+        builder, learner, dataset = torch_training(
+            out / f"{sampler}-{rank}", sampler, DistributedDataParallel()
+        )
+        result = builder.launch(learner)
+        _succeeded(result)
+        save_weights(out / f"{sampler}-rank{rank}.safetensors", result.model)
+        (out / f"{sampler}-seen-rank{rank}.json").write_text(json.dumps(dataset.seen))

@@ -1,186 +1,189 @@
-"""The bucketed gradient all-reduce of ``DistributedDataParallel``.
+"""The gradient all-reduce of ``DistributedDataParallel``: torch's own reducer.
 
-:class:`GradientReducer` hooks every trained parameter and, while ``train_step``'s backward pass
-runs, copies each gradient (weighted by this rank's share of the global batch) into a bucket and
-all-reduces a bucket as soon as it is complete, so that communication overlaps the rest of the
-backward pass, as torch's DDP reducer does. After the step, every rank holds the same global
-batch's gradients, and the replicas' optimizer steps keep them equal.
+:class:`TorchReducer` builds ``torch.nn.parallel.DistributedDataParallel`` over the model's
+trained parameters, as the composable ``torch.distributed._composable.replicate`` does (a
+``ParameterList`` of the same parameter objects), but leaves the model itself alone: no
+wrapper, no class swap, no forward hooks, and nothing left on the model once the run closes.
+Torch's reducer is armed for a step by the strategy instead of by a forward through the
+wrapper, so the user's ``train_step`` computes its loss however it likes (``self(...)``,
+submodules, several calls) and the reducer all-reduces the gradients in its buckets while
+``backward`` runs, overlapped with it::
+
+    prepare()            # a window's last unit, every share non-empty: arm the reducer
+    train_step(share)    # backward: each full bucket is averaged over the ranks (async)
+                         # the first bucket's hook first agrees that every rank got there
+    check_finished()     # every trained parameter got a gradient (else the reducer waits)
+
+Units inside an accumulation window do not arm it: their gradients add up locally in the
+``.grad`` slots (torch's ``no_sync``) and the window's last unit reduces the sum. When some rank
+has an empty share in that unit (a tail batch smaller than the world, a batch size below it),
+that rank has no backward to run: every rank then reduces by hand instead
+(:meth:`TorchReducer.all_reduce_by_hand`, one all-reduce per dtype and device with a presence
+flag per parameter, so that a parameter no rank has a gradient for keeps none). Both paths
+average over the ranks; the strategy weights each share's loss so that the average is the
+global batch's gradient.
 """
 
-from __future__ import annotations
-
+# no ``from __future__ import annotations``: torch checks the communication hook's annotations
+# against the real classes
 from collections.abc import Callable
-from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch._C._distributed_c10d import GradBucket
 
 from ember._errors import DistributedError
 from ember.distributed._processes import collective
-from ember.train._step import GradientsParams, trained_parameters
+from ember.train._step import trained_parameters
+from ember.train._strategy.ddp.ranks import Ranks
 
-__all__ = ["GradientReducer"]
+__all__ = ["TorchReducer", "check_not_distributed"]
 
-_FIRST_BUCKET_BYTES = 2**20
-
-
-class _Bucket:
-    """One all-reduce: its parameters' gradients and a presence flag per parameter, in one
-    flat tensor (so one collective carries both)."""
-
-    __slots__ = ("flags", "flat", "names", "params", "pending", "seen", "work")
-
-    def __init__(self, params: list[tuple[str, nn.Parameter]]) -> None:
-        self.names = [name for name, _ in params]
-        self.params = [param for _, param in params]
-        numel = sum(p.numel() for p in self.params)
-        first = self.params[0]
-        # the gradients, then one presence flag per parameter (> 0 once reduced: some rank had it)
-        self.flat = torch.zeros(numel + len(params), dtype=first.dtype, device=first.device)
-        self.flags = self.flat[numel:]
-        self.seen = [False] * len(params)
-        self.pending = len(params)
-        self.work: Any = None
+_UNFINISHED = "Expected to have finished reduction in the prior iteration"
 
 
-class GradientReducer:
-    """All-reduces gradients in buckets while backward runs, as torch's DDP reducer does.
+def check_not_distributed(model: nn.Module) -> None:
+    """Refuse a model that torch already replicates or shards: its gradients would be reduced
+    twice (or by two engines that disagree on the buckets)."""
+    from torch.distributed._composable.contract import _get_registry
 
-    Buckets hold parameters in reverse order (backward produces the last layers' gradients
-    first) up to ``bucket_bytes``, the first one on a GPU up to 1 MiB (so communication starts
-    early, as torch's DDP does; on the CPU the cores that would overlap it run the backward
-    pass, and an extra collective only costs). A bucket is launched once all its gradients
-    arrived and every bucket before it was launched, so all ranks issue the same collectives in
-    the same order. ``before_reduction`` runs before a step's first bucket is launched (the
-    progress agreement, so a hung rank is named instead of waited for).
-    A gradient is copied in multiplied by this rank's ``weight``; the sum over ranks is then
-    the global batch's gradient. :meth:`finish` launches what is left (zeros for parameters
-    without a gradient here), waits, and writes the results back into the step's gradients.
+    if isinstance(model, nn.parallel.DistributedDataParallel):
+        raise ValueError(
+            "the model is a torch.nn.parallel.DistributedDataParallel wrapper: pass the module "
+            "itself (model.module); ember's DistributedDataParallel applies torch's reducer"
+        )
+    applied = sorted(_get_registry(model) or {})
+    if applied:
+        raise ValueError(
+            f"the model is already under torch's {', '.join(applied)}: ember's "
+            "DistributedDataParallel applies torch's reducer itself; pass the model without it"
+        )
+
+
+class TorchReducer:
+    """Torch's DDP reducer over ``model``'s trained parameters (see the module doc).
+
+    ``before_reduction`` runs in the first bucket's communication hook, before the step's
+    first all-reduce (the progress agreement, so that a hung rank is named); what fails in the
+    hook is kept in :attr:`failure`, as torch only reports a RuntimeError of its own. With one rank
+    there is nothing to reduce and every method is a no-op.
     """
 
     def __init__(
         self,
         model: nn.Module,
-        bucket_bytes: int,
-        *,
-        before_reduction: Callable[[], None] | None = None,
+        ranks: Ranks,
+        bucket_cap_mb: float,
+        before_reduction: Callable[[], None],
     ) -> None:
-        params = [(n, p) for n, p in trained_parameters(model) if p.requires_grad]
-        self.buckets: list[_Bucket] = []
-        self._slot: dict[nn.Parameter, tuple[_Bucket, int, int]] = {}
-        current: list[tuple[str, nn.Parameter]] = []
-        size = 0
-        for name, param in reversed(params):
-            first = not self.buckets and param.device.type == "cuda"
-            cap = min(bucket_bytes, _FIRST_BUCKET_BYTES) if first else bucket_bytes
-            if current and (
-                size + param.numel() * param.element_size() > cap
-                or (param.dtype, param.device) != (current[0][1].dtype, current[0][1].device)
-            ):
-                self._add_bucket(current)
-                current, size = [], 0
-            current.append((name, param))
-            size += param.numel() * param.element_size()
-        if current:
-            self._add_bucket(current)
+        self._names = [name for name, param in trained_parameters(model) if param.requires_grad]
+        self._params = [param for _, param in trained_parameters(model) if param.requires_grad]
         self._before_reduction = before_reduction
-        self._weight = 1.0
-        self._next = 0
-        self._active = False
-        self._hooks = [
-            p.register_post_accumulate_grad_hook(self._on_grad)  # type: ignore[no-untyped-call]  # untyped in torch
-            for _, p in params
-        ]
-
-    def _add_bucket(self, params: list[tuple[str, nn.Parameter]]) -> None:
-        bucket = _Bucket(params)
-        offset = 0
-        for index, (_, param) in enumerate(params):
-            self._slot[param] = (bucket, index, offset)
-            offset += param.numel()
-        self.buckets.append(bucket)
-
-    def prepare(self, weight: float) -> None:
-        """Start a step whose gradients count ``weight`` times in the sum over ranks."""
-        self._weight, self._next, self._active = weight, 0, True
-        for bucket in self.buckets:
-            bucket.seen = [False] * len(bucket.params)
-            bucket.pending = len(bucket.params)
-
-    def _on_grad(self, param: torch.Tensor) -> None:
-        if not self._active:
+        self.failure: DistributedError | None = None
+        """What failed inside backward (the agreement, an all-reduce), if anything."""
+        self._world = ranks.world
+        self._ddp: nn.parallel.DistributedDataParallel | None = None  # buffers: the strategy's
+        if ranks.world == 1 or not self._params:
             return
-        bucket, index, offset = self._slot[param]  # type: ignore[index]  # a trained parameter
-        if bucket.seen[index]:
-            raise DistributedError(
-                f"parameter {bucket.names[index]} got a gradient twice in one train_step: "
-                "DistributedDataParallel reduces the gradients of one backward pass per step"
+        device_ids = [ranks.device] if ranks.device.type == "cuda" else None
+        with collective("setting up torch's gradient reducer (rank 0's weights to every rank)"):
+            self._ddp = nn.parallel.DistributedDataParallel(
+                nn.ParameterList(self._params),
+                device_ids=device_ids,
+                bucket_cap_mb=bucket_cap_mb,
             )
-        assert param.grad is not None
-        view = bucket.flat[offset : offset + param.numel()]
-        if self._weight == 1.0:
-            view.copy_(param.grad.reshape(-1))
-        else:
-            torch.mul(param.grad.reshape(-1), self._weight, out=view)
-        bucket.seen[index] = True
-        bucket.pending -= 1
-        if bucket.pending == 0:
-            self._launch_ready()
+        self._ddp.register_comm_hook(None, self._all_reduce)
 
-    def _launch_ready(self) -> None:
-        while self._next < len(self.buckets) and self.buckets[self._next].pending == 0:
-            if self._next == 0 and self._before_reduction is not None:
+    def _all_reduce(self, state: object, bucket: GradBucket) -> torch.futures.Future[torch.Tensor]:
+        """Torch's ``allreduce_hook`` (the mean over the ranks), which also keeps what failed:
+        torch reports an error in a hook as a RuntimeError of its own."""
+        try:
+            if bucket.index() == 0:
                 self._before_reduction()  # every rank got here: no collective can hang
-            bucket = self.buckets[self._next]
-            # kernels, not a copy from the host: that would wait for the device mid-backward
-            if all(bucket.seen):
-                bucket.flags.fill_(1)
-            else:
-                bucket.flags.zero_()
-                for index, seen in enumerate(bucket.seen):
-                    if seen:
-                        bucket.flags[index].fill_(1)
             with collective("the gradient all-reduce"):
-                bucket.work = dist.all_reduce(bucket.flat, async_op=True)
-            self._next += 1
+                work = dist.all_reduce(bucket.buffer().div_(self._world), async_op=True)
+        except DistributedError as error:
+            self.failure = error
+            raise
+        reduced: torch.futures.Future[torch.Tensor] = work.get_future().then(self._reduced)
+        return reduced
 
-    def finish(self, grads: GradientsParams | None) -> GradientsParams:
-        """The step's gradients summed over ranks (what ``optimizer_step`` takes)."""
-        self._active = False
-        for bucket in self.buckets[self._next :]:
-            offset = 0
-            for index, param in enumerate(bucket.params):
-                if not bucket.seen[index]:
-                    bucket.flat[offset : offset + param.numel()].zero_()
-                offset += param.numel()
-            bucket.pending = 0
-        self._launch_ready()
-        local = dict(grads or {})
-        reduced: dict[str, torch.Tensor] = {}
-        for bucket in self.buckets:
+    def _reduced(self, future: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
+        try:
             with collective("the gradient all-reduce"):
-                bucket.work.wait()
-            # only a parameter without a gradient here needs the flags read back (a sync on CUDA)
-            flags = None if all(bucket.seen) else bucket.flags.tolist()
+                return future.value()[0]
+        except DistributedError as error:
+            self.failure = error
+            raise
+
+    def prepare(self) -> None:
+        """Arm the reducer for the next backward pass (what DDP's forward does)."""
+        ddp = self._ddp
+        if ddp is None:
+            return
+        try:
+            ddp._pre_forward()  # type: ignore[no-untyped-call]  # untyped in torch
+        except RuntimeError as error:
+            if _UNFINISHED in str(error):
+                raise self._unused() from error
+            raise
+        ddp._post_forward(None)  # type: ignore[no-untyped-call]  # untyped in torch
+
+    def check_finished(self, ran: bool) -> None:
+        """After an armed step: every trained parameter must have got a gradient, or torch's
+        reducer still waits for it (and the other ranks for its bucket)."""
+        if self._ddp is not None and ran and any(p.grad is None for p in self._params):
+            raise self._unused()
+
+    def _unused(self) -> DistributedError:
+        missing = [n for n, p in zip(self._names, self._params, strict=True) if p.grad is None]
+        which = f" ({', '.join(missing)})" if missing else ""
+        return DistributedError(
+            f"a trained parameter got no gradient in a step{which}: under "
+            "DistributedDataParallel every trained parameter must get one in every step "
+            "(torch's reducer waits for it); freeze it with requires_grad_(False) or use it"
+        )
+
+    def all_reduce_by_hand(self) -> None:
+        """Average the ``.grad`` slots over the ranks without the reducer (a rank with an empty
+        share has none): zeros stand for a missing gradient, and a parameter keeps none only
+        when no rank had one."""
+        if self._ddp is None:
+            return
+        params = self._params
+        device = params[0].device
+        flags = torch.tensor([p.grad is not None for p in params], dtype=torch.float32)
+        # one presence flag per parameter: > 0 after the sum when some rank had a gradient
+        groups: dict[tuple[torch.dtype, torch.device], list[int]] = {}
+        for index, param in enumerate(params):
+            groups.setdefault((param.dtype, param.device), []).append(index)
+        flats = {
+            key: torch.cat([_flat_grad(params[index]) for index in indices])
+            for key, indices in groups.items()
+        }
+        flags = flags.to(device)
+        with collective("the gradient all-reduce"):
+            for flat in (*flats.values(), flags):
+                dist.all_reduce(flat)
+        present = flags.tolist()
+        for key, indices in groups.items():
+            flat = flats[key].div_(self._world)
             offset = 0
-            for index, (name, param) in enumerate(zip(bucket.names, bucket.params, strict=True)):
-                value = bucket.flat[offset : offset + param.numel()].view_as(param)
+            for index in indices:
+                param = params[index]
+                value = flat[offset : offset + param.numel()].view_as(param)
                 offset += param.numel()
-                grad = local.pop(name, None)
-                if grad is not None and bucket.seen[index]:
-                    reduced[name] = grad.copy_(value)  # in place: the step's own tensor
-                elif bucket.seen[index] or (flags is not None and flags[index] > 0):
-                    reduced[name] = value.clone()
-        if local:
-            raise DistributedError(
-                f"train_step returned gradients for {sorted(local)} that backward did not write "
-                "into .grad: DistributedDataParallel reduces gradients as backward produces "
-                "them; build the output with TrainOutput.from_loss"
-            )
-        return GradientsParams(reduced)
+                if param.grad is not None:
+                    param.grad.copy_(value)
+                elif present[index] > 0:
+                    param.grad = value.clone()
 
     def close(self) -> None:
-        """Remove the gradient hooks from the model's parameters."""
-        for hook in self._hooks:
-            hook.remove()
+        """Drop torch's reducer: its autograd hooks leave the parameters with it."""
+        self._ddp = None
+
+
+def _flat_grad(param: nn.Parameter) -> torch.Tensor:
+    grad = param.grad
+    return param.new_zeros(param.numel()) if grad is None else grad.reshape(-1)

@@ -1,10 +1,11 @@
 """Per-rank outputs to rank 0's global batch for ``DistributedDataParallel``.
 
-After every batch, :func:`exchange_outputs` sends each rank's output to rank 0 (together with
-every rank's stop wish, so that one exchange serves both). Outputs travel as the tensor fields
-of a dataclass: tensors only, never pickle. Rank 0 emits its own output when no other rank has
-one, else the ranks' parts, merged in rank order on the metrics thread (where outputs' ``sync``
-runs), not in the training loop.
+After every chunk of units (``DistributedDataParallel(report_every=...)`` batches, and at the
+end of a pass), :func:`exchange_outputs` sends each rank's outputs of the chunk to rank 0
+(together with every rank's stop wish, so that one exchange serves both). Outputs travel as
+the tensor fields of a dataclass: tensors only, never pickle. Rank 0 emits its own output when
+no other rank has one, else the ranks' parts, merged in rank order on the metrics thread (where
+outputs' ``sync`` runs), not in the training loop.
 
 A merge function turns the parts into the global batch's output: the built-in outputs
 concatenate ``output``/``logits``/``targets`` and average a scalar ``loss`` weighted by the
@@ -36,7 +37,7 @@ __all__ = ["exchange_outputs", "merge_outputs", "register_output_merge"]
 
 OutputT = TypeVar("OutputT")
 Merge = Callable[[Sequence[Any], Sequence[int]], Any]
-_HEADER = 128  # int64 numbers per rank for its stop wish and its output's shapes
+_HEADER = 64  # int64 numbers per unit and rank for its output's shapes
 
 
 # --- merging ---------------------------------------------------------------------------------
@@ -174,58 +175,89 @@ def _tensor_fields(item: Any) -> list[str]:
 
 
 def exchange_outputs(
-    ranks: Ranks, item: Any, wish: int, shares: tuple[int, ...], *, summed_loss: bool
-) -> tuple[Any, int]:
-    """After a batch: every rank's stop ``wish``, and the batch's output on rank 0.
+    ranks: Ranks,
+    items: Sequence[Any],
+    wish: int,
+    shares: Sequence[tuple[int, ...]],
+    *,
+    summed_loss: bool,
+) -> tuple[list[Any], int]:
+    """After a chunk of units: every rank's stop ``wish``, and the units' outputs on rank 0.
 
-    Two collectives, whatever the world size: an all-gather of a small int64 block per rank
-    (its stop wish and the shapes of its output's tensors), then a gather of the outputs' bytes
-    on rank 0. Returns rank 0's output for the global batch (its own, or the parts to merge;
-    None on other ranks) and the highest stop wish of any rank.
+    ``items`` holds this rank's output of each unit of the chunk (None for an empty share) and
+    ``shares`` every rank's share sizes of each unit; every rank passes the same number of
+    units. Two collectives per chunk, whatever its length and the world size: an all-gather of
+    a small int64 block per rank (its stop wish and the shapes of its outputs' tensors), then a
+    gather of the outputs' bytes on rank 0. Returns rank 0's output of each unit in which it
+    had one (its own, or the parts to merge; an empty list on other ranks) and the highest
+    stop wish of any rank.
     """
     if ranks.world == 1:
-        return item, wish
-    names: list[str] = []
-    tensors: list[torch.Tensor | None] = []
-    if item is not None:
-        _merge_for(type(item))  # every rank with a share fails alike on an unusable type
-        names = _tensor_fields(item)
-        tensors = [getattr(item, name) for name in names]
-    header = tensor_header(tensors) if item is not None else []
-    if len(header) > _HEADER - 2:
-        raise ValueError(
-            f"{type(item).__name__} has too many tensor fields or dimensions to send to "
-            f"rank 0 (a header of {len(header)} numbers, at most {_HEADER - 2})"
-        )
-    block = torch.zeros(_HEADER, dtype=torch.int64)
-    block[0], block[1] = wish, len(header)
-    block[2 : 2 + len(header)] = torch.tensor(header, dtype=torch.int64)
+        return [item for item in items if item is not None], wish
+    names: list[list[str]] = []
+    tensors: list[list[torch.Tensor | None]] = []
+    block = torch.zeros(1 + len(items) * _HEADER, dtype=torch.int64)
+    block[0] = wish
+    for unit, item in enumerate(items):
+        fields = [] if item is None else _tensor_fields(item)
+        if item is not None:
+            _merge_for(type(item))  # every rank with a share fails alike on an unusable type
+        names.append(fields)
+        tensors.append([getattr(item, name) for name in fields])
+        header = tensor_header(tensors[-1]) if item is not None else []
+        if len(header) > _HEADER - 1:
+            raise ValueError(
+                f"{type(item).__name__} has too many tensor fields or dimensions to send to "
+                f"rank 0 (a header of {len(header)} numbers, at most {_HEADER - 1})"
+            )
+        start = 1 + unit * _HEADER
+        block[start] = len(header)
+        block[start + 1 : start + 1 + len(header)] = torch.tensor(header, dtype=torch.int64)
     blocks = [torch.empty_like(block) for _ in range(ranks.world)]
     with collective("exchanging stop wishes and output shapes"):
         dist.all_gather(blocks, block, group=ranks.cpu)
     table = torch.stack(blocks).tolist()
-    headers = [row[2 : 2 + row[1]] if row[1] else None for row in table]
     stop = max(row[0] for row in table)
-    size = max((payload_size(h) for h in headers[1:] if h is not None), default=0)
-    if size == 0:  # only rank 0 has an output
-        return (item if ranks.is_main else None), stop
-    mine = (
-        pack_tensors(tensors, size, ranks.device)
-        if item is not None and not ranks.is_main
-        else torch.zeros(size, dtype=torch.uint8, device=ranks.device)
-    )
-    gathered = [torch.empty_like(mine) for _ in range(ranks.world)] if ranks.is_main else None
+    headers = [
+        [
+            row[start + 1 : start + 1 + row[start]] if row[start] else None
+            for start in range(1, len(row), _HEADER)
+        ]
+        for row in table
+    ]
+    sizes = [[0 if h is None else payload_size(h) for h in rank] for rank in headers]
+    size = max(sum(rank) for rank in sizes[1:])
+    if size == 0:  # only rank 0 has outputs
+        return ([item for item in items if item is not None] if ranks.is_main else []), stop
+    payload = torch.zeros(size, dtype=torch.uint8, device=ranks.device)
+    if not ranks.is_main:
+        offset = 0
+        for unit_tensors, unit_size in zip(tensors, sizes[ranks.rank], strict=True):
+            if unit_size:
+                payload[offset : offset + unit_size] = pack_tensors(
+                    unit_tensors, unit_size, ranks.device
+                )
+                offset += unit_size
+    gathered = [torch.empty_like(payload) for _ in range(ranks.world)] if ranks.is_main else None
     with collective("gathering the outputs on rank 0"):
-        dist.gather(mine, gathered, dst=0)
-    if gathered is None or item is None:
-        return None, stop
-    parts, sizes = [item], [shares[0]]
-    for src in range(1, ranks.world):
-        header_src = headers[src]
-        if header_src is not None:
-            received = unpack_tensors(header_src, gathered[src])
-            parts.append(dataclasses.replace(item, **dict(zip(names, received, strict=True))))
-            sizes.append(shares[src])
-    if len(parts) == 1:
-        return item, stop
-    return _GlobalBatch(parts, sizes, summed_loss), stop
+        dist.gather(payload, gathered, dst=0)
+    if gathered is None:
+        return [], stop
+    offsets = [0] * ranks.world
+    merged: list[Any] = []
+    for unit, item in enumerate(items):
+        if item is None:
+            continue
+        parts, part_sizes = [item], [shares[unit][0]]
+        for src in range(1, ranks.world):
+            header_src, length = headers[src][unit], sizes[src][unit]
+            if header_src is None:
+                continue
+            received = unpack_tensors(
+                header_src, gathered[src][offsets[src] : offsets[src] + length]
+            )
+            offsets[src] += length
+            parts.append(dataclasses.replace(item, **dict(zip(names[unit], received, strict=True))))
+            part_sizes.append(shares[unit][src])
+        merged.append(item if len(parts) == 1 else _GlobalBatch(parts, part_sizes, summed_loss))
+    return merged, stop

@@ -47,6 +47,8 @@ messages the ranks agree through), ``gradients`` (the bucketed gradient all-redu
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -57,29 +59,26 @@ from typing import Any, Literal, TypeVar
 import torch
 import torch.distributed as dist
 
+from ember._checks import check_positive_int
 from ember._errors import DistributedError
-from ember.data import DataLoader, Progress
+from ember.data import DataLoader, Progress, TorchDataLoader
 from ember.data._loader import BatchingLoader
 from ember.data._shard import ShardedDataLoader, ShardIterator
 from ember.distributed._messages import broadcast_bytes, broadcast_coalesced, gather_bytes
 from ember.distributed._processes import DEFAULT_TIMEOUT, collective, init_from_environment
 from ember.train._learner import Learner
-from ember.train._step import (
-    GradientsAccumulator,
-    GradientsParams,
-    TrainOutput,
-    current_step,
-    trained_parameters,
-)
-from ember.train._strategy.ddp.gradients import GradientReducer
+from ember.train._step import TrainOutput, current_step, step_context, trained_parameters
+from ember.train._strategy.ddp.gradients import TorchReducer, check_not_distributed
 from ember.train._strategy.ddp.outputs import exchange_outputs
 from ember.train._strategy.ddp.progress import ProgressWatch
 from ember.train._strategy.ddp.ranks import Ranks
+from ember.train._strategy.ddp.torch_shares import SharesIterator, TorchShares
 
 __all__ = ["DistributedDataParallel", "DistributedRun"]
 
 log = logging.getLogger("ember.train")
 T = TypeVar("T")
+Shares = ShardedDataLoader[Any] | TorchShares  # a rank's view of a loader
 
 
 class DistributedDataParallel:
@@ -93,9 +92,13 @@ class DistributedDataParallel:
     ``cuda:LOCAL_RANK`` with nccl, the CPU with gloo, unless ``device`` is given.
 
     ``loss_reduction`` says how the step's loss reduces over its batch's items: ``"mean"``
-    (gradients weighted by share / global batch) or ``"sum"`` (gradients summed). Gradients are
-    reduced in buckets of ``bucket_cap_mb``. With ``broadcast_buffers`` rank 0's buffers are
-    copied to every rank before each step and each validation, as torch's DDP does.
+    (each share's loss weighted by world x share / global batch, so that torch's average over
+    the ranks is the global batch's gradient) or ``"sum"`` (weighted by the world size: the
+    sum). Torch's reducer all-reduces the gradients in buckets of ``bucket_cap_mb``. With
+    ``broadcast_buffers`` rank 0's buffers are copied to every rank before each step and each
+    validation, as torch's DDP does. Outputs and stop wishes reach rank 0 every
+    ``report_every`` units of work (and at the end of each pass): one exchange per chunk, so a
+    stop takes effect at the end of the chunk in which a rank asked for it.
 
     A rank that makes no progress for ``progress_timeout`` (default: a fifth of ``timeout``)
     while the others wait for it, hung in its step or its data loader, ends the run with a
@@ -114,6 +117,7 @@ class DistributedDataParallel:
         bucket_cap_mb: float = 25.0,
         broadcast_buffers: bool = True,
         progress_timeout: timedelta | None = None,
+        report_every: int = 16,
     ) -> None:
         if backend is not None and not isinstance(backend, str):
             raise TypeError(f"backend must be a str or None, got {type(backend).__name__}")
@@ -139,6 +143,7 @@ class DistributedDataParallel:
         self.bucket_cap_mb = bucket_cap_mb
         self.broadcast_buffers = broadcast_buffers
         self.progress_timeout = progress_timeout or timeout / 5
+        self.report_every = check_positive_int("report_every", report_every)
         self._ranks: Ranks | None = None
         self._world_group: Any = None
 
@@ -166,13 +171,12 @@ class DistributedDataParallel:
         self, learner: Learner[Any], train: DataLoader[Any], valid: DataLoader[Any]
     ) -> DistributedRun:
         """Join (or initialise) the process group; this rank's device, shares and reducer."""
+        check_not_distributed(learner.model)
         ranks = self._setup()
         try:
             learner.fork(ranks.device)
             views = {
-                name: ShardedDataLoader(
-                    _ember_loader(name, loader).to_device(ranks.device), ranks.rank, ranks.world
-                )
+                name: _shares(name, loader, ranks)
                 for name, loader in (("train", train), ("valid", valid))
             }
             return DistributedRun(self, ranks, learner, views)
@@ -219,25 +223,28 @@ class DistributedDataParallel:
                 log.debug("destroying the process group failed", exc_info=True)
 
 
-def _ember_loader(name: str, loader: DataLoader[Any]) -> BatchingLoader[Any, Any]:
+def _shares(name: str, loader: DataLoader[Any], ranks: Ranks) -> Shares:
+    """This rank's view of ``loader``: its share of every global batch (of every unit)."""
+    if isinstance(loader, TorchDataLoader):
+        return TorchShares(loader.to_device(ranks.device), ranks.rank, ranks.world)
     if not isinstance(loader, BatchingLoader):
         raise TypeError(
             "DistributedDataParallel shards ember's BatchDataLoader/MultiThreadDataLoader/"
-            "StreamingDataLoader; the "
-            f"{name} loader is a {type(loader).__name__}"
+            f"StreamingDataLoader and TorchDataLoader; the {name} loader is a "
+            f"{type(loader).__name__}"
         )
-    return loader
+    return ShardedDataLoader(loader.to_device(ranks.device), ranks.rank, ranks.world)
 
 
 class DistributedRun:
-    """One rank's run: its shares of every global batch, the reducer, the agreements."""
+    """One rank's run: its shares of every global batch, torch's reducer, the agreements."""
 
     def __init__(
         self,
         strategy: DistributedDataParallel,
         ranks: Ranks,
         learner: Learner[Any],
-        views: Mapping[str, ShardedDataLoader[Any]],
+        views: Mapping[str, Shares],
     ) -> None:
         self._strategy = strategy
         self._ranks = ranks
@@ -246,15 +253,17 @@ class DistributedRun:
         self._mean = strategy.loss_reduction == "mean"
         self._buffers = list(model.buffers()) if strategy.broadcast_buffers else []
         self._shares: tuple[int, ...] = ()
+        self._last = False  # the unit just yielded is its pass's last
+        self._chunk: list[Any] = []  # this rank's outputs of the units not exchanged yet
+        self._chunk_shares: list[tuple[int, ...]] = []
+        self._wish = 0
         self.replicas = (model,)
         self.loaders: Mapping[str, DataLoader[Any]] = dict(views)
-        with collective("broadcasting rank 0's weights"):
-            broadcast_coalesced([*model.parameters(), *model.buffers()], 0)
         self._watch = ProgressWatch(ranks, strategy.progress_timeout)
-        self._agreed = False  # since the last exchange: the step's reduction agreed already
-        self._reducer = GradientReducer(
-            model, int(strategy.bucket_cap_mb * 2**20), before_reduction=self._agree_reduction
-        )
+        self._agreed = False  # in this unit: every rank arrived at its first collective
+        self._reducer = TorchReducer(model, ranks, strategy.bucket_cap_mb, self._agree_reduction)
+        with collective("broadcasting rank 0's buffers"):
+            broadcast_coalesced(list(model.buffers()), 0)
 
     @property
     def rank(self) -> int:
@@ -270,37 +279,56 @@ class DistributedRun:
         self._sync_buffers()
         return self._shares_of(self._views["valid"])
 
-    def _shares_of(self, view: ShardedDataLoader[Any]) -> Iterator[tuple[Any, Progress]]:
-        iterator: ShardIterator[Any] = iter(view)
+    def _shares_of(self, view: Shares) -> Iterator[tuple[Any, Progress]]:
+        iterator: ShardIterator[Any] | SharesIterator = view.__iter__()  # iter() loses the type
         for batch in iterator:
             self._shares = iterator.shares
-            yield batch, iterator.progress()
+            progress = iterator.progress()
+            self._last = progress.is_completed
+            yield batch, progress
 
     def train_step(self, learner: Learner[Any], batch: Any) -> Sequence[TrainOutput[Any]]:
-        """``train_step`` on this rank's share, its gradients reduced over the ranks while
-        backward runs (an empty share contributes zeros); inside an accumulation window the
-        window's reduced gradients so far are added back after the reduction."""
-        model, shares = self._model, self._shares
+        """``train_step`` on this rank's share; at the window's last unit torch's reducer
+        all-reduces the gradients while backward runs (an empty share contributes zeros)."""
+        model, shares, ranks = self._model, self._shares, self._ranks
         self._sync_buffers()
+        self._agreed = False
         context = current_step()
-        window = None
-        if context is not None and context.accumulating:
-            window = GradientsParams.from_module(model)
-            for _, param in trained_parameters(model):
-                param.grad = None
-        self._reducer.prepare(shares[self._ranks.rank] / sum(shares) if self._mean else 1.0)
-        output = learner.train_step(batch) if batch is not None else None
-        grads = self._reducer.finish(None if output is None else output.grads)
-        if window is not None:
-            total = GradientsAccumulator()
-            total.accumulate(window)
-            total.accumulate(grads)
-            grads = total.grads()
-        grads.assign_to(model)
-        return () if output is None else (TrainOutput(grads, output.item),)
+        closing = context is None or context.closing
+        by_torch = closing and min(shares) > 0
+        if by_torch:
+            self._reducer.prepare()
+        output = None
+        if batch is not None:
+            # torch's reducer averages over the ranks: weight this share's loss so that the
+            # average is the global batch's gradient (1.0, no change, for equal shares)
+            weight = ranks.world * (shares[ranks.rank] / sum(shares) if self._mean else 1.0)
+            if context is not None and weight != 1.0:
+                factor = weight * (context.loss_factor or 1.0)
+                context = dataclasses.replace(context, loss_factor=factor)
+            try:
+                with step_context(context) if context is not None else contextlib.nullcontext():
+                    output = learner.train_step(batch)
+            except RuntimeError as error:
+                if self._reducer.failure is not None:  # inside backward: torch's words hide it
+                    raise self._reducer.failure from error
+                raise
+            if output.grads and output.grads.owner is not model:
+                raise DistributedError(
+                    f"train_step returned gradients for {sorted(output.grads)} that backward did "
+                    "not write into .grad: DistributedDataParallel reduces gradients as backward "
+                    "produces them; build the output with TrainOutput.from_loss"
+                )
+        if by_torch:
+            self._reducer.check_finished(batch is not None)
+        elif closing:
+            self._agree_reduction()
+            self._reducer.all_reduce_by_hand()
+        return () if output is None else (output,)
 
     def inference_step(self, batch: Any) -> Any:
         """The model's ``inference_step`` on this rank's share (None for an empty one)."""
+        self._agreed = False
         if batch is None:
             return None
         return self._model.inference_step(batch)
@@ -309,18 +337,26 @@ class DistributedRun:
         """Nothing: every rank applied the same reduced gradients."""
 
     def report(self, items: Sequence[Any], stop: bool) -> tuple[Sequence[Any], int | None]:
-        """One exchange: every rank's stop wish, and the outputs merged on rank 0."""
+        """Keep the unit's output; every ``report_every`` units (and at a pass's end) one
+        exchange: every rank's stop wish, and the chunk's outputs merged on rank 0."""
         ranks = self._ranks
-        if not self._agreed:  # one agreement per unit of work: validation's is here
+        if stop:
+            self._wish = max(self._wish, ranks.world - ranks.rank)
+        if self._shares:  # a unit of a pass (not the question between two epochs)
+            self._chunk.append(items[0] if items else None)
+            self._chunk_shares.append(self._shares)
+            self._shares = ()
+            if len(self._chunk) < self._strategy.report_every and not self._last:
+                return [], None
+        if not self._agreed:  # user code ran since this unit's last agreement
             self._watch.arrive("the exchange after a batch")
         self._agreed = False
-        wish = ranks.world - ranks.rank if stop else 0
-        item = items[0] if items else None
         merged, highest = exchange_outputs(
-            ranks, item, wish, self._shares, summed_loss=not self._mean
+            ranks, self._chunk, self._wish, self._chunk_shares, summed_loss=not self._mean
         )
+        self._chunk, self._chunk_shares, self._wish = [], [], 0
         stopper = None if highest == 0 else ranks.world - highest
-        return ([merged] if ranks.is_main and merged is not None else []), stopper
+        return (merged if ranks.is_main else []), stopper
 
     def decide(self, value: T) -> T:
         """Rank 0's JSON ``value`` on every rank."""
@@ -358,8 +394,8 @@ class DistributedRun:
             raise DistributedError(f"the ranks disagree on {', '.join(differ)}")
 
     def close(self, error: BaseException | None = None) -> None:
-        """Remove the reducer's hooks and close the shares; after an ``error`` on this rank,
-        tear the process group down so the other ranks fail at once."""
+        """Release torch's reducer (its hooks leave the parameters) and close the shares; after
+        an ``error`` on this rank, tear the process group down so the other ranks fail at once."""
         self._reducer.close()
         self._watch.close(failed=error is not None)
         for view in self._views.values():

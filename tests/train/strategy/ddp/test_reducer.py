@@ -1,0 +1,95 @@
+"""DistributedDataParallel on torch's reducer: accumulation windows, chunked outputs, refusals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+from safetensors.torch import load_file
+
+from ember.distributed import spawn
+from ember.train._strategy.ddp.strategy import DistributedDataParallel
+from tests.train.strategy.ddp import helpers as ddp_helpers
+from tests.train.strategy.ddp.test_local import one_rank  # noqa: F401  # the fixture
+from tests.train.strategy.ddp.test_training import TIMEOUT, losses
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(150)
+def test_accumulation_reduces_only_at_a_window_s_last_unit(tmp_path: Path) -> None:
+    """grads_accumulation(2) over 2 ranks: the gradients are all-reduced once per window, at
+    its last unit (torch's bucket; the tail batch, with an empty share on rank 1, by hand:
+    gradients and presence flags), never inside it; weights and Loss lines (reported every 3
+    units, so chunks end mid-pass) equal one process's."""
+    spawn(ddp_helpers.accumulation, 2, str(tmp_path), timeout=TIMEOUT, join_timeout=120)
+    builder, learner = ddp_helpers.training(tmp_path / "single", 2)
+    single = builder.grads_accumulation(2).launch(learner)
+    assert single.error is None, single.traceback
+    per_epoch = [[2, True], [4, True], [6, True], [7, True], [7, True]]
+    for rank in (0, 1):
+        calls = json.loads((tmp_path / f"f-calls-rank{rank}.json").read_text(encoding="utf-8"))
+        assert calls == per_epoch * 2
+        weights = load_file(tmp_path / f"f-rank{rank}.safetensors")
+        for name, tensor in learner.model.state_dict().items():
+            torch.testing.assert_close(weights[name], tensor, rtol=0, atol=1e-6)
+    for split in ("train", "valid"):
+        for epoch in (1, 2):
+            relative = Path(split, f"epoch-{epoch}", "Loss.log")
+            ours, theirs = (
+                losses(tmp_path / "f-0" / relative),
+                losses(tmp_path / "single" / relative),
+            )
+            assert [w for _, w in ours] == [w for _, w in theirs]
+            assert [v for v, _ in ours] == pytest.approx([v for v, _ in theirs], abs=1e-6)
+
+
+@pytest.mark.usefixtures("one_rank")
+def test_a_model_already_under_torch_s_replicate_is_refused(tmp_path: Path) -> None:
+    """replicate applied by the user, then ember's DDP: a clear error, before any step."""
+    from torch.distributed._composable.replicate import replicate
+
+    builder, learner = ddp_helpers.training(tmp_path / "run", 1, DistributedDataParallel())
+    replicate(learner.model)
+    result = builder.launch(learner)
+    assert isinstance(result.error, ValueError)
+    assert "already under torch's replicate" in str(result.error)
+    assert dist.is_initialized()  # refused before joining anything: the group is untouched
+
+
+def test_report_every_is_checked() -> None:
+    with pytest.raises(ValueError, match="report_every"):
+        DistributedDataParallel(report_every=0)
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(150)
+def test_torch_loaders_give_disjoint_shares_seeing_every_item_once(tmp_path: Path) -> None:
+    """A TorchDataLoader under DDP, 2 ranks, one epoch of 49 items. Plain shuffled sampler
+    (seeded generator): ember shards every global batch of 8, the ranks read disjoint shares
+    and the weights equal one process's. DistributedSampler (4 a rank): torch pads rank 1 with
+    a duplicate; ember leaves it out of the shares, so every item is read (and so counted in
+    the gradients and the metrics) exactly once."""
+    spawn(ddp_helpers.torch_loaders, 2, str(tmp_path), timeout=TIMEOUT, join_timeout=120)
+    for sampler in ("plain", "distributed"):
+        seen = [
+            json.loads((tmp_path / f"{sampler}-seen-rank{rank}.json").read_text("utf-8"))
+            for rank in (0, 1)
+        ]
+        assert not set(seen[0]) & set(seen[1])
+        assert sorted(seen[0] + seen[1]) == list(range(ddp_helpers.TRAIN_ITEMS))
+        lines = losses(tmp_path / f"{sampler}-0" / "train" / "epoch-1" / "Loss.log")
+        assert len(lines) == 7 + 1  # a line per global batch (8 items, or 4 a rank), the epoch
+    builder, learner, _ = ddp_helpers.torch_training(tmp_path / "single", "plain")
+    single = builder.launch(learner)
+    assert single.error is None, single.traceback
+    for rank in (0, 1):
+        weights = load_file(tmp_path / f"plain-rank{rank}.safetensors")
+        for name, tensor in learner.model.state_dict().items():
+            torch.testing.assert_close(weights[name], tensor, rtol=0, atol=1e-6)
+    ours = losses(tmp_path / "plain-0" / "train" / "epoch-1" / "Loss.log")
+    theirs = losses(tmp_path / "single" / "train" / "epoch-1" / "Loss.log")
+    assert [w for _, w in ours] == [w for _, w in theirs]
+    assert [v for v, _ in ours] == pytest.approx([v for v, _ in theirs], abs=1e-6)
