@@ -154,3 +154,23 @@ def test_the_lock_is_taken_with_o_excl(tmp_path: Path) -> None:
     ):
         pass
     assert not (tmp_path / LOCK).exists()
+
+
+def test_under_ddp_only_rank_0_claims_the_directory(
+    run_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rank > 0 writes nothing, so it takes no lock and checks nothing (rank 0 does)."""
+    from ember.train import DistributedDataParallel
+    from ember.train._run_directory import claim_for_run
+
+    write_lock(run_dir, 4242, "node-17")  # would refuse rank 0
+    monkeypatch.setenv("RANK", "1")
+    config = training(run_dir).with_training_strategy(DistributedDataParallel()).config
+    with claim_for_run(config):
+        assert json.loads((run_dir / LOCK).read_text())["pid"] == 4242  # untouched
+    monkeypatch.setenv("RANK", "0")
+    with (
+        pytest.raises(RunDirectoryError, match="pid 4242 on host 'node-17'"),
+        claim_for_run(config),
+    ):
+        pass

@@ -8,7 +8,7 @@
         check the learner; find the starting epoch (a requested checkpoint must exist)
         the loggers: the file logs and the given ones (refused if nothing reads back what the
             summary, early stopping or checkpointing need)
-        main process: make the run directory; experiment.log; the renderer; config.json;
+        main process: experiment.log; the renderer; config.json;
             every logger's start(config) (an error there stops the launch, before training)
         resume_latest(): the newest usable checkpoint, skipped ones warned of in experiment.log
                          (none usable of several: CheckpointError, unless fresh_if_unusable);
@@ -200,10 +200,10 @@ def _launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
             async_processor.flush()
             if config.summary and async_processor.error is None and main:
                 summary = _write_summary(config, learner, store, result)
-            if main and checkpointer is not None and result.complete:
-                RunEnd(result.last_epoch, config.num_epochs, result.stop_reason).write(
-                    checkpointer.directory
-                )
+            ended = result.complete and async_processor.error is None
+            if main and checkpointer is not None and ended:
+                end = RunEnd(result.last_epoch, config.num_epochs, result.stop_reason)
+                end.write(checkpointer.directory)
         except Exception as caught:  # reported in the result, never lost
             error = caught
         finally:
