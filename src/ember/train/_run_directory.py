@@ -36,7 +36,7 @@ from ember._errors import RunDirectoryError
 from ember.train._checkpoint.file import SUFFIX
 from ember.train._checkpoint.learning import NAMES
 from ember.train._checkpoint.run_state import RUN_END
-from ember.train._config import DEFAULT_CHECKPOINTERS, TrainingConfig
+from ember.train._config import TrainingConfig
 from ember.train._strategy.single import SingleDevice
 
 __all__ = ["LOCK", "OWNED", "claim_for_run", "claim_run_directory", "used_by_a_run"]
@@ -62,11 +62,11 @@ def claim_for_run(config: TrainingConfig) -> AbstractContextManager[None]:
     if not (config.strategy or SingleDevice()).is_main:
         return nullcontext()
     checkpointer = config.checkpointer
-    checkpoints = (
-        config.directory / "checkpoint"
-        if checkpointer == DEFAULT_CHECKPOINTERS
-        else getattr(checkpointer, "directory", None)
-    )
+    checkpoints = None
+    if isinstance(checkpointer, str):  # DEFAULT_CHECKPOINTERS
+        checkpoints = config.directory / "checkpoint"
+    elif checkpointer is not None:
+        checkpoints = checkpointer.directory
     return claim_run_directory(
         config.directory,
         fresh=config.resume is None,
@@ -108,7 +108,7 @@ def used_by_a_run(directory: Path, checkpoints: Path | None) -> list[str]:
     """What of another run's logs and checkpoints ``directory`` holds (names, sorted)."""
     found = [name for name in RUNS if (directory / name).is_dir()]
     files = _checkpoint_files(checkpoints)
-    if files:
+    if checkpoints is not None and files:
         found.append(f"{_shown(directory, checkpoints)} ({len(files)} checkpoint files)")
     return sorted(found)
 
@@ -143,8 +143,7 @@ def _checkpoint_files(checkpoints: Path | None) -> list[Path]:
     return [path for path in checkpoints.iterdir() if _CHECKPOINT_FILE.fullmatch(path.name)]
 
 
-def _shown(directory: Path, path: Path | None) -> str:
-    assert path is not None
+def _shown(directory: Path, path: Path) -> str:
     try:
         return f"{path.relative_to(directory)}/"
     except ValueError:
