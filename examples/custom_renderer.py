@@ -66,7 +66,7 @@ class EpochLineRenderer:
             print(summary, file=self.stream)
 
     def on_error(self, error: BaseException) -> None:
-        """Say why training failed (the traceback is in ``result.error``)."""
+        """Say why training failed (then ``launch`` raises ``TrainingError`` from ``error``)."""
         print(f"training failed: {error!r}", file=self.stream)
 
     # what it does not show ------------------------------------------------------------------
@@ -113,6 +113,7 @@ def main(argv: list[str] | None = None) -> LearningResult[Mlp]:
         .metric_train_numeric(LossMetric())
         .metric_valid_numeric(LossMetric())
         .num_epochs(args.epochs)
+        .overwrite()  # a rerun replaces this example's earlier run
         .renderer(EpochLineRenderer())
         .launch(Learner(model, torch.optim.Adam(model.parameters()), 1e-2))
     )

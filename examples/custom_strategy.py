@@ -140,6 +140,7 @@ def main(argv: list[str] | None = None) -> LearningResult[Mlp]:
         .metric_train_numeric(LossMetric())
         .metric_valid_numeric(LossMetric())
         .num_epochs(args.epochs)
+        .overwrite()  # a rerun replaces this example's earlier run
         .renderer(CliMetricsRenderer(sys.stderr))  # stdout is the strategy's
         .with_training_strategy(TimedSingleDevice())
         .launch(Learner(model, torch.optim.Adam(model.parameters()), 1e-2))

@@ -135,6 +135,7 @@ def main(argv: list[str] | None = None) -> LearningResult[Gan]:
         SupervisedTraining(args.dir, loader(1024, 1), loader(256, 2))
         .metrics(LossMetric())
         .num_epochs(args.epochs)
+        .overwrite()  # a rerun replaces this example's earlier run
         .with_default_checkpointers()
         .launch(Learner(model, optimizers))
     )

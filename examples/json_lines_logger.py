@@ -83,6 +83,7 @@ def main(argv: list[str] | None = None) -> LearningResult[Mlp]:
         SupervisedTraining(args.dir, *loaders)
         .metrics(LossMetric())
         .num_epochs(args.epochs)
+        .overwrite()  # a rerun replaces this example's earlier run
         .hparams({"model": "Mlp"})
         .summary()
         .with_metric_logger(JsonLinesLogger(args.dir / "metrics.jsonl"))

@@ -116,6 +116,7 @@ def main(argv: list[str] | None = None) -> LearningResult[Sequence]:
         SupervisedTraining(args.dir, loader(16, 1), loader(4, 2))
         .metrics(LossMetric())
         .num_epochs(args.epochs)
+        .overwrite()  # a rerun replaces this example's earlier run
         .launch(Learner(model, optim))
     )
 

@@ -37,8 +37,10 @@ EMBER = {
     "MultiThreadDataLoader",
     "NonFiniteLossError",
     "RegressionOutput",
+    "RunDirectoryError",
     "SupervisedTraining",
     "TrainOutput",
+    "TrainingError",
 }
 
 DATA = {
@@ -127,6 +129,7 @@ TRAIN = {
     "PrecisionMetric",
     "RecallMetric",
     "RegressionOutput",
+    "RunDirectoryError",
     "SequenceOutput",
     "SequentialLr",
     "SingleDevice",
@@ -143,6 +146,7 @@ TRAIN = {
     "TorchLrScheduler",
     "TorchMetric",
     "TrainOutput",
+    "TrainingError",
     "TrainStep",
     "TrainingHooks",
     "TrainingItem",

@@ -10,6 +10,8 @@ from ember._errors import (
     DistributedError,
     EmberError,
     NonFiniteLossError,
+    RunDirectoryError,
+    TrainingError,
 )
 from ember._version import __version__ as __version__
 from ember.data._batcher import Batcher
@@ -45,6 +47,8 @@ __all__ = [
     "MultiThreadDataLoader",
     "NonFiniteLossError",
     "RegressionOutput",
+    "RunDirectoryError",
     "SupervisedTraining",
     "TrainOutput",
+    "TrainingError",
 ]

@@ -6,14 +6,19 @@
     ├── DataLoaderError         a loader cannot go on (bad state, closed loader)
     ├── CheckpointError         a checkpoint is missing, incomplete, corrupted or does not fit
     ├── NonFiniteLossError      a training loss became NaN or infinite ("finite only")
-    └── DistributedError        a rank of a data-parallel job failed or died ("data parallel")
+    ├── DistributedError        a rank of a data-parallel job failed or died ("data parallel")
+    ├── RunDirectoryError       the run directory holds another run, or another process writes it
+    └── TrainingError           training failed (``launch``): chained to the error, ``.result``
 
 Bad arguments raise the built-in ``ValueError`` / ``TypeError``; errors raised by the user's
-own code (a dataset, a batcher, a step) keep their original type. Stopping early or on user
-request is not an error: it is a reason on ``LearningResult``.
+own code (a dataset, a batcher, a step) keep their original type; when they end a training,
+``launch`` raises :class:`TrainingError` from them, after the run is finished. Stopping early or
+on user request is not an error: it is a reason on ``LearningResult``.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 __all__ = [
     "CheckpointError",
@@ -21,6 +26,8 @@ __all__ = [
     "DistributedError",
     "EmberError",
     "NonFiniteLossError",
+    "RunDirectoryError",
+    "TrainingError",
 ]
 
 
@@ -50,3 +57,21 @@ class DistributedError(EmberError):
     def __init__(self, message: str, exit_codes: dict[int, int] | None = None) -> None:
         super().__init__(message)
         self.exit_codes = dict(exit_codes or {})
+
+
+class RunDirectoryError(EmberError):
+    """The run directory cannot be written: it holds another run, or another process holds it."""
+
+
+class TrainingError(EmberError):
+    """Training failed: ``launch`` raises it from the error once the run is finished.
+
+    The run is finished first: logs flushed, checkpoints written, loggers and renderer closed.
+    ``result`` is the run's ``LearningResult`` (its ``error`` is the original exception, its
+    ``model`` the model as training left it). ``SupervisedTraining.errors_in_result()`` returns
+    the result instead of raising (Burn's behaviour).
+    """
+
+    def __init__(self, message: str, result: Any) -> None:
+        super().__init__(message)
+        self.result = result

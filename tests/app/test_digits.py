@@ -108,3 +108,22 @@ def test_three_way_split_is_disjoint() -> None:
     assert [d.label for d in valid] == [d.label for d in load_digits()[1]]
     seen = {tuple(d.pixels.tolist()) for d in test}
     assert not any(tuple(d.pixels.tolist()) in seen for d in train[:200])
+
+
+def test_a_failed_digits_training_exits_1_naming_the_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A training that fails stops the command with exit code 1 and the error on stderr (the
+    CLI follows launch's default: TrainingError, not a result to remember to read)."""
+
+    def broken(self: DigitsMlp, batch: object) -> None:
+        raise RuntimeError("a broken step")
+
+    monkeypatch.setattr(DigitsMlp, "train_step", broken)
+    assert main(["digits", "--dir", str(tmp_path / "digits"), "--epochs", "1"]) == 1
+    err = capsys.readouterr().err
+    assert (
+        "ember digits: training failed after 0 complete epoch(s): RuntimeError: a broken step"
+        in err
+    )
+    assert "errors_in_result()" in err

@@ -61,6 +61,7 @@ def test_step_error_lands_in_result_with_logs_intact(model: TinyRegressor, run_d
         .metric_train_numeric(LossMetric())
         .metric_valid_numeric(LossMetric())
         .num_epochs(3)
+        .errors_in_result()
         .launch(Learner(model, torch.optim.SGD(model.parameters()), 0.1))
     )
     assert isinstance(result.error, RuntimeError)
@@ -95,6 +96,7 @@ def test_metric_error_on_worker_stops_training(model: TinyRegressor, run_dir: Pa
         quiet(run_dir, loader(400, 4), loader(4, 4))
         .metric_train_numeric(Failing())
         .num_epochs(5)
+        .errors_in_result()
         .launch(Learner(model, torch.optim.SGD(model.parameters()), 0.1))
     )
     assert isinstance(result.error, ZeroDivisionError)
@@ -119,8 +121,10 @@ def test_dataset_error_lands_in_result(model: TinyRegressor, run_dir: Path) -> N
         .num_workers(2)
         .build(MapperDataset(samples(20), broken))
     )
-    result = quiet(run_dir, train, loader(4)).launch(
-        Learner(model, torch.optim.SGD(model.parameters()), 0.1)
+    result = (
+        quiet(run_dir, train, loader(4))
+        .errors_in_result()
+        .launch(Learner(model, torch.optim.SGD(model.parameters()), 0.1))
     )
     assert isinstance(result.error, KeyError)
 

@@ -74,6 +74,7 @@ def test_nan_gradient_with_finite_loss_is_never_checkpointed(
         .metric_train_numeric(LossMetric())
         .num_epochs(2)
         .with_default_checkpointers()
+        .errors_in_result()
         .launch(Learner(model, torch.optim.Adam(model.parameters()), 1e-2))
     )
     assert isinstance(result.error, CheckpointError)
@@ -104,6 +105,7 @@ def test_full_disk_under_experiment_log_is_the_result_error(
         .num_epochs(2)
         .with_default_checkpointers()
         .with_application_logger("/dev/full")
+        .errors_in_result()
         .launch(Learner(model, torch.optim.SGD(model.parameters()), 1e-2))
     )
     assert isinstance(result.error, OSError)
@@ -149,8 +151,10 @@ def test_renderer_on_error_that_raises_is_a_note_and_everything_closes(
 
     model.on_train_step = fail
     renderer = FailingRenderer("on_error")
-    result = quiet(tmp_path / "run", renderer).launch(
-        Learner(model, torch.optim.SGD(model.parameters()), 1e-2)
+    result = (
+        quiet(tmp_path / "run", renderer)
+        .errors_in_result()
+        .launch(Learner(model, torch.optim.SGD(model.parameters()), 1e-2))
     )
     assert isinstance(result.error, ValueError)
     assert str(result.error) == "the step broke"
@@ -165,8 +169,10 @@ def test_renderer_end_that_raises_is_the_result_error(
     """The renderer's end() raising is the run's error, not only a line in experiment.log."""
     model = TinyRegressor()
     renderer = FailingRenderer("end")
-    result = quiet(tmp_path / "run", renderer).launch(
-        Learner(model, torch.optim.SGD(model.parameters()), 1e-2)
+    result = (
+        quiet(tmp_path / "run", renderer)
+        .errors_in_result()
+        .launch(Learner(model, torch.optim.SGD(model.parameters()), 1e-2))
     )
     assert isinstance(result.error, RuntimeError)
     assert str(result.error) == "the renderer's end broke"
@@ -196,6 +202,7 @@ def test_metric_logger_that_cannot_write_stops_training(
             builder.metric_train_numeric(LossMetric())
             .with_metric_logger(FileMetricLogger(logs, interval=0.0))
             .num_epochs(40)
+            .errors_in_result()
             .launch(Learner(model, torch.optim.SGD(model.parameters()), 1e-2))
         )
         assert isinstance(result.error, OSError)
@@ -214,8 +221,10 @@ def test_optimizer_over_another_models_parameters_is_refused(
     start, naming the first parameter that is not the model's."""
     model = TinyRegressor()
     other = copy.deepcopy(model)
-    result = quiet(tmp_path / "run").launch(
-        Learner(model, torch.optim.Adam(other.parameters()), 1e-2)
+    result = (
+        quiet(tmp_path / "run")
+        .errors_in_result()
+        .launch(Learner(model, torch.optim.Adam(other.parameters()), 1e-2))
     )
     assert isinstance(result.error, ValueError)
     assert str(result.error).startswith(
@@ -240,6 +249,7 @@ def test_non_finite_loss_still_reported_first(
     result = (
         quiet(tmp_path / "run")
         .with_default_checkpointers()
+        .errors_in_result()
         .launch(Learner(model, torch.optim.SGD(model.parameters()), 1e-2))
     )
     assert isinstance(result.error, NonFiniteLossError)

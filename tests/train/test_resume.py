@@ -138,7 +138,7 @@ def test_default_strategy_keeps_seed_example_epochs(tmp_path: Path) -> None:
     expected = [
         f"{n}-{e}.safetensors" for n in ("model", "optim", "scheduler", "state") for e in (2, 3)
     ]
-    assert files == sorted([*expected, "manifest-2.json", "manifest-3.json"])
+    assert files == sorted([*expected, "manifest-2.json", "manifest-3.json", "run-end.json"])
 
 
 def test_missing_checkpoint_is_a_clear_error(tmp_path: Path) -> None:
@@ -168,6 +168,7 @@ def test_checkpoint_of_another_model_shape_fails_clearly(tmp_path: Path) -> None
         .with_default_checkpointers()
         .num_epochs(3)
         .checkpoint(1)
+        .errors_in_result()
         .launch(Learner(other, torch.optim.Adam(other.parameters()), 1e-2))
     )
     assert isinstance(result.error, CheckpointError)
@@ -246,6 +247,7 @@ def test_non_finite_loss_stops_without_checkpointing_it(tmp_path: Path) -> None:
         .metrics(LossMetric())
         .with_default_checkpointers()
         .num_epochs(4)
+        .errors_in_result()
         .launch(Learner(model, torch.optim.SGD(model.parameters()), 0.01))
     )
     assert isinstance(result.error, NonFiniteLossError)

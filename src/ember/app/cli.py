@@ -148,15 +148,17 @@ def _plot(directory: Path, output: Path | None) -> int:
 
 
 def _digits(directory: Path, epochs: int, *, test: bool = False) -> int:
+    from ember._errors import TrainingError
     from ember.app.digits import run_digits
 
     command = "eval" if test else "digits"
     try:
         report = run_digits(directory, epochs=epochs, test=test)
+    except TrainingError as error:  # the renderer has shown it with its traceback
+        print(f"ember {command}: {error}", file=sys.stderr)
+        return 1
     except (ValueError, ImportError) as error:
         return _error(command, error)
-    if not report.result.succeeded:
-        return 1
     if test and report.evaluation is not None:
         best = report.result.best_epoch
         print(f"Test accuracy of epoch {best}: {report.evaluation.value('Accuracy'):.2f} %")

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ember._errors import TrainingError
 from ember.app.rundir import claim_run_directory, marker_name
 from ember.data import DataLoader, DataLoaderBuilder, InMemDataset
 from ember.train._builder import SupervisedTraining
@@ -148,7 +149,7 @@ def run_demo(
     hand = hand_loop(copy.deepcopy(model), _loader(train_samples, workers, shuffle), epochs)
 
     buffer = io.StringIO()
-    result = (
+    training = (
         SupervisedTraining(
             directory,
             _loader(train_samples, workers, shuffle),
@@ -160,8 +161,13 @@ def run_demo(
         .num_epochs(epochs)
         .renderer(CliMetricsRenderer(buffer))
         .summary()
-        .launch(Learner(model, torch.optim.Adam(model.parameters()), LEARNING_RATE))
     )
+    try:
+        result = training.launch(
+            Learner(model, torch.optim.Adam(model.parameters()), LEARNING_RATE)
+        )
+    except TrainingError as failure:  # reported with the Learner's output, which shows it
+        result = failure.result
     logged = FileMetricLogger(directory)
     learner = [
         entry.value

@@ -8,6 +8,7 @@ events for writing one's own strategy, renderer, logger or metric are in :mod:`e
 See ``docs/training.md``.
 """
 
+from ember._errors import RunDirectoryError, TrainingError
 from ember.train._builder import SupervisedTraining
 from ember.train._checkpoint.asynchronous import AsyncCheckpointer
 from ember.train._checkpoint.export import export_weights, load_checkpoint
@@ -151,6 +152,7 @@ __all__ = [
     "PrecisionMetric",
     "RecallMetric",
     "RegressionOutput",
+    "RunDirectoryError",
     "SequenceOutput",
     "SequentialLr",
     "SingleDevice",
@@ -168,6 +170,7 @@ __all__ = [
     "TorchMetric",
     "TrainOutput",
     "TrainStep",
+    "TrainingError",
     "TrainingHooks",
     "TrainingItem",
     "TuiMetricsRenderer",

@@ -281,6 +281,12 @@ class SupervisedTraining:
             )
         return self._set(resume="latest", fresh_if_unusable=fresh_if_unusable)
 
+    def overwrite(self) -> SupervisedTraining:
+        """Start afresh in a directory that holds an earlier run: remove what ember wrote there
+        (split logs, checkpoints, ``experiment.log``, ``config.json``, ``summary.json``; never
+        other files) at launch. Without it, such a fresh run is refused (``RunDirectoryError``)."""
+        return self._set(overwrite=True)
+
     # output ------------------------------------------------------------------------------
 
     def renderer(self, renderer: MetricsRenderer) -> SupervisedTraining:
@@ -342,8 +348,16 @@ class SupervisedTraining:
         )
         return self._set(tests=tuple(tests), test_checkpoint=checkpoint)
 
+    def errors_in_result(self) -> SupervisedTraining:
+        """Return a failed training's error in ``LearningResult.error`` (Burn's behaviour)
+        instead of raising ``TrainingError`` from it; check ``result.succeeded`` then."""
+        return self._set(errors_in_result=True)
+
     # launch ------------------------------------------------------------------------------
 
     def launch(self, learner: Learner[M]) -> LearningResult[M]:
-        """Train ``learner`` as configured; see ``_launch.launch`` for what happens, in order."""
+        """Train ``learner`` as configured; see ``_launch.launch`` for what happens, in order.
+
+        A failed training raises ``TrainingError`` (its ``.result`` is the run's result) once the
+        run is finished, unless ``errors_in_result()``."""
         return launch(self._config, learner)

@@ -78,3 +78,7 @@ class TrainingConfig:
     """The user's own entries of the run's configuration (``config.json``)."""
     fresh_if_unusable: bool = False
     """With ``resume="latest"``: train from epoch 1 when every checkpoint is unusable."""
+    overwrite: bool = False
+    """A fresh run removes what an earlier run wrote in the directory (else it is refused)."""
+    errors_in_result: bool = False
+    """A failed training is returned in ``LearningResult.error``, not raised (Burn's way)."""

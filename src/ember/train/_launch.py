@@ -3,13 +3,17 @@
 ::
 
     launch(config, learner):
+        main process: claim the run directory (_run_directory.py: its lock; a fresh run into
+            another run's directory refused, or that run's files removed with overwrite())
         check the learner; find the starting epoch (a requested checkpoint must exist)
         the loggers: the file logs and the given ones (refused if nothing reads back what the
             summary, early stopping or checkpointing need)
-        main process: make the run directory; experiment.log; the renderer; config.json;
+        main process: experiment.log; the renderer; config.json;
             every logger's start(config) (an error there stops the launch, before training)
         resume_latest(): the newest usable checkpoint, skipped ones warned of in experiment.log
-                         (none usable of several: CheckpointError, unless fresh_if_unusable)
+                         (none usable of several: CheckpointError, unless fresh_if_unusable);
+                         a run already complete for num_epochs: warned of, and its result
+                         returned without training (_finished.py)
         other processes: no files, no output (their events are dropped)
         start train-worker (the metrics thread)
         with Ctrl-C / SIGTERM routed to the interrupter:
@@ -24,12 +28,16 @@
                                 the checkpoints and the best epoch)
         with_test tests, if training succeeded: result.evaluate(tests, the valid metrics,
                                                                 the test checkpoint)
+        the run ended (num_epochs, early stopping): its end recorded beside the checkpoints
+        release the run directory
+        an error: raise TrainingError(result) from it (errors_in_result(): return the result)
 
-``launch`` never raises for an error during training: it is ``LearningResult.error``, with its
-traceback, after everything above is done. Each finishing step is guarded: the first error is
-the run's, any later one (a full disk under ``experiment.log``, a renderer whose ``on_error``
-raises) a note on it. What ``launch`` raises is refused before training starts: a bad
-learner, a missing checkpoint, or ``resume_latest()`` finding only unusable checkpoints.
+An error during training is raised as ``TrainingError`` only after everything above is done
+(or, with ``errors_in_result()``, returned as ``LearningResult.error``, with its traceback).
+Each finishing step is guarded: the first error is the run's, any later one (a full disk under
+``experiment.log``, a renderer whose ``on_error`` raises) a note on it. What ``launch`` raises
+itself is refused before training starts: a bad learner, a directory in use, a missing
+checkpoint, or ``resume_latest()`` finding only unusable checkpoints.
 """
 
 from __future__ import annotations
@@ -45,13 +53,14 @@ from typing import Any, TypeVar
 
 from torch import nn
 
-from ember._errors import CheckpointError
+from ember._errors import CheckpointError, TrainingError
 from ember.train._application_log import experiment_log, warnings_to
 from ember.train._checkpoint.export import best_epoch, model_checkpoints
 from ember.train._checkpoint.file import atomic_write
 from ember.train._checkpoint.learning import LearningCheckpointer, RunCheckpointer
 from ember.train._checkpoint.manifest import manifest_path
 from ember.train._checkpoint.resume import resume_latest_epoch
+from ember.train._checkpoint.run_state import RunEnd, clear_run_end
 from ember.train._checkpoint.strategy import (
     ComposedCheckpointingStrategy,
     KeepLastNCheckpoints,
@@ -61,6 +70,7 @@ from ember.train._checkpoint.strategy import (
 from ember.train._config import DEFAULT_CHECKPOINTERS, TrainingConfig
 from ember.train._early_stopping import MetricEarlyStoppingStrategy
 from ember.train._events import End
+from ember.train._finished import finished_result, finished_run
 from ember.train._gradient_checkpointing import checkpointed_modules
 from ember.train._hooks import TrainingHooks
 from ember.train._learner import Learner
@@ -79,8 +89,9 @@ from ember.train._processor import (
 from ember.train._renderer.base import EvaluationRenderer, MetricsRenderer, WarningRenderer
 from ember.train._renderer.cli import CliMetricsRenderer
 from ember.train._renderer.default import default_renderer
-from ember.train._result import LearningResult
+from ember.train._result import LearningResult, metric_names
 from ember.train._run_config import run_configuration
+from ember.train._run_directory import claim_for_run
 from ember.train._signals import graceful_stop
 from ember.train._strategy.single import SingleDevice
 from ember.train._summary import LearnerSummary, describe_model
@@ -96,6 +107,20 @@ def launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
     """Train ``learner`` as ``config`` says (see the module doc for the order of things)."""
     if not isinstance(learner, Learner):
         raise TypeError(f"launch needs a Learner, got {type(learner).__name__}")
+    with claim_for_run(config):
+        result = _launch(config, learner)
+    if result.error is None or config.errors_in_result:
+        return result
+    error = result.error
+    raise TrainingError(
+        f"training failed after {result.last_epoch} complete epoch(s): {type(error).__name__}: "
+        f"{error} (the run's log: {config.application_log}). The result is on this error's "
+        "`.result`; call errors_in_result() on the builder to have launch return it instead",
+        result,
+    ) from error
+
+
+def _launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
     _check_monitor(config, learner)
     _check_metric_names(config)
     loggers = run_loggers(config)
@@ -110,8 +135,6 @@ def launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
         checkpointing = checkpointed_modules(learner.model, checkpointing or None)
     strategy = config.strategy or SingleDevice()
     main = strategy.is_main  # False on DDP ranks > 0: no files, no output
-    if main:
-        config.directory.mkdir(parents=True, exist_ok=True)
     interrupter = config.interrupter
     renderer: MetricsRenderer = CliMetricsRenderer(io.StringIO())
     with experiment_log(config.application_log if main else None) as application_log:
@@ -121,6 +144,11 @@ def launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
         with warnings_to(show):  # skipped checkpoints: in experiment.log and on the screen
             if config.resume == "latest":
                 starting_epoch = _starting_epoch(config, checkpointer)
+                end = finished_run(config, checkpointer, starting_epoch)
+                if end is not None and checkpointer is not None:
+                    renderer.close()
+                    listing = _checkpoints(checkpointer)
+                    return finished_result(config, learner, checkpointer, end, renderer, listing)
         store = EventStore(loggers if main else [])
         if main:
             _start_loggers(config, learner, store)
@@ -153,6 +181,8 @@ def launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
             log.info(
                 "Starting training for %d epochs at epoch %d", config.num_epochs, starting_epoch
             )
+            if main and checkpointer is not None:
+                clear_run_end(checkpointer.directory)  # this run trains: not finished
             # train only: the strategy places the train loader in valid's place too (never
             # iterated: the loop skips validation), so every strategy runs unchanged
             valid = config.train if config.valid is None else config.valid
@@ -170,12 +200,17 @@ def launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
                 with graceful_stop(interrupter):
                     result = loop.execute()
             except BaseException as failure:
+                result = LoopResult(loop.last_epoch)  # the epochs completed before it
                 run.close(failure)
                 raise
             run.close()
             async_processor.flush()
             if config.summary and async_processor.error is None and main:
                 summary = _write_summary(config, learner, store, result)
+            ended = result.complete and async_processor.error is None
+            if main and checkpointer is not None and ended:
+                end = RunEnd(result.last_epoch, config.num_epochs, result.stop_reason)
+                end.write(checkpointer.directory)
         except Exception as caught:  # reported in the result, never lost
             error = caught
         finally:
@@ -199,6 +234,8 @@ def launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
         best_epoch=best,
         checkpoints=checkpoints,
         strategy=config.strategy,
+        reader=store if store.readers else None,
+        metric_names=metric_names(config.metrics),
     )
     return _test(config, learning) if config.tests and error is None else learning
 

@@ -107,10 +107,12 @@ class LoopPlan:
 
 @dataclass(frozen=True, slots=True)
 class LoopResult:
-    """How the loop ended: the last epoch completed and, if it stopped early, why."""
+    """How the loop ended: the last epoch completed and, if it stopped early, why; ``complete``:
+    the run is over (``num_epochs`` reached, or early stopping), not interrupted."""
 
     last_epoch: int
     stop_reason: str | None = None
+    complete: bool = False
 
 
 class TrainingLoop:
@@ -147,6 +149,8 @@ class TrainingLoop:
             autocast=autocast_of(plan.precision, device),
             measure_norm=plan.measure_grad_norm,
         )
+        self.last_epoch = plan.starting_epoch - 1
+        """The last epoch completed so far (what a run that fails now reports)."""
         self._last_saved: tuple[int, TrainingRecords] | None = None
         self._stop_reason: str | None = None
         self._early_stopped = False
@@ -158,7 +162,6 @@ class TrainingLoop:
         if plan.starting_epoch > 1:
             self._restore(plan.starting_epoch - 1)
         processor.process_train(Start(plan.num_epochs, plan.starting_epoch))
-        last = plan.starting_epoch - 1
         with checkpointed(plan.gradient_checkpointing, *self.run.replicas):
             for epoch in range(plan.starting_epoch, plan.num_epochs + 1):
                 for hooks in plan.hooks:
@@ -167,7 +170,7 @@ class TrainingLoop:
                 if self._stop_reason is not None:
                     break
                 self._valid_pass(epoch)
-                last = epoch
+                self.last_epoch = epoch
                 if self._end_epoch(epoch) or self._stop_reason is not None:
                     break
                 _, stopper = self.run.report((), self.interrupter.should_stop())
@@ -178,7 +181,8 @@ class TrainingLoop:
             self._keep_last_epoch()
             processor.flush()  # the epoch lines, written by the metrics thread, come first
             log.info("Training interrupted: %s", self._stop_reason)
-        return LoopResult(last, self._stop_reason)
+        complete = self._stop_reason is None or self._early_stopped
+        return LoopResult(self.last_epoch, self._stop_reason, complete)
 
     # --- the passes ----------------------------------------------------------------------------
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -15,12 +15,14 @@ from ember.train._checkpoint.export import CheckpointEpoch, load_checkpoint
 from ember.train._evaluation.evaluator import EvaluatorBuilder
 from ember.train._evaluation.summary import EvaluationSummary
 from ember.train._metric.base import Metric, Numeric
+from ember.train._metric.query import MetricQuery
 from ember.train._precision import Precision
 from ember.train._renderer.base import EvaluationRenderer, MetricsRenderer
 from ember.train._strategy.base import SupervisedLearningStrategy
 from ember.train._summary import LearnerSummary
+from ember.train._vocabulary import Split
 
-__all__ = ["LearningResult"]
+__all__ = ["LearningResult", "metric_names"]
 
 M = TypeVar("M", bound=nn.Module)
 
@@ -30,9 +32,16 @@ class LearningResult(Generic[M]):
     """How a run ended.
 
     ``model`` is the trained model in eval mode (call ``.train()`` to go on training);
-    ``error`` is the exception that ended training, with its ``__traceback__``, or None;
+    ``error`` is the exception that ended training, with its ``__traceback__``, or None (by
+    default ``launch`` raises ``TrainingError`` carrying this result instead of returning it);
     ``stop_reason`` says why training ended before ``num_epochs`` (early stopping, an
     interrupt), or is None; ``summary`` is set when the builder asked for one.
+
+    ``last_epoch`` is the last *completed* epoch: an epoch whose training pass a stop (Ctrl-C,
+    the interrupter) cut short is not counted, even though its partial logs are on disk (a
+    resume trains it again from its start); a stop during validation keeps the epoch, whose
+    training is complete and checkpointed. The summary's "Total Epochs" is the same number, and
+    :meth:`values` gives the epochs ``1..last_epoch``.
 
     ``checkpoints`` maps each checkpointed epoch to its model file; ``best_epoch`` is the epoch
     the checkpointing strategy keeps for its metric (the default's: lowest valid Loss), or None;
@@ -50,6 +59,10 @@ class LearningResult(Generic[M]):
     checkpoints: Mapping[int, Path] = field(default_factory=dict)
     evaluation: EvaluationSummary | None = None
     strategy: SupervisedLearningStrategy | None = None
+    reader: MetricQuery | None = field(default=None, repr=False)
+    """Where :meth:`values` reads the logged epoch values (the run's loggers that read back)."""
+    metric_names: Mapping[Split, tuple[str, ...]] = field(default_factory=dict)
+    """The names of the metrics registered on each split."""
 
     @property
     def succeeded(self) -> bool:
@@ -62,6 +75,32 @@ class LearningResult(Generic[M]):
         if self.error is None:
             return None
         return "".join(traceback.format_exception(self.error))
+
+    def values(self, split: str | Split, name: str) -> dict[int, float]:
+        """The logged epoch values of the metric ``name`` on ``split`` (``"train"``,
+        ``"valid"``), by epoch, for the completed epochs ``1..last_epoch`` (those before a
+        resume included); an epoch value is the split's final line, as the summary reads it.
+
+        ``result.values("valid", "Loss")`` -> ``{1: 0.52, 2: 0.31}``. Read from the run's logs
+        (the file logs, or a logger that reads back); no file is parsed by hand.
+        """
+        wanted = _split(split)
+        names = self.metric_names.get(wanted, ())
+        if name not in names:
+            raise ValueError(
+                f"no metric {name!r} was registered on the {wanted.value} split (registered "
+                f"there: {sorted(names)}); pass one of those names"
+            )
+        if self.reader is None:
+            raise ValueError(
+                "this result has no logs to read values from (no logger of the run reads back); "
+                "keep the file logs or add e.g. InMemoryMetricLogger()"
+            )
+        found = {
+            epoch: self.reader.find_metric(name, epoch, wanted)
+            for epoch in range(1, self.last_epoch + 1)
+        }
+        return {epoch: value for epoch, value in found.items() if value is not None}
 
     def evaluate(
         self,
@@ -98,3 +137,19 @@ class LearningResult(Generic[M]):
         if checkpoint is not None:
             load_checkpoint(self.directory, checkpoint, into=self.model)
         return evaluator.eval_all(tests)
+
+
+def _split(split: str | Split) -> Split:
+    if isinstance(split, Split):
+        return split
+    if split in ("train", "valid"):
+        return Split(split)
+    raise ValueError(f"split must be 'train' or 'valid', got {split!r}")
+
+
+def metric_names(metrics: Iterable[tuple[Split, Metric]]) -> dict[Split, tuple[str, ...]]:
+    """The names of registered ``(split, metric)`` pairs, by split (``metric_names``)."""
+    names: dict[Split, tuple[str, ...]] = {}
+    for split, metric in metrics:
+        names[split] = (*names.get(split, ()), metric.name)
+    return names

@@ -39,7 +39,9 @@ def builder(run: Path, stream: io.StringIO | None = None) -> SupervisedTraining:
 def train(configured: SupervisedTraining) -> LearningResult[TinyRegressor]:
     torch.manual_seed(0)
     model = TinyRegressor()
-    return configured.launch(Learner(model, torch.optim.SGD(model.parameters()), 1e-2))
+    return configured.errors_in_result().launch(
+        Learner(model, torch.optim.SGD(model.parameters()), 1e-2)
+    )
 
 
 def checkpointed_run(tmp_path: Path, epochs: int = 3) -> Path:

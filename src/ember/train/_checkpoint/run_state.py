@@ -14,18 +14,30 @@ The state record's metadata::
      "loaders": {"train": <state>, "valid": <state>, ...},
      "early_stopping": <its state_dict()>,            (when early stopping is set)
      "user": {name: <state_dict() of with_stateful(name, ...)>}}   (tensors in the record)
+
+How the run ended is recorded beside the checkpoints in ``run-end.json`` (:data:`RUN_END`)::
+
+    {"format": "ember.run-end", "epoch": e, "num_epochs": n, "stop_reason": reason | null}
+
+written when a run finished (``num_epochs`` reached, or early stopping) and removed when a run
+starts training, so ``resume_latest()`` can tell a complete run from an interrupted one: it
+trusts the record only when its epoch is the newest complete checkpoint.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from ember._errors import CheckpointError
 from ember.data import DataLoader
+from ember.train._checkpoint.file import atomic_write
 from ember.train._checkpoint.learning import RunCheckpointer, TrainingRecords
 from ember.train._checkpoint.record import (
     Record,
@@ -44,9 +56,12 @@ from ember.train._early_stopping import EarlyStoppingStrategy
 from ember.train._hooks import Stateful
 from ember.train._learner import Learner
 
-__all__ = ["restore_run", "snapshot_run"]
+__all__ = ["RUN_END", "RunEnd", "clear_run_end", "read_run_end", "restore_run", "snapshot_run"]
 
 _FORMAT = "ember.training-state"
+_END_FORMAT = "ember.run-end"
+RUN_END = "run-end.json"
+"""The file, in the checkpoint directory, that records how a finished run ended."""
 log = logging.getLogger("ember.train")
 
 
@@ -161,3 +176,52 @@ def _rng_of(state: Mapping[str, Any], rank: int, epoch: int) -> Any:
         rank,
     )
     return ranks[0]
+
+
+@dataclass(frozen=True, slots=True)
+class RunEnd:
+    """How a finished run ended: its last epoch, the ``num_epochs`` it was asked for, and the
+    early-stopping reason (None: ``num_epochs`` was reached)."""
+
+    epoch: int
+    num_epochs: int
+    stop_reason: str | None = None
+
+    def write(self, directory: Path) -> None:
+        """Record this end in ``directory`` (the checkpoint directory), atomically."""
+        data = {
+            "format": _END_FORMAT,
+            "epoch": self.epoch,
+            "num_epochs": self.num_epochs,
+            "stop_reason": self.stop_reason,
+        }
+        atomic_write(directory / RUN_END, (json.dumps(data, indent=2) + "\n").encode("utf-8"))
+
+    def complete_for(self, num_epochs: int) -> bool:
+        """Whether a resume asking for ``num_epochs`` has nothing left to train."""
+        return num_epochs <= self.num_epochs
+
+
+def read_run_end(directory: Path, latest: int | None) -> RunEnd | None:
+    """The recorded end of the run whose newest complete checkpoint is ``latest``, or None (no
+    record, an unreadable one, or one of another epoch: the run went on after it)."""
+    try:
+        data = json.loads((directory / RUN_END).read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # no record, or a damaged one: not known to be finished
+        return None
+    if not isinstance(data, dict) or data.get("format") != _END_FORMAT:
+        return None
+    epoch, num_epochs, reason = data.get("epoch"), data.get("num_epochs"), data.get("stop_reason")
+    if (
+        not isinstance(epoch, int)
+        or epoch != latest
+        or not isinstance(num_epochs, int)
+        or not isinstance(reason, str | None)
+    ):
+        return None
+    return RunEnd(epoch, num_epochs, reason)
+
+
+def clear_run_end(directory: Path) -> None:
+    """Forget a recorded end: this run trains, so the directory's run is not finished."""
+    (directory / RUN_END).unlink(missing_ok=True)

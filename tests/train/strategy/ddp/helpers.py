@@ -106,6 +106,7 @@ def training(
         .with_checkpointing_strategy(KeepLastNCheckpoints(10))
         .with_default_checkpointers()
         .num_epochs(epochs)
+        .errors_in_result()  # every rank's error is read from its result
     )
     if strategy is not None:
         builder = builder.with_training_strategy(strategy)

@@ -84,6 +84,7 @@ def test_error_on_a_device_thread_is_the_result_error(tmp_path: Path, model: Tin
     result = (
         loss_run(tmp_path / "run", loader(ITEMS, BATCH), loader(8))
         .with_training_strategy(MultiDevice(["cpu", "cpu"]))
+        .errors_in_result()
         .launch(Learner(model, torch.optim.SGD(model.parameters()), 0.1))
     )
     assert isinstance(result.error, RuntimeError)
@@ -105,6 +106,7 @@ def test_data_error_mid_round_joins_the_threads(tmp_path: Path, model: TinyRegre
     result = (
         loss_run(tmp_path / "run", train, loader(8))
         .with_training_strategy(MultiDevice(["cpu", "cpu"]))
+        .errors_in_result()
         .launch(Learner(model, torch.optim.SGD(model.parameters()), 0.1))
     )
     assert isinstance(result.error, ValueError) and "bad item 15" in str(result.error)
@@ -166,6 +168,7 @@ def test_more_devices_than_items(tmp_path: Path, model: TinyRegressor) -> None:
     result = (
         loss_run(tmp_path / "run", loader(2), loader(2))
         .with_training_strategy(MultiDevice(["cpu"] * 3))
+        .errors_in_result()
         .launch(Learner(model, torch.optim.SGD(model.parameters()), 0.1))
     )
     assert isinstance(result.error, ValueError)

@@ -1,0 +1,95 @@
+"""A run that already finished: what ``resume_latest()`` says and returns instead of training.
+
+A run that reached ``num_epochs`` or was stopped by early stopping records its end beside its
+checkpoints (``run-end.json``, ``_checkpoint/run_state.py``). ``resume_latest()`` on it, asking
+for no more epochs than that run was, warns that the run is complete (in ``experiment.log`` and
+through the renderer's warnings) and returns its result: the weights of its last epoch, its
+summary (``summary.json``), its stop reason and checkpoints; nothing is trained or written.
+Asking for more epochs trains on from the last one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import TypeVar
+
+from torch import nn
+
+from ember.train._checkpoint.learning import RunCheckpointer
+from ember.train._checkpoint.record import load_model_record
+from ember.train._checkpoint.run_state import RunEnd, read_run_end
+from ember.train._config import TrainingConfig
+from ember.train._learner import Learner
+from ember.train._logger.run import run_loggers
+from ember.train._metric.store import EventStore
+from ember.train._renderer.base import MetricsRenderer
+from ember.train._result import LearningResult, metric_names
+from ember.train._summary import LearnerSummary
+
+__all__ = ["finished_result", "finished_run"]
+
+M = TypeVar("M", bound=nn.Module)
+log = logging.getLogger("ember.train")
+
+
+def finished_run(
+    config: TrainingConfig, checkpointer: RunCheckpointer | None, starting_epoch: int
+) -> RunEnd | None:
+    """The recorded end of the run ``resume_latest()`` would resume at ``starting_epoch``, when
+    it has nothing left to train for ``config.num_epochs`` (the warning is logged); else None."""
+    if checkpointer is None or starting_epoch == 1:
+        return None
+    end = read_run_end(checkpointer.directory, starting_epoch - 1)
+    if end is None or not end.complete_for(config.num_epochs):
+        return None
+    how = f"stopped early ({end.stop_reason})" if end.stop_reason else "reached its last epoch"
+    log.warning(
+        "resume_latest(): the run in %s is complete: it %s after epoch %d of num_epochs=%d; "
+        "nothing is trained and its result is returned. To train on, ask for more epochs "
+        "(num_epochs(%d) or more); for a new run, use a new directory or overwrite()",
+        config.directory,
+        how,
+        end.epoch,
+        end.num_epochs,
+        end.num_epochs + 1,
+    )
+    return end
+
+
+def finished_result(
+    config: TrainingConfig,
+    learner: Learner[M],
+    checkpointer: RunCheckpointer,
+    end: RunEnd,
+    renderer: MetricsRenderer,
+    listing: tuple[dict[int, Path], int | None],
+) -> LearningResult[M]:
+    """The finished run's result: its last weights loaded into the model (eval mode), its
+    summary (``summary.json``, when the builder asks for one), the checkpoints of ``listing``
+    and its logs to read :meth:`~LearningResult.values` from."""
+    model = learner.model
+    load_model_record(model, checkpointer.restore(end.epoch).model)
+    model.eval()
+    path = config.directory / "summary.json"
+    summary = None
+    if config.summary and path.is_file():
+        data = json.loads(path.read_text(encoding="utf-8"))
+        summary = LearnerSummary.from_json(data) if isinstance(data, dict) else None
+    store = EventStore(run_loggers(config))  # read only: nothing is started or written
+    checkpoints, best = listing
+    return LearningResult(
+        model,
+        renderer,
+        None,
+        summary,
+        end.stop_reason,
+        end.epoch,
+        directory=config.directory,
+        best_epoch=best,
+        checkpoints=checkpoints,
+        strategy=config.strategy,
+        reader=store if store.readers else None,
+        metric_names=metric_names(config.metrics),
+    )

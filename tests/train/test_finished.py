@@ -1,0 +1,106 @@
+"""``resume_latest()`` on a run that already finished: it says so and returns its result."""
+
+from __future__ import annotations
+
+import io
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+
+from ember.extend import Direction, Split
+from ember.train import (
+    CliMetricsRenderer,
+    Learner,
+    LossMetric,
+    MetricEarlyStoppingStrategy,
+    StoppingCondition,
+    SupervisedTraining,
+)
+from ember.train._checkpoint.run_state import RUN_END
+from tests.train.fixtures import TinyRegressor, loader
+
+
+def training(run_dir: Path, epochs: int, stream: io.StringIO) -> SupervisedTraining:
+    return (
+        SupervisedTraining(run_dir, loader(8), loader(4))
+        .renderer(CliMetricsRenderer(stream))
+        .metrics(LossMetric())
+        .num_epochs(epochs)
+        .summary()
+        .with_default_checkpointers()
+        .resume_latest()
+    )
+
+
+def learner(seed: int = 0, lr: float = 0.1) -> Learner[TinyRegressor]:
+    torch.manual_seed(seed)
+    model = TinyRegressor()
+    return Learner(model, torch.optim.SGD(model.parameters()), lr)
+
+
+def test_rerunning_a_finished_run_says_it_is_complete_and_returns_its_result(
+    run_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The user's mistake: rerunning the script (resume_latest()) after the run finished."""
+    first = training(run_dir, 2, io.StringIO()).launch(learner())
+    stream = io.StringIO()
+    with caplog.at_level(logging.WARNING, logger="ember"):
+        again = training(run_dir, 2, stream).launch(learner(seed=1))
+    message = (
+        f"resume_latest(): the run in {run_dir} is complete: it reached its last epoch after "
+        "epoch 2 of num_epochs=2; nothing is trained and its result is returned. To train on, "
+        "ask for more epochs (num_epochs(3) or more)"
+    )
+    assert message in caplog.text
+    assert message in (run_dir / "experiment.log").read_text()
+    assert "complete: it reached its last epoch" in stream.getvalue()  # the renderer's warning
+    assert again.last_epoch == 2 and again.error is None and again.stop_reason is None
+    for mine, theirs in zip(again.model.parameters(), first.model.parameters(), strict=True):
+        assert torch.equal(mine, theirs)  # the finished run's weights, not seed 1's
+    assert again.summary == first.summary
+    assert again.values("valid", "Loss") == first.values("valid", "Loss")
+    assert sorted(p.name for p in (run_dir / "train").iterdir()) == ["epoch-1", "epoch-2"]
+
+
+def test_an_early_stopped_run_is_complete_unless_more_epochs_are_asked_for(
+    run_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    def stopping(epochs: int) -> SupervisedTraining:
+        return training(run_dir, epochs, io.StringIO()).early_stopping(
+            MetricEarlyStoppingStrategy(
+                LossMetric(), Direction.LOWEST, Split.VALID, StoppingCondition(1)
+            )
+        )
+
+    first = stopping(5).launch(learner(lr=0.0))  # no progress: stops after epoch 2
+    assert first.stop_reason is not None and first.last_epoch == 2
+    with caplog.at_level(logging.WARNING, logger="ember"):
+        again = stopping(5).launch(learner(lr=0.0))
+    assert f"it stopped early ({first.stop_reason})" in caplog.text
+    assert again.last_epoch == first.last_epoch and again.stop_reason == first.stop_reason
+    caplog.clear()
+    more = stopping(7).launch(learner(lr=0.0))  # more epochs than the run had: trains on
+    assert "is complete" not in caplog.text
+    assert more.last_epoch > first.last_epoch
+
+
+def test_an_interrupted_run_is_not_complete(run_dir: Path) -> None:
+    """Stopped by the user: no end is recorded, resume_latest() trains the rest."""
+    builder = training(run_dir, 3, io.StringIO())
+    interrupter = builder.interrupter()
+    model = learner()
+    calls = 0
+
+    def stop_in_epoch_2(batch: object) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 3:
+            interrupter.stop("enough")
+
+    model.model.on_train_step = stop_in_epoch_2
+    assert builder.launch(model).last_epoch == 1
+    assert not (run_dir / "checkpoint" / RUN_END).exists()
+    assert training(run_dir, 3, io.StringIO()).launch(learner()).last_epoch == 3
+    assert (run_dir / "checkpoint" / RUN_END).is_file()

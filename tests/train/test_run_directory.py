@@ -1,0 +1,176 @@
+"""The run directory: one writer at a time (its lock), never two runs mixed in it."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from ember import RunDirectoryError
+from ember.train import CliMetricsRenderer, Learner, LossMetric, SupervisedTraining
+from ember.train._run_directory import LOCK, claim_run_directory
+from tests.train.fixtures import TinyRegressor, loader
+
+
+def training(directory: Path, epochs: int = 2) -> SupervisedTraining:
+    return (
+        SupervisedTraining(directory, loader(8), loader(4))
+        .renderer(CliMetricsRenderer(io.StringIO()))
+        .metrics(LossMetric())
+        .num_epochs(epochs)
+        .with_default_checkpointers()
+    )
+
+
+def learner() -> Learner[TinyRegressor]:
+    torch.manual_seed(0)
+    model = TinyRegressor()
+    return Learner(model, torch.optim.SGD(model.parameters()), 0.1)
+
+
+def test_a_second_fresh_run_into_a_used_directory_is_refused(run_dir: Path) -> None:
+    """The user's mistake: running the script twice into one directory (the old run's epoch-3
+    files would stay beside the new run's two epochs). Refused before anything is written."""
+    training(run_dir, epochs=3).launch(learner())
+    before = sorted(p.relative_to(run_dir) for p in run_dir.rglob("*"))
+    with pytest.raises(RunDirectoryError) as raised:
+        training(run_dir, epochs=2).launch(learner())
+    message = str(raised.value)
+    assert str(run_dir) in message and "another run's logs or checkpoints" in message
+    assert "checkpoint/ (" in message and "train" in message and "valid" in message
+    assert "resume_latest()" in message and "new directory" in message
+    assert "overwrite()" in message
+    assert sorted(p.relative_to(run_dir) for p in run_dir.rglob("*")) == before  # untouched
+    assert not (run_dir / LOCK).exists()
+
+
+def test_overwrite_removes_only_what_ember_wrote(run_dir: Path) -> None:
+    """overwrite() starts afresh: the old run's epoch 3 is gone, the user's own files stay."""
+    training(run_dir, epochs=3).launch(learner())
+    (run_dir / "notes.txt").write_text("mine")
+    (run_dir / "data").mkdir()
+    (run_dir / "checkpoint" / "my-export.pt").write_text("mine too")
+    result = training(run_dir, epochs=2).overwrite().launch(learner())
+    assert result.last_epoch == 2
+    assert sorted(p.name for p in (run_dir / "train").iterdir()) == ["epoch-1", "epoch-2"]
+    assert (run_dir / "notes.txt").read_text() == "mine"
+    assert (run_dir / "data").is_dir()
+    assert (run_dir / "checkpoint" / "my-export.pt").read_text() == "mine too"
+    assert not (run_dir / "checkpoint" / "manifest-3.json").exists()
+
+
+def test_overwrite_with_a_resume_is_refused(run_dir: Path) -> None:
+    """overwrite() and resume_latest() contradict each other: the message says to drop one."""
+    with pytest.raises(ValueError, match=r"overwrite\(\) starts the run afresh.*drop one"):
+        training(run_dir).overwrite().resume_latest().launch(learner())
+
+
+def test_a_directory_with_unrelated_files_is_not_a_run(run_dir: Path) -> None:
+    """A directory holding only the user's files is not refused, and they are kept."""
+    run_dir.mkdir()
+    (run_dir / "README").write_text("my experiment")
+    assert training(run_dir, epochs=1).launch(learner()).last_epoch == 1
+    assert (run_dir / "README").read_text() == "my experiment"
+
+
+def test_a_launch_refused_before_training_leaves_no_directory(tmp_path: Path) -> None:
+    """The claim made the directory; a refused launch removes it again (nothing written)."""
+    directory = tmp_path / "never"
+    with pytest.raises(ValueError, match="resuming needs checkpointers"):
+        SupervisedTraining(directory, loader(8), loader(4)).checkpoint(1).launch(learner())
+    assert not directory.exists()
+
+
+def write_lock(directory: Path, pid: int, host: str) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    holder = {"pid": pid, "host": host, "started": "2026-12-01T20:00:00+00:00"}
+    (directory / LOCK).write_text(json.dumps(holder))
+
+
+def test_a_second_writer_is_refused_with_the_holders_pid_and_host(run_dir: Path) -> None:
+    """The user's mistake: restarting a run while the old workers still write the directory."""
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        write_lock(run_dir, holder.pid, socket.gethostname())
+        with pytest.raises(RunDirectoryError) as raised:
+            training(run_dir).launch(learner())
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+    message = str(raised.value)
+    assert f"pid {holder.pid} on this host" in message
+    assert "another process writes this run directory" in message
+    assert "wait for it to end or stop it, or use another directory" in message
+    assert json.loads((run_dir / LOCK).read_text())["pid"] == holder.pid  # theirs: kept
+    assert not (run_dir / "train").exists()
+
+
+def test_a_lock_of_another_host_is_refused_naming_the_host(run_dir: Path) -> None:
+    write_lock(run_dir, 4242, "node-17")
+    with pytest.raises(RunDirectoryError, match=r"pid 4242 on host 'node-17'.*delete the lock"):
+        training(run_dir).launch(learner())
+
+
+def test_a_stale_lock_of_a_dead_process_is_taken_over_with_a_warning(run_dir: Path) -> None:
+    """A run killed with SIGKILL leaves its lock; the next run takes it over and says so."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait(timeout=30)
+    write_lock(run_dir, dead.pid, socket.gethostname())
+    with pytest.warns(RuntimeWarning, match=rf"taking over the lock .* of pid {dead.pid}"):
+        result = training(run_dir, epochs=1).launch(learner())
+    assert result.last_epoch == 1
+    assert not (run_dir / LOCK).exists()  # released at the end
+
+
+def test_the_lock_is_held_during_the_run_and_released_after_an_error(run_dir: Path) -> None:
+    """While training, the lock names this process; a failed run still releases it."""
+    seen: list[dict[str, object]] = []
+    model = TinyRegressor()
+
+    def look(batch: object) -> None:
+        seen.append(json.loads((run_dir / LOCK).read_text()))
+        raise RuntimeError("boom")
+
+    model.on_train_step = look
+    with pytest.raises(Exception, match="boom"):
+        training(run_dir).launch(Learner(model, torch.optim.SGD(model.parameters()), 0.1))
+    assert seen[0]["pid"] == os.getpid() and seen[0]["host"] == socket.gethostname()
+    assert not (run_dir / LOCK).exists()
+
+
+def test_the_lock_is_taken_with_o_excl(tmp_path: Path) -> None:
+    """Two claims of one directory in one process: the second is refused (O_EXCL)."""
+    with (
+        claim_run_directory(tmp_path, fresh=False, overwrite=False, checkpoints=None),
+        pytest.raises(RunDirectoryError, match=f"pid {os.getpid()} on this host"),
+        claim_run_directory(tmp_path, fresh=False, overwrite=False, checkpoints=None),
+    ):
+        pass
+    assert not (tmp_path / LOCK).exists()
+
+
+def test_under_ddp_only_rank_0_claims_the_directory(
+    run_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rank > 0 writes nothing, so it takes no lock and checks nothing (rank 0 does)."""
+    from ember.train import DistributedDataParallel
+    from ember.train._run_directory import claim_for_run
+
+    write_lock(run_dir, 4242, "node-17")  # would refuse rank 0
+    monkeypatch.setenv("RANK", "1")
+    config = training(run_dir).with_training_strategy(DistributedDataParallel()).config
+    with claim_for_run(config):
+        assert json.loads((run_dir / LOCK).read_text())["pid"] == 4242  # untouched
+    monkeypatch.setenv("RANK", "0")
+    with (
+        pytest.raises(RunDirectoryError, match="pid 4242 on host 'node-17'"),
+        claim_for_run(config),
+    ):
+        pass
