@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from ember import NonFiniteLossError
+from ember import NonFiniteLossError, TrainingError
 from ember.extend import ArtifactLogger
 from ember.train import (
     CliMetricsRenderer,
@@ -171,7 +171,9 @@ def test_a_run_failing_before_any_checkpoint_still_ends(
 
     model.on_train_step = poison
     asking = AskingLogger("model")
-    result = builder(run_dir, asking).with_default_checkpointers().launch(learner(model))
-    assert isinstance(result.error, NonFiniteLossError)
+    with pytest.raises(TrainingError) as raised:
+        builder(run_dir, asking).with_default_checkpointers().launch(learner(model))
+    assert isinstance(raised.value.result.error, NonFiniteLossError)
+    assert raised.value.__cause__ is raised.value.result.error
     assert asking.ended is not None and set(asking.ended[1]) == {"config"}
     assert asking.closed == 1 and not (run_dir / "model.safetensors").exists()
