@@ -64,6 +64,7 @@ DATA = {
     "StreamingDataLoader",
     "TorchDataLoader",
     "WindowsDataset",
+    "default_collate",
     "move_to_device",
 }
 

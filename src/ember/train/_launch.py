@@ -42,6 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import torch
 from torch import nn
 
 from ember._errors import CheckpointError
@@ -79,6 +80,7 @@ from ember.train._renderer.default import default_renderer
 from ember.train._result import LearningResult
 from ember.train._run_config import run_configuration
 from ember.train._signals import graceful_stop
+from ember.train._strategy.base import StrategyRun
 from ember.train._strategy.single import SingleDevice
 from ember.train._summary import LearnerSummary, describe_model
 from ember.train._vocabulary import Split
@@ -150,6 +152,7 @@ def launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
                 "Starting training for %d epochs at epoch %d", config.num_epochs, starting_epoch
             )
             run = strategy.start(learner, config.train, config.valid)
+            async_processor.inline = _on_cpu(run)  # nothing to wait for: no thread hand-offs
             loop = TrainingLoop(
                 plan,
                 learner,
@@ -192,6 +195,15 @@ def launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
         strategy=config.strategy,
     )
     return _test(config, learning) if config.tests and error is None else learning
+
+
+def _on_cpu(run: StrategyRun) -> bool:
+    """Whether every replica's parameters and every loader are on the CPU: then no output
+    needs a device read-back, and the metrics are processed on the training thread."""
+    cpu = torch.device("cpu")
+    return all(loader.device == cpu for loader in run.loaders.values()) and all(
+        param.device == cpu for model in run.replicas for param in model.parameters()
+    )
 
 
 def _check_tests(config: TrainingConfig, checkpointer: RunCheckpointer | None) -> None:
