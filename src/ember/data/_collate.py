@@ -30,24 +30,26 @@ def default_collate(items: list[Any], device: torch.device) -> Any:
     batcher; over a ``torch.utils.data.TensorDataset`` the loaders build the same batches with
     one index op per tensor.
     """
-    return move_to_device(_collate(items), device)
+    return _collate(items, device)
 
 
-def _collate(items: list[Any]) -> Any:
+def _collate(items: list[Any], device: torch.device) -> Any:
+    # made on the device, or moved there column by column: no second walk over the batch
     first = items[0]
     if isinstance(first, torch.Tensor):
-        return torch.stack(items)
+        stacked = torch.stack(items)
+        return stacked if stacked.device == device else stacked.to(device)
     if isinstance(first, float):
-        return torch.tensor(items, dtype=torch.float64)
+        return torch.tensor(items, dtype=torch.float64, device=device)
     if isinstance(first, int) and not isinstance(first, bool):
-        return torch.tensor(items, dtype=torch.int64)
+        return torch.tensor(items, dtype=torch.int64, device=device)
     if isinstance(first, Mapping):
-        return {key: _collate([item[key] for item in items]) for key in first}
+        return {key: _collate([item[key] for item in items], device) for key in first}
     if isinstance(first, tuple):
-        columns = [_collate(list(column)) for column in zip(*items, strict=True)]
+        columns = [_collate(list(column), device) for column in zip(*items, strict=True)]
         return type(first)(*columns) if hasattr(first, "_fields") else tuple(columns)
     if isinstance(first, list):
-        return [_collate(list(column)) for column in zip(*items, strict=True)]
+        return [_collate(list(column), device) for column in zip(*items, strict=True)]
     return list(items)
 
 
