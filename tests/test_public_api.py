@@ -66,6 +66,7 @@ DATA = {
     "StreamingDataLoader",
     "TorchDataLoader",
     "WindowsDataset",
+    "default_collate",
     "move_to_device",
 }
 

@@ -262,7 +262,10 @@ def test_validation_runs_in_eval_mode_without_graph(run_dir: Path) -> None:
 def test_training_thread_never_reads_outputs_back(
     model: TinyRegressor, run_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """No tensor is read to the host on the training thread while training runs."""
+    """The loop reads no tensor back to the host: only the processor does. A run on the CPU
+    processes its metrics on the training thread (nothing to wait for there); here it is made
+    to use ``train-worker``, as a run on an accelerator does, so any read by the loop shows."""
+    monkeypatch.setattr("ember.train._launch._on_cpu", lambda run: False)
     main = threading.current_thread()
     offenders: list[str] = []
     for name in ("item", "tolist", "__float__", "__int__", "__bool__", "numpy"):
@@ -296,3 +299,33 @@ def test_end_event_carries_summary(model: TinyRegressor) -> None:
         event.summary = 1  # type: ignore[misc]
     different: tuple[object, object] = (EndEpoch(1), EndSplit(1))
     assert Start(3, 1) == Start(3, 1) and different[0] != different[1]
+
+
+def test_a_run_on_the_cpu_processes_its_metrics_on_the_training_thread(
+    model: TinyRegressor, run_dir: Path
+) -> None:
+    """On the CPU no output waits for a device, so no ``train-worker`` is started: every
+    metric update runs on the training thread, and each batch still gets its line."""
+    threads: set[str] = set()
+
+    class ThreadLoss(LossMetric):
+        def update(self, item: Any, metadata: Any) -> Any:
+            threads.add(threading.current_thread().name)
+            return super().update(item, metadata)
+
+    workers: list[bool] = []
+    model.on_train_step = lambda batch: workers.append(
+        any(t.name == "train-worker" for t in threading.enumerate())
+    )
+    result = (
+        quiet(run_dir, loader(16), loader(8))
+        .metric_train_numeric(ThreadLoss())
+        .metric_valid_numeric(ThreadLoss())
+        .num_epochs(2)
+        .launch(Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), 0.1))
+    )
+    assert result.error is None
+    assert threads == {threading.current_thread().name}
+    assert workers == [False] * 8
+    assert len(read_lines(run_dir / "train" / "epoch-2" / "Loss.log")) == 5
+    assert len(read_lines(run_dir / "valid" / "epoch-2" / "Loss.log")) == 3

@@ -104,8 +104,12 @@ def test_a_full_chunk_for_an_idle_worker_is_taken_before_the_training_thread_goe
     """Handing a full chunk to an idle worker returns once the worker holds it, so the worker never
     has to fight the training thread for the GIL to start (the queue is empty again)."""
     gate = threading.Event()
+    gate.set()
     recorder = RecordingProcessor(gate)
     processor = AsyncProcessorTraining(recorder, max_chunk=1)  # type: ignore[arg-type]
+    processor.process_train(item(0))  # the first chunk starts the worker
+    processor.flush()
+    gate.clear()
     for _ in range(100):  # the worker is waiting for work: wait until it is
         if processor._idle:
             break
@@ -114,7 +118,7 @@ def test_a_full_chunk_for_an_idle_worker_is_taken_before_the_training_thread_goe
     assert processor._queue.qsize() == 0
     gate.set()
     processor.close()
-    assert len(recorder.chunks) == 1
+    assert len(recorder.chunks) == 2
 
 
 def test_worker_error_is_kept_reported_and_later_events_dropped() -> None:
@@ -134,6 +138,83 @@ def test_worker_error_is_kept_reported_and_later_events_dropped() -> None:
     processor.close()
     assert isinstance(processor.error, RuntimeError) and reported == [processor.error]
     assert len(recorder.chunks) == 1
+
+
+@given(st.integers(1, 40), st.integers(1, 8), st.integers(0, 40))
+def test_inline_chunks_are_processed_in_order_on_the_callers_thread(
+    count: int, max_chunk: int, switch: int
+) -> None:
+    """Inline, chunks are processed at their boundaries on the caller's thread, in order and
+    bounded as on the worker, and no thread is started; switching to inline midway first
+    processes what the worker was given, so the order holds across the change."""
+    recorder = RecordingProcessor()
+    processor = AsyncProcessorTraining(recorder, max_chunk=max_chunk, clock=ManualClock())  # type: ignore[arg-type]
+    events = [item(i) for i in range(1, count + 1)]
+    for index, event in enumerate(events):
+        if index == switch:
+            processor.inline = True
+        processor.process_train(event)
+    processor.inline = True
+    before = len([e for chunk in recorder.chunks for e in chunk])
+    processor.flush()
+    assert [e for chunk in recorder.chunks for e in chunk] == events
+    assert all(len(chunk) <= max_chunk for chunk in recorder.chunks)
+    expected = {"train-worker"} if switch > 0 else set()
+    assert recorder.threads - {threading.current_thread().name} == expected
+    if switch == 0:  # inline from the start: full chunks were processed as they filled
+        assert before == count - count % max_chunk
+        assert processor._thread is None
+    processor.close()
+    assert not any(t.name == "train-worker" for t in threading.enumerate())
+
+
+def test_inline_error_is_kept_reported_and_later_events_dropped() -> None:
+    """Inline, a processing error is kept and reported as on the worker, never raised to the
+    training thread; an abort (KeyboardInterrupt) goes through."""
+
+    class Failing(RecordingProcessor):
+        def __init__(self, error: BaseException) -> None:
+            super().__init__()
+            self.error = error
+
+        def process_chunk(self, chunk: Sequence[tuple[Split, Any]]) -> None:
+            super().process_chunk(chunk)
+            raise self.error
+
+    recorder = Failing(RuntimeError("metric broke"))
+    reported: list[BaseException] = []
+    processor = AsyncProcessorTraining(
+        recorder,  # type: ignore[arg-type]
+        max_chunk=1,
+        on_error=reported.append,
+        inline=True,
+    )
+    processor.process_train(item(1))
+    processor.process_train(item(2))
+    processor.close()
+    assert isinstance(processor.error, RuntimeError) and reported == [processor.error]
+    assert len(recorder.chunks) == 1
+    aborting = AsyncProcessorTraining(Failing(KeyboardInterrupt()), max_chunk=1, inline=True)  # type: ignore[arg-type]
+    with pytest.raises(KeyboardInterrupt):
+        aborting.process_train(item(1))
+    assert aborting.error is None
+
+
+def test_inline_processing_runs_outside_inference_mode_and_without_a_graph() -> None:
+    """A chunk processed inline during validation (under inference mode) or training (grad
+    on) sees what the worker sees: no inference mode, no autograd graph."""
+    modes: list[tuple[bool, bool]] = []
+
+    class Modes(RecordingProcessor):
+        def process_chunk(self, chunk: Sequence[tuple[Split, Any]]) -> None:
+            modes.append((torch.is_inference_mode_enabled(), torch.is_grad_enabled()))
+
+    processor = AsyncProcessorTraining(Modes(), max_chunk=1, inline=True)  # type: ignore[arg-type]
+    processor.process_train(item(1))
+    with torch.inference_mode():
+        processor.process_valid(item(2))
+    processor.close()
+    assert modes == [(False, False), (False, False)]
 
 
 def full_processor() -> tuple[FullEventProcessorTraining, InMemoryMetricLogger]:

@@ -10,6 +10,7 @@ imports ``ember.train``."""
 from ember._errors import DataLoaderError
 from ember.data._batcher import Batcher, BatchFn
 from ember.data._builder import DataLoaderBuilder
+from ember.data._collate import default_collate
 from ember.data._dataset import (
     ComposedDataset,
     Dataset,
@@ -51,5 +52,6 @@ __all__ = [
     "StreamingDataLoader",
     "TorchDataLoader",
     "WindowsDataset",
+    "default_collate",
     "move_to_device",
 ]

@@ -17,6 +17,7 @@ from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 import torch
 from torch.utils.data import default_collate
 
+from ember.data._collate import gather_path
 from ember.data._dataset import Dataset, fetcher
 from ember.data._device import move_to_device
 
@@ -95,6 +96,10 @@ def _items(items: list[Any]) -> list[Any]:
     return items
 
 
+def _gathered(batch: Any, device: torch.device) -> Any:
+    return batch  # built on its device by the gather
+
+
 class BatchBuilder(Generic[ItemT, BatchT]):
     """Makes the batch for a chunk: fetch the items at its dataset indexes (or take the items a
     stream read), call the batcher, check.
@@ -112,10 +117,11 @@ class BatchBuilder(Generic[ItemT, BatchT]):
         device: torch.device,
     ) -> None:
         """``dataset`` is where chunks' indexes point; None when chunks are the items."""
-        self._fetch: Callable[[list[Any]], list[ItemT]] = (
-            _items if dataset is None else fetcher(dataset)
-        )
-        self._batch = batch_function(batcher)
+        self._fetch: Callable[[list[Any]], Any] = _items if dataset is None else fetcher(dataset)
+        self._batch: BatchFn[Any, BatchT] = batch_function(batcher)
+        gather = gather_path(dataset, batcher, device)
+        if gather is not None:  # the same batch, gathered with one index op per tensor
+            self._fetch, self._batch = gather, _gathered
         self._batcher: Any = batcher
         self._device = device
 

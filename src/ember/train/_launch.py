@@ -51,6 +51,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import torch
 from torch import nn
 
 from ember._errors import CheckpointError, TrainingError
@@ -93,6 +94,7 @@ from ember.train._result import LearningResult, metric_names
 from ember.train._run_config import run_configuration
 from ember.train._run_directory import claim_for_run
 from ember.train._signals import graceful_stop
+from ember.train._strategy.base import StrategyRun
 from ember.train._strategy.single import SingleDevice
 from ember.train._summary import LearnerSummary, describe_model
 from ember.train._vocabulary import Split
@@ -187,6 +189,7 @@ def _launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
             # iterated: the loop skips validation), so every strategy runs unchanged
             valid = config.train if config.valid is None else config.valid
             run = strategy.start(learner, config.train, valid)
+            async_processor.inline = _on_cpu(run)  # nothing to wait for: no thread hand-offs
             loop = TrainingLoop(
                 plan,
                 learner,
@@ -238,6 +241,15 @@ def _launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
         metric_names=metric_names(config.metrics),
     )
     return _test(config, learning) if config.tests and error is None else learning
+
+
+def _on_cpu(run: StrategyRun) -> bool:
+    """Whether every replica's parameters and every loader are on the CPU: then no output
+    needs a device read-back, and the metrics are processed on the training thread."""
+    cpu = torch.device("cpu")
+    return all(loader.device == cpu for loader in run.loaders.values()) and all(
+        param.device == cpu for model in run.replicas for param in model.parameters()
+    )
 
 
 def _check_tests(config: TrainingConfig, checkpointer: RunCheckpointer | None) -> None:

@@ -11,8 +11,9 @@ An evaluation (``EvaluatorBuilder(...).renderer(tui)``) is Burn's ``Evaluation``
 Status pane shows ``Mode : Evaluation`` and counts tests, the test values are drawn in green
 (``Test``); an evaluation cannot be stopped from the keyboard except by Ctrl-C.
 
-Threads: the protocol methods run on ``train-worker`` (``on_error`` and ``close`` on the
-caller's thread) and only update state under a lock, never formatting text. A thread named
+Threads: the protocol methods run on ``train-worker``, or on the training thread in a run on
+the CPU (``on_error`` and ``close`` on the caller's thread), and only update state under a
+lock, never formatting text. A thread named
 ``train-renderer`` reads keys and draws, at most ``max_refresh_per_second`` times a second;
 metric entries are formatted only there.
 

@@ -1,0 +1,246 @@
+"""The event path at its floor: every figure of the issue with its target, side by side in one run.
+
+1. The Learner with the default metric files against a raw PyTorch loop over the same loaders
+   (``learner_overhead.py``'s loops): the seed workload (97-parameter MLP, target <= 1.05x) and
+   an MLP 784-256-256-10 at batch 128 (target <= 1.01x), each on a quiet machine and with one
+   CPU-bound process beside it (a Python busy loop this benchmark starts; targets <= 1.10x and
+   <= 1.01x).
+2. ember end to end (its own loader, ``default_collate`` over a ``TensorDataset``, and the
+   Learner) against the hand loop a PyTorch user writes over ``torch.utils.data.DataLoader`` on
+   the seed workload (target <= 0.90x).
+3. Loaders, batch 32, shuffled, against ``torch.utils.data.DataLoader(num_workers=0)`` with its
+   default collate: ``BatchDataLoader`` on in-memory rows (target >= 3x items/s) and on a
+   ``TensorDataset`` (one gather per tensor; target >= 8x).
+4. ``import ember`` beyond ``import torch`` in fresh interpreters, with the bytecode cache a pip
+   install has (target <= +0.15 s), and without one (``PYTHONDONTWRITEBYTECODE``: every module
+   of ember compiled at each import).
+
+Each figure is the median of the ratios of alternated pairs (the two contenders run one after
+the other, repeat after repeat), so drift on a shared machine hits both alike. One intra-op
+thread. Not a test: it prints; ``uptime`` is printed first and last.
+
+    python benchmarks/event_floor.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader as TorchLoader
+from torch.utils.data import TensorDataset
+
+from ember.app.demo import Mlp, make_samples
+from ember.data import BatchDataLoader, InMemDataset, default_collate
+from ember.train import RegressionOutput, TrainOutput
+from learner_overhead import learner_run, medium_workload, raw_loop, seed_workload
+
+
+def pairs(contenders: dict[str, Callable[[], float]], repeats: int) -> dict[str, list[float]]:
+    """Seconds of each contender, run alternately ``repeats`` times."""
+    times: dict[str, list[float]] = {name: [] for name in contenders}
+    for _ in range(repeats):
+        for name, run in contenders.items():
+            times[name].append(run())
+    return times
+
+
+def report(label: str, times: dict[str, list[float]], base: str, other: str, target: str) -> None:
+    """The median ratio ``other / base`` of the pairs, with the target it is held to."""
+    ratios = sorted(b / a for a, b in zip(times[base], times[other], strict=True))
+    print(
+        f"{label}: {statistics.median(ratios):.3f}x (target {target}; pairs "
+        f"{ratios[0]:.3f}-{ratios[-1]:.3f}; {base} {statistics.median(times[base]):.3f} s, "
+        f"{other} {statistics.median(times[other]):.3f} s)"
+    )
+
+
+@contextmanager
+def busy_core() -> Iterator[None]:
+    """One CPU-bound process beside the benchmark (a Python busy loop) while the block runs."""
+    process = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield
+    finally:
+        process.kill()
+        process.wait()
+
+
+def learner_vs_raw(name: str, make: Any, epochs: int, repeats: int, targets: tuple[str, str]):
+    """Learner (metric files) against the raw loop over the same loaders, quiet then busy."""
+
+    def raw() -> float:
+        model, loss_fn, train, valid = make()
+        return raw_loop(model, loss_fn, train, valid, epochs)
+
+    def learner() -> float:
+        model, _, train, valid = make()
+        return learner_run(model, train, valid, epochs, in_memory=False)
+
+    contenders = {"raw": raw, "learner": learner}
+    report(f"{name}, quiet", pairs(contenders, repeats), "raw", "learner", targets[0])
+    with busy_core():
+        report(f"{name}, busy core", pairs(contenders, repeats), "raw", "learner", targets[1])
+
+
+class TupleMlp(Mlp):
+    """The seed model on ``(x, y)`` batches, as a PyTorch user's ``TensorDataset`` gives them."""
+
+    def regression(self, batch: Any) -> RegressionOutput:
+        x, y = batch
+        out = self(x)
+        return RegressionOutput(loss=F.mse_loss(out, y), output=out, targets=y)
+
+    def train_step(self, batch: Any) -> TrainOutput[RegressionOutput]:
+        out = self.regression(batch)
+        return TrainOutput.from_loss(self, out.loss, out)
+
+    def inference_step(self, batch: Any) -> RegressionOutput:
+        return self.regression(batch)
+
+
+def seed_tensors(count: int, seed: int) -> TensorDataset:
+    samples = make_samples(count, seed)
+    x = torch.tensor([s.x for s in samples], dtype=torch.float32)
+    y = torch.tensor([[s.y] for s in samples], dtype=torch.float32)
+    return TensorDataset(x, y)
+
+
+def end_to_end(epochs: int, repeats: int) -> None:
+    """ember (own loader + Learner) against a raw loop over torch's DataLoader, seed workload."""
+    train, valid = seed_tensors(200, 1), seed_tensors(64, 2)
+
+    def loss_fn(model: nn.Module, batch: Any) -> torch.Tensor:
+        assert isinstance(model, TupleMlp)
+        return model.regression(batch).loss
+
+    def raw() -> float:
+        torch.manual_seed(0)
+        loaders = TorchLoader(train, batch_size=32, shuffle=True), TorchLoader(valid, 32)
+        return raw_loop(TupleMlp(), loss_fn, *loaders, epochs)  # type: ignore[arg-type]
+
+    def ember() -> float:
+        torch.manual_seed(0)
+        loaders = (
+            BatchDataLoader(train, default_collate, batch_size=32, seed=0),
+            BatchDataLoader(valid, default_collate, batch_size=32),
+        )
+        return learner_run(TupleMlp(), *loaders, epochs, in_memory=False)
+
+    times = pairs({"torch loader + raw loop": raw, "ember": ember}, repeats)
+    report(
+        "ember end to end vs raw loop over torch's DataLoader, seed workload",
+        times,
+        "torch loader + raw loop",
+        "ember",
+        "<= 0.90x",
+    )
+
+
+def one_pass(loader: Iterable[Any]) -> Callable[[], float]:
+    def run() -> float:
+        start = time.perf_counter()
+        for _ in loader:
+            pass
+        return time.perf_counter() - start
+
+    return run
+
+
+def loaders(repeats: int) -> None:
+    """ember's loaders against torch's (num_workers=0, default collate), batch 32, shuffled."""
+    generator = torch.Generator().manual_seed(0)
+    x, y = torch.randn(20_000, 4, generator=generator), torch.randn(20_000, generator=generator)
+    rows = list(zip(x.unbind(), y.tolist(), strict=True))
+    for label, data, target in (
+        ("in-memory rows", rows, ">= 3x"),
+        ("TensorDataset (one gather per tensor)", TensorDataset(x, y), ">= 8x"),
+    ):
+        torch.manual_seed(0)
+        theirs = TorchLoader(data, batch_size=32, shuffle=True)  # type: ignore[arg-type]
+        dataset = InMemDataset(rows) if data is rows else data
+        ours = BatchDataLoader(dataset, default_collate, batch_size=32, seed=0)  # type: ignore[arg-type]
+        times = pairs({"torch": one_pass(theirs), "ember": one_pass(ours)}, repeats)
+        speedups = sorted(a / b for a, b in zip(times["torch"], times["ember"], strict=True))
+        print(
+            f"BatchDataLoader, {label}, items/s vs torch: {statistics.median(speedups):.2f}x "
+            f"(target {target}; pairs {speedups[0]:.2f}-{speedups[-1]:.2f}; a pass: torch "
+            f"{statistics.median(times['torch']):.3f} s, "
+            f"ember {statistics.median(times['ember']):.3f} s)"
+        )
+
+
+def import_cost(repeats: int) -> None:
+    """``import torch, ember`` against ``import torch``, fresh interpreters, alternated."""
+    cache = tempfile.mkdtemp(prefix="ember-pyc-")
+    base = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    for label, env in (
+        ("with the bytecode cache", {**base, "PYTHONPYCACHEPREFIX": cache}),
+        ("compiling every import", {**base, "PYTHONDONTWRITEBYTECODE": "1"}),
+    ):
+        subprocess.run([sys.executable, "-c", "import torch, ember"], check=True, env=env)
+
+        def fresh(code: str, env: dict[str, str] = env) -> Callable[[], float]:
+            def run() -> float:
+                start = time.perf_counter()
+                subprocess.run([sys.executable, "-c", code], check=True, env=env)
+                return time.perf_counter() - start
+
+            return run
+
+        times = pairs(
+            {"torch": fresh("import torch"), "ember": fresh("import torch, ember")}, repeats
+        )
+        extra = sorted(b - a for a, b in zip(times["torch"], times["ember"], strict=True))
+        print(
+            f"import ember, {label}: {statistics.median(extra):+.3f} s beyond import torch "
+            f"(target <= +0.15 s; pairs {extra[0]:+.3f} to {extra[-1]:+.3f}; torch alone "
+            f"{statistics.median(times['torch']):.3f} s)"
+        )
+
+
+def uptime() -> str:
+    with open("/proc/loadavg") as file:
+        return "load average " + " ".join(file.read().split()[:3])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="fewer epochs and repeats")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    repeats = 5 if args.quick else 9
+    print(f"start: {uptime()} ({os.cpu_count()} CPUs)")
+    learner_vs_raw(
+        "seed workload (97-param MLP), metric files",
+        seed_workload,
+        30 if args.quick else 200,
+        repeats,
+        ("<= 1.05x", "<= 1.10x"),
+    )
+    learner_vs_raw(
+        "MLP 784-256-256-10, batch 128, metric files",
+        medium_workload,
+        1,
+        3 if args.quick else 5,
+        ("<= 1.01x", "<= 1.01x"),
+    )
+    end_to_end(30 if args.quick else 200, repeats)
+    loaders(repeats)
+    import_cost(repeats)
+    print(f"end: {uptime()}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""``default_collate``: torch's collation as an ember batcher, and its one-gather path.
+
+A PyTorch user's data is often a ``torch.utils.data.TensorDataset`` batched by torch's default
+collate: every item is a tuple of row tensors, and the batch stacks them column by column. Built
+item by item, that is a Python call and a tensor view per row and column, then a stack per
+column; the same batch is one index op per column (``tensor[indexes]``). :func:`gather_path`
+gives the loaders that shortcut when, and only when, the result is the same batch: the dataset
+is a ``TensorDataset`` and the batcher is :func:`default_collate`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from torch.utils.data import TensorDataset
+
+from ember.data._device import move_to_device
+
+__all__ = ["default_collate", "gather_path"]
+
+
+def default_collate(items: list[Any], device: torch.device) -> Any:
+    """The batch of ``items`` on ``device``, collated as torch's ``default_collate`` does.
+
+    Tensors are stacked; Python floats become a float64 tensor and ints (not bools) an int64
+    tensor; tuples (NamedTuples keep their type), lists and mappings are collated field by
+    field; anything else (strings, ...) stays a list of the items. Usable as any loader's
+    batcher; over a ``torch.utils.data.TensorDataset`` the loaders build the same batches with
+    one index op per tensor.
+    """
+    return _collate(items, device)
+
+
+def _collate(items: list[Any], device: torch.device) -> Any:
+    # made on the device, or moved there column by column: no second walk over the batch
+    first = items[0]
+    if isinstance(first, torch.Tensor):
+        stacked = torch.stack(items)
+        return stacked if stacked.device == device else stacked.to(device)
+    if isinstance(first, float):
+        return torch.tensor(items, dtype=torch.float64, device=device)
+    if isinstance(first, int) and not isinstance(first, bool):
+        return torch.tensor(items, dtype=torch.int64, device=device)
+    if isinstance(first, Mapping):
+        return {key: _collate([item[key] for item in items], device) for key in first}
+    if isinstance(first, tuple):
+        columns = [_collate(list(column), device) for column in zip(*items, strict=True)]
+        return type(first)(*columns) if hasattr(first, "_fields") else tuple(columns)
+    if isinstance(first, list):
+        return [_collate(list(column), device) for column in zip(*items, strict=True)]
+    return list(items)
+
+
+def gather_path(
+    dataset: object, batcher: object, device: torch.device
+) -> Callable[[list[int]], Any] | None:
+    """A function building the batch on ``device`` of a list of dataset indexes with one
+    index op per tensor, when that is the batch ``batcher`` would build from the items (else
+    None)."""
+    if batcher is not default_collate or type(dataset) is not TensorDataset:
+        return None
+    tensors: tuple[torch.Tensor, ...] = tuple(dataset.tensors)
+    moved = any(tensor.device != device for tensor in tensors)
+
+    def gather(indexes: list[int]) -> tuple[torch.Tensor, ...]:
+        index = torch.tensor(indexes, dtype=torch.int64)
+        batch = tuple(torch.index_select(tensor, 0, index) for tensor in tensors)
+        return move_to_device(batch, device) if moved else batch
+
+    return gather
