@@ -94,6 +94,7 @@ TRAIN = {
     "FileCheckpointer",
     "FileMetricLogger",
     "FullEventProcessorTraining",
+    "FullyShardedDataParallel",
     "GradNormMetric",
     "GradientCheckpointing",
     "GradientsAccumulator",

@@ -79,6 +79,7 @@ from ember.train._renderer.default import default_renderer
 from ember.train._result import LearningResult
 from ember.train._run_config import run_configuration
 from ember.train._signals import graceful_stop
+from ember.train._strategy.base import PrecisionStrategy
 from ember.train._strategy.single import SingleDevice
 from ember.train._summary import LearnerSummary, describe_model
 from ember.train._vocabulary import Split
@@ -149,6 +150,8 @@ def launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
             log.info(
                 "Starting training for %d epochs at epoch %d", config.num_epochs, starting_epoch
             )
+            if isinstance(strategy, PrecisionStrategy):  # e.g. FSDP's mixed-precision policy
+                strategy.use_precision(config.precision)
             run = strategy.start(learner, config.train, config.valid)
             loop = TrainingLoop(
                 plan,

@@ -60,6 +60,7 @@ from ember._errors import CheckpointError
 from ember.train._checkpoint.learning import RunCheckpointer, TrainingRecords
 from ember.train._checkpoint.rng import rng_state
 from ember.train._checkpoint.run_state import restore_run, snapshot_run
+from ember.train._checkpoint.sharded import ShardingRun
 from ember.train._early_stopping import EarlyStoppingStrategy
 from ember.train._events import EndEpoch, EndSplit, ProcessedItem, Start, StartSplit, TrainingItem
 from ember.train._gradient_checkpointing import checkpointed
@@ -287,6 +288,12 @@ class TrainingLoop:
 
     def _checkpoint(self, checkpointer: RunCheckpointer, epoch: int) -> None:
         states = self.run.gather(rng_state())
+        run = self.run  # a sharded model: every rank writes its shards, rank 0 the rest
+        shards = (
+            run.write_shards(checkpointer.directory, epoch)
+            if isinstance(run, ShardingRun)
+            else None
+        )
         if not self.main or states is None:
             return
         records = snapshot_run(
@@ -297,6 +304,7 @@ class TrainingLoop:
             self.plan.early_stopping,
             self._loop_state(),
             self.plan.stateful,
+            shards,
         )
         self._last_saved = (epoch, checkpointer.checkpoint(epoch, records, self.store))
 
