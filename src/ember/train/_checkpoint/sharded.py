@@ -31,7 +31,8 @@ does not have is a :class:`~ember.CheckpointError` naming it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import functools
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, cast, runtime_checkable
@@ -62,6 +63,7 @@ from ember.train._learner import Learner
 __all__ = [
     "ShardedRecords",
     "ShardingRun",
+    "assemble",
     "consolidate",
     "delete_shards",
     "has_shards",
@@ -255,16 +257,12 @@ class _Pieces:
             )
         else:
             local, offsets = shape, (0,) * len(shape)
-        dtype = getattr(torch, entry["dtype"])
-        out = torch.empty(tuple(local), dtype=dtype)
-        covered = 0
-        for piece in entry["shards"]:
-            overlap = _overlap(offsets, local, piece["offsets"], piece["shape"])
-            if overlap is None:
-                continue
-            mine, theirs, count = overlap
-            out[mine] = self._tensor(piece["file"], self._prefix + name)[theirs]
-            covered += count
+        key = self._prefix + name
+        pieces = [
+            (p["offsets"], p["shape"], functools.partial(self._tensor, p["file"], key))
+            for p in entry["shards"]
+        ]
+        out, covered = assemble(offsets, local, getattr(torch, entry["dtype"]), pieces)
         if covered != out.numel():
             raise CheckpointError(
                 f"the sharded checkpoint of epoch {self._epoch} in {self._directory} misses "
@@ -291,8 +289,31 @@ class _Pieces:
         return tensors[name]
 
 
+Piece = tuple[Sequence[int], Sequence[int], Callable[[], torch.Tensor]]
+"""A saved piece: its offsets in the global tensor, its shape, and how to read it."""
+
+
+def assemble(
+    offsets: Sequence[int], shape: Sequence[int], dtype: torch.dtype, pieces: Iterable[Piece]
+) -> tuple[torch.Tensor, int]:
+    """The region at ``offsets`` of ``shape`` of a global tensor, copied from the ``pieces``
+    that overlap it (only those are read), and how many of its values they covered."""
+    out = torch.empty(tuple(shape), dtype=dtype)
+    covered = 0
+    for their_offsets, their_shape, read in pieces:
+        overlap = _overlap(offsets, shape, their_offsets, their_shape)
+        if overlap is not None:
+            mine, theirs, count = overlap
+            out[mine] = read()[theirs]
+            covered += count
+    return out, covered
+
+
 def _overlap(
-    offsets: Iterable[int], shape: Iterable[int], their_offsets: list[int], their_shape: list[int]
+    offsets: Sequence[int],
+    shape: Sequence[int],
+    their_offsets: Sequence[int],
+    their_shape: Sequence[int],
 ) -> tuple[tuple[slice, ...], tuple[slice, ...], int] | None:
     """The slices of the overlap of two regions, in each region's own coordinates."""
     mine, theirs, count = [], [], 1

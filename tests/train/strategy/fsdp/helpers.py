@@ -46,7 +46,8 @@ def full_weights(model: nn.Module) -> dict[str, torch.Tensor]:
     }
 
 
-def _run(builder: SupervisedTraining, learner: Learner[Mlp], out: Path, name: str) -> None:
+def run(builder: SupervisedTraining, learner: Learner[Mlp], out: Path, name: str) -> Mlp:
+    """Train; rank 0 writes the whole weights as ``{name}.safetensors``; the sharded model."""
     result = builder.launch(learner)
     if result.error is not None:
         raise RuntimeError(f"training {name} failed:\n{result.traceback}")
@@ -54,26 +55,29 @@ def _run(builder: SupervisedTraining, learner: Learner[Mlp], out: Path, name: st
     if dist.get_rank() == 0:
         save_file(weights, str(out / f"{name}.safetensors"))
     dist.barrier()
+    return result.model
 
 
 def equal_and_exact(out_dir: str) -> None:
-    """A: compare with one process (sharded per Linear); B, C: uninterrupted and resumed, with
-    dropout; D: clipping, mean accumulation and gradient checkpointing; E: bf16-mixed."""
-    out, rank = Path(out_dir), dist.get_rank()
-    strategy = FullyShardedDataParallel(shard=nn.Linear)
-    _run(*training(out / "a", 3, strategy), out, "a")
-    for name, epochs, resume in (("b", 3, None), ("c", 1, None), ("c", 3, 1)):
-        builder, learner = training(
-            out / name, epochs, FullyShardedDataParallel(), dropout=0.3, resume=resume
-        )
-        torch.manual_seed(100 + rank)  # ranks draw different dropout masks
-        _run(builder, learner, out, f"{name}{epochs}")
+    """A: compare with one process (sharded per Linear); C: stopped after epoch 1 and resumed
+    to A's 3; D: clipping, mean accumulation and gradient checkpointing; E: bf16-mixed; then
+    A's model, sharded already, trained again."""
+    out = Path(out_dir)
+    sharded_model = None
+    for name, epochs, resume in (("a", 3, None), ("c", 1, None), ("c", 3, 1)):
+        strategy = FullyShardedDataParallel(shard=nn.Linear)
+        model = run(*training(out / name, epochs, strategy, resume=resume), out, f"{name}{epochs}")
+        sharded_model = sharded_model or model
     runs: tuple[tuple[str, Precision], ...] = (("d", "32"), ("e", "bf16-mixed"))
     for name, precision in runs:
         builder, learner = training(out / name, 2, FullyShardedDataParallel(shard=nn.Linear))
         builder = builder.clip_grad_norm(0.05).grads_accumulation(2, mean=True)
         builder = builder.gradient_checkpointing(["net.0"]).precision(precision)
-        _run(builder, learner, out, name)
+        run(builder, learner, out, name)
+    assert sharded_model is not None
+    builder, _ = training(out / "twice", 1, FullyShardedDataParallel())
+    result = builder.launch(Learner(sharded_model, torch.optim.Adam, 1e-2))
+    ddp_helpers.write_result(out / f"twice-rank{dist.get_rank()}.json", result)
 
 
 class _DyingShards(FileCheckpointer):

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import socket
 import subprocess
 import sys
 from datetime import timedelta
@@ -11,9 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from torch import nn
 
+from ember import CheckpointError
 from ember.distributed import DistributedError, spawn
-from ember.train import load_checkpoint
+from ember.train import Learner, load_checkpoint
 from ember.train._checkpoint.file import FileCheckpointer
 from ember.train._checkpoint.manifest import latest_complete_epoch, read_manifest
 from tests.train.strategy.ddp import helpers as ddp_helpers
@@ -46,7 +51,7 @@ def test_two_ranks_equal_one_process_and_log_the_same_losses(
     builder, learner = ddp_helpers.training(tmp_path / "single", 3)
     single = builder.launch(learner)
     assert single.error is None, single.traceback
-    assert_close(load_file(two_ranks / "a.safetensors"), learner.model.state_dict())
+    assert_close(load_file(two_ranks / "a3.safetensors"), learner.model.state_dict())
     for split in ("train", "valid"):
         for epoch in (1, 2, 3):
             relative = Path(split, f"epoch-{epoch}", "Loss.log")
@@ -80,7 +85,7 @@ def test_clipping_accumulation_checkpointing_and_bf16_under_fsdp(
 
 def test_sharded_checkpoints_resume_bit_identical(two_ranks: Path) -> None:
     """Each rank wrote its own shards, listed with their SHA-256 in rank 0's manifest; a run
-    stopped after epoch 1 and resumed to 3 ends bit-identical to the uninterrupted one."""
+    stopped after epoch 1 and resumed to 3 ends bit-identical to the uninterrupted one (A)."""
     checkpoints = two_ranks / "c" / "checkpoint"
     manifest = read_manifest(checkpoints, 3)
     names = sorted(entry.name for entry in manifest.files)
@@ -89,13 +94,13 @@ def test_sharded_checkpoints_resume_bit_identical(two_ranks: Path) -> None:
     assert index["world"] == 2
     shards = index["tensors"]["net.0.weight"]["shards"]
     assert [s["offsets"] for s in shards] == [[0, 0], [8, 0]]
-    uninterrupted = load_file(two_ranks / "b3.safetensors")
+    uninterrupted = load_file(two_ranks / "a3.safetensors")
     resumed = load_file(two_ranks / "c3.safetensors")
     for name, tensor in uninterrupted.items():
         assert torch.equal(resumed[name], tensor), name
     for split in ("train", "valid"):
         relative = Path(split, "epoch-3", "Loss.log")
-        assert (two_ranks / "c" / relative).read_text() == (two_ranks / "b" / relative).read_text()
+        assert (two_ranks / "c" / relative).read_text() == (two_ranks / "a" / relative).read_text()
 
 
 def test_two_ranks_checkpoint_resumes_in_one_process_and_exports(
@@ -104,7 +109,7 @@ def test_two_ranks_checkpoint_resumes_in_one_process_and_exports(
     """Reshard 2 -> 1: one process resumes the 2-rank run after epoch 1 (model and Adam state
     reassembled) and ends with its weights; load_checkpoint and `ember export` consolidate the
     shards into whole tensors equal to the sharded run's."""
-    final = load_file(two_ranks / "a.safetensors")
+    final = load_file(two_ranks / "a3.safetensors")
     directory = tmp_path / "resumed"
     shutil.copytree(two_ranks / "a" / "checkpoint", directory / "checkpoint")
     for epoch in (2, 3):  # keep only epoch 1 to resume from
@@ -133,8 +138,81 @@ def test_a_rank_dying_during_a_sharded_write_leaves_the_previous_checkpoint(
     """Rank 1 dies half-way through its shards of epoch 2: the job fails, epoch 2 has no
     manifest, and epoch 1 stays the newest complete checkpoint, loadable."""
     with pytest.raises(DistributedError, match=r"rank 1 failed first \(exit code 3\)"):
-        spawn(helpers.die_while_writing, 2, str(tmp_path), timeout=TIMEOUT, join_timeout=120)
+        spawn(
+            helpers.die_while_writing,
+            2,
+            str(tmp_path),
+            timeout=timedelta(seconds=8),  # rank 0 waits for rank 1's report at most that long
+            join_timeout=60,
+        )
     checkpoints = tmp_path / "run" / "checkpoint"
     assert not (checkpoints / "manifest-2.json").exists()
     assert latest_complete_epoch(checkpoints, ("model", "optim", "scheduler", "state")) == 1
     load_checkpoint(tmp_path / "run", 1, into=ddp_helpers.Mlp())
+
+
+def free_port() -> int:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        port: int = listener.getsockname()[1]
+        return port
+
+
+def test_hybrid_sharding_over_two_nodes_equals_one_process(tmp_path: Path) -> None:
+    """`torchrun --nnodes 2 --nproc-per-node 1` with a c10d rendezvous on 127.0.0.1 (two
+    "nodes" on this machine): hybrid FSDP (a 2 x 1 mesh, replicated across the nodes) ends
+    with the weights of one process."""
+    port = free_port()
+    command = [
+        *(sys.executable, "-m", "torch.distributed.run", "--nnodes", "2"),
+        *("--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-id", "hybrid"),
+        *("--rdzv-endpoint", f"127.0.0.1:{port}", "-m", "tests.train.strategy.fsdp.hybrid_job"),
+        str(tmp_path),
+    ]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[4])}
+    nodes = [
+        subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        for _ in range(2)
+    ]
+    try:
+        outputs = [node.communicate(timeout=100)[0].decode() for node in nodes]
+    finally:
+        for node in nodes:
+            node.kill()
+    assert [node.returncode for node in nodes] == [0, 0], outputs
+    builder, learner = ddp_helpers.training(tmp_path / "single", 1)
+    single = builder.launch(learner)
+    assert single.error is None, single.traceback
+    assert_close(load_file(tmp_path / "hybrid.safetensors"), learner.model.state_dict())
+
+
+def resumable_copy(source: Path, directory: Path, keep: int) -> Path:
+    """A copy of a run's checkpoints holding only epoch ``keep``."""
+    shutil.copytree(source / "checkpoint", directory / "checkpoint")
+    for path in (directory / "checkpoint").iterdir():
+        if not path.name.endswith(f"-{keep}.safetensors") and path.name != f"manifest-{keep}.json":
+            path.unlink()
+    return directory
+
+
+def test_missing_shards_and_another_model_are_refused_naming_them(
+    two_ranks: Path, tmp_path: Path
+) -> None:
+    """A shard file gone: the resume names it; a model with another width: the resume says the
+    checkpoint does not fit; a second run on a model sharded already: refused before starting."""
+    directory = resumable_copy(two_ranks / "a", tmp_path / "missing", 1)
+    (directory / "checkpoint" / "shards-rank1-1.safetensors").unlink()
+    builder, learner = ddp_helpers.training(directory, 2, resume=1)
+    result = builder.launch(learner)
+    assert isinstance(result.error, CheckpointError)
+    assert "shards-rank1-1.safetensors" in str(result.error) and "missing" in str(result.error)
+    directory = resumable_copy(two_ranks / "a", tmp_path / "other", 1)
+    builder, learner = ddp_helpers.training(directory, 2, resume=1)
+    wide = nn.Sequential(nn.Linear(4, 32), nn.Tanh(), nn.Dropout(0.0), nn.Linear(32, 1))
+    learner.model.net = wide
+    result = builder.launch(Learner(learner.model, torch.optim.Adam(wide.parameters()), 1e-2))
+    assert isinstance(result.error, CheckpointError)
+    assert "'net.0.weight' does not fit" in str(result.error)
+    for rank in (0, 1):
+        twice = json.loads((two_ranks / f"twice-rank{rank}.json").read_text())
+        assert "fully_shard was applied already" in twice["error"]

@@ -25,7 +25,14 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from ember.train._precision import Precision
 
-__all__ = ["WrapPolicy", "check_policy", "device_mesh", "mixed_precision", "shard_model"]
+__all__ = [
+    "WrapPolicy",
+    "check_policy",
+    "device_mesh",
+    "mixed_precision",
+    "plan_units",
+    "shard_model",
+]
 
 WrapPolicy: TypeAlias = (
     type[nn.Module] | tuple[type[nn.Module], ...] | Callable[[str, nn.Module], bool] | None
@@ -79,17 +86,9 @@ def mixed_precision(precision: Precision) -> MixedPrecisionPolicy:
     return MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
 
 
-def shard_model(
-    model: nn.Module,
-    mesh: DeviceMesh,
-    policy: WrapPolicy,
-    *,
-    reshard_after_forward: bool,
-    precision: MixedPrecisionPolicy,
-) -> list[str]:
-    """Apply ``fully_shard`` to the submodules ``policy`` picks, then to ``model``; returns the
-    units' names (the root is ``""``). ValueError, before anything changes, when the model is
-    sharded already or the policy picks no submodule."""
+def plan_units(model: nn.Module, policy: WrapPolicy) -> list[str]:
+    """The names of the submodules ``policy`` picks, top-down; ValueError when the model is
+    sharded already or the policy picks no submodule (checked before any process joins)."""
     already = [
         name or "the model" for name, m in model.named_modules() if isinstance(m, FSDPModule)
     ]
@@ -109,6 +108,19 @@ def shard_model(
             f"(its submodules are {', '.join(kinds) or 'none'}): pick one of those classes, or "
             "shard=None to shard the model as one unit"
         )
+    return units
+
+
+def shard_model(
+    model: nn.Module,
+    units: list[str],
+    mesh: DeviceMesh,
+    *,
+    reshard_after_forward: bool,
+    precision: MixedPrecisionPolicy,
+) -> None:
+    """Apply ``fully_shard`` to the ``units`` (:func:`plan_units`), children first, then to
+    ``model`` (it holds the parameters no unit took)."""
     modules = dict(model.named_modules())
     for name in reversed(units):  # named_modules is top-down: children are sharded first
         fully_shard(
@@ -118,7 +130,6 @@ def shard_model(
             mp_policy=precision,
         )
     fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=precision)
-    return [*units, ""]
 
 
 def _picks(policy: WrapPolicy, name: str, module: nn.Module) -> bool:

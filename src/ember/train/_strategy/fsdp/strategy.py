@@ -53,6 +53,7 @@ from ember.train._strategy.fsdp.sharding import (
     check_policy,
     device_mesh,
     mixed_precision,
+    plan_units,
     shard_model,
 )
 
@@ -124,17 +125,18 @@ class FullyShardedDataParallel(DistributedDataParallel):
                 "pass the optimizer as a factory, e.g. Learner(model, "
                 "lambda params: torch.optim.Adam(params), lr), so that it is built on them"
             )
+        model = learner.model
+        units = plan_units(model, self.shard)
         ranks = self._setup()
         try:
-            model = learner.model
             model.to(ranks.device)
             with collective("broadcasting rank 0's weights"):
                 broadcast_coalesced([*model.parameters(), *model.buffers()], 0)
             mesh = device_mesh(ranks.device, ranks.world, hybrid=self.hybrid)
             shard_model(
                 model,
+                units,
                 mesh,
-                self.shard,
                 reshard_after_forward=self.reshard_after_forward,
                 precision=mixed_precision(self.precision),
             )
