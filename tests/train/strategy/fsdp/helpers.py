@@ -13,7 +13,7 @@ from safetensors.torch import save_file
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-from ember.train import FullyShardedDataParallel, Learner, SupervisedTraining
+from ember.train import FullyShardedDataParallel, GradNormMetric, Learner, SupervisedTraining
 from ember.train._checkpoint import sharded
 from ember.train._checkpoint.file import FileCheckpointer
 from ember.train._precision import Precision
@@ -72,7 +72,9 @@ def equal_and_exact(out_dir: str) -> None:
     for name, precision in runs:
         builder, learner = training(out / name, 2, FullyShardedDataParallel(shard=nn.Linear))
         builder = builder.clip_grad_norm(0.05).grads_accumulation(2, mean=True)
-        builder = builder.gradient_checkpointing(["net.0"]).precision(precision)
+        builder = (
+            builder.metrics(GradNormMetric()).gradient_checkpointing(["net.0"]).precision(precision)
+        )
         run(builder, learner, out, name)
     assert sharded_model is not None
     builder, _ = training(out / "twice", 1, FullyShardedDataParallel())

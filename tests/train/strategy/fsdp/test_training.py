@@ -18,7 +18,7 @@ from torch import nn
 
 from ember import CheckpointError
 from ember.distributed import DistributedError, spawn
-from ember.train import Learner, load_checkpoint
+from ember.train import GradNormMetric, Learner, load_checkpoint
 from ember.train._checkpoint.file import FileCheckpointer
 from ember.train._checkpoint.manifest import latest_complete_epoch, read_manifest
 from tests.train.strategy.ddp import helpers as ddp_helpers
@@ -67,13 +67,21 @@ def test_two_ranks_equal_one_process_and_log_the_same_losses(
 def test_clipping_accumulation_checkpointing_and_bf16_under_fsdp(
     two_ranks: Path, tmp_path: Path
 ) -> None:
-    """clip_grad_norm over the DTensor gradients, grads_accumulation(mean=True) and gradient
-    checkpointing: 2 ranks equal one process; bf16-mixed (FSDP's MixedPrecisionPolicy) trains."""
+    """clip_grad_norm over the DTensor gradients (the logged norms too),
+    grads_accumulation(mean=True) and gradient checkpointing: 2 ranks equal one process;
+    bf16-mixed (FSDP's MixedPrecisionPolicy) trains."""
     builder, learner = ddp_helpers.training(tmp_path / "single", 2)
     builder = builder.clip_grad_norm(0.05).grads_accumulation(2, mean=True)
+    builder = builder.metrics(GradNormMetric())
     single = builder.gradient_checkpointing(["net.0"]).launch(learner)
     assert single.error is None, single.traceback
     assert_close(load_file(two_ranks / "d.safetensors"), learner.model.state_dict())
+    relative = Path("train", "epoch-2", "Gradient_Norm.log")
+    norms = (two_ranks / "d" / relative).read_text().splitlines()
+    expected = (tmp_path / "single" / relative).read_text().splitlines()
+    assert len(norms) == len(expected) > 0
+    for line, reference in zip(norms, expected, strict=True):
+        assert float(line.split(",")[0]) == pytest.approx(float(reference.split(",")[0]), abs=1e-5)
     bf16 = load_file(two_ranks / "e.safetensors")
     initial = ddp_helpers.training(tmp_path / "fresh", 1)[1].model.state_dict()
     assert all(torch.isfinite(t).all() for t in bf16.values())

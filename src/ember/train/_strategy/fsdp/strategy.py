@@ -119,7 +119,12 @@ class FullyShardedDataParallel(DistributedDataParallel):
     ) -> FullyShardedRun:
         """Join (or initialise) the process group, shard the model over the mesh, then build
         the optimizer on the sharded parameters; this rank's shares of the loaders."""
-        if isinstance(learner.optimizer_or_factory, torch.optim.Optimizer | dict):
+        if isinstance(learner.optimizer_or_factory, dict):
+            raise ValueError(
+                "FullyShardedDataParallel trains one optimizer (its sharded checkpoints hold "
+                f"one), got {sorted(learner.optimizer_or_factory)}"
+            )
+        if isinstance(learner.optimizer_or_factory, torch.optim.Optimizer):
             raise ValueError(
                 "FullyShardedDataParallel replaces the model's parameters with sharded ones: "
                 "pass the optimizer as a factory, e.g. Learner(model, "
