@@ -34,7 +34,8 @@ up the run directory, the logs, the renderer and ``train-worker`` around it. The
             if the metrics thread failed (the main process says): end here, write nothing
         a per-epoch scheduler advances (ReduceLROnPlateau with its monitored valid value)
             checkpoint(epoch): every process's RNG state gathered, the main process writes
-                                (its checkpointing strategy decides what is kept)
+                                (its checkpointing strategy decides what is kept; a
+                                sharded model: every rank writes its shards first)
             early stopping: the main process asks it; every process stops with its reason
         if stopped during validation: go to "stop"       # the epoch itself is complete
         asked to stop between two epochs: go to "stop"
