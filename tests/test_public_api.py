@@ -97,6 +97,7 @@ TRAIN = {
     "FileCheckpointer",
     "FileMetricLogger",
     "FullEventProcessorTraining",
+    "FullyShardedDataParallel",
     "GradNormMetric",
     "GradientCheckpointing",
     "GradientsAccumulator",

@@ -87,6 +87,7 @@ from ember.train._step import (
 )
 from ember.train._strategy.base import SupervisedLearningStrategy
 from ember.train._strategy.ddp.strategy import DistributedDataParallel
+from ember.train._strategy.fsdp.strategy import FullyShardedDataParallel
 from ember.train._strategy.multi import MultiDevice
 from ember.train._strategy.single import SingleDevice
 from ember.train._summary import LearnerSummary, MetricSummary
@@ -119,6 +120,7 @@ __all__ = [
     "FileCheckpointer",
     "FileMetricLogger",
     "FullEventProcessorTraining",
+    "FullyShardedDataParallel",
     "GradNormMetric",
     "GradientCheckpointing",
     "GradientsAccumulator",

@@ -94,7 +94,7 @@ from ember.train._result import LearningResult, metric_names
 from ember.train._run_config import run_configuration
 from ember.train._run_directory import claim_for_run
 from ember.train._signals import graceful_stop
-from ember.train._strategy.base import StrategyRun
+from ember.train._strategy.base import PrecisionStrategy, StrategyRun
 from ember.train._strategy.single import SingleDevice
 from ember.train._summary import LearnerSummary, describe_model
 from ember.train._vocabulary import Split
@@ -185,6 +185,8 @@ def _launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
             )
             if main and checkpointer is not None:
                 clear_run_end(checkpointer.directory)  # this run trains: not finished
+            if isinstance(strategy, PrecisionStrategy):  # e.g. FSDP's mixed-precision policy
+                strategy.use_precision(config.precision)
             # train only: the strategy places the train loader in valid's place too (never
             # iterated: the loop skips validation), so every strategy runs unchanged
             valid = config.train if config.valid is None else config.valid

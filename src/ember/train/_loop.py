@@ -36,7 +36,8 @@ up the run directory, the logs, the renderer and ``train-worker`` around it. The
             if the metrics thread failed (the main process says): end here, write nothing
         a per-epoch scheduler advances (ReduceLROnPlateau with its monitored valid value)
             checkpoint(epoch): every process's RNG state gathered, the main process writes
-                                (its checkpointing strategy decides what is kept)
+                                (its checkpointing strategy decides what is kept; a
+                                sharded model: every rank writes its shards first)
             early stopping: the main process asks it; every process stops with its reason
         if stopped during validation: go to "stop"       # the epoch itself is complete
         asked to stop between two epochs: go to "stop"
@@ -64,6 +65,7 @@ from ember.data import Progress
 from ember.train._checkpoint.learning import RunCheckpointer, TrainingRecords
 from ember.train._checkpoint.rng import rng_state
 from ember.train._checkpoint.run_state import restore_run, snapshot_run
+from ember.train._checkpoint.sharded import ShardingRun
 from ember.train._early_stopping import EarlyStoppingStrategy
 from ember.train._events import EndEpoch, EndSplit, ProcessedItem, Start, StartSplit, TrainingItem
 from ember.train._gradient_checkpointing import checkpointed
@@ -307,6 +309,12 @@ class TrainingLoop:
 
     def _checkpoint(self, checkpointer: RunCheckpointer, epoch: int) -> None:
         states = self.run.gather(rng_state())
+        run = self.run  # a sharded model: every rank writes its shards, rank 0 the rest
+        shards = (
+            run.write_shards(checkpointer.directory, epoch)
+            if isinstance(run, ShardingRun)
+            else None
+        )
         if not self.main or states is None:
             return
         records = snapshot_run(
@@ -317,6 +325,7 @@ class TrainingLoop:
             self.plan.early_stopping,
             self._loop_state(),
             self.plan.stateful,
+            shards,
         )
         self._last_saved = (epoch, checkpointer.checkpoint(epoch, records, self.store))
 

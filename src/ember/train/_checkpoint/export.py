@@ -30,6 +30,7 @@ from ember.train._checkpoint.manifest import (
     read_manifest,
 )
 from ember.train._checkpoint.record import Record, load_model_record
+from ember.train._checkpoint.sharded import consolidate, is_sharded
 
 __all__ = [
     "CheckpointEpoch",
@@ -139,10 +140,14 @@ def check_checkpoint_epoch(epoch: Any) -> Any:
 
 
 def read_model(directory: str | os.PathLike[str], epoch: CheckpointEpoch) -> tuple[int, Record]:
-    """The epoch number and the verified model record of ``epoch``."""
+    """The epoch number and the verified model record of ``epoch`` (a sharded checkpoint's
+    shards consolidated into whole tensors)."""
     checkpoints = checkpoint_directory(directory)
     number = resolve_epoch(checkpoints, epoch)
-    return number, _read(checkpoints, "model", number)
+    record = _read(checkpoints, "model", number)
+    if is_sharded(record):
+        record = consolidate(checkpoints, number, record)
+    return number, record
 
 
 def _read(checkpoints: Path, name: str, epoch: int) -> Record:

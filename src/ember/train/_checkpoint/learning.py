@@ -31,7 +31,12 @@ from typing import Any, Protocol, runtime_checkable
 
 from ember._errors import CheckpointError
 from ember.train._checkpoint.asynchronous import BackgroundWriter
-from ember.train._checkpoint.file import FileCheckpointer, check_epoch, ensure_directory
+from ember.train._checkpoint.file import (
+    CheckpointFile,
+    FileCheckpointer,
+    check_epoch,
+    ensure_directory,
+)
 from ember.train._checkpoint.manifest import (
     complete_epochs,
     delete_manifest,
@@ -41,6 +46,7 @@ from ember.train._checkpoint.manifest import (
     write_manifest,
 )
 from ember.train._checkpoint.record import Record
+from ember.train._checkpoint.sharded import delete_shards
 from ember.train._checkpoint.strategy import (
     CheckpointingAction,
     CheckpointingStrategy,
@@ -64,6 +70,8 @@ class TrainingRecords:
     optim: Record
     scheduler: Record
     state: Record
+    shards: tuple[CheckpointFile, ...] = ()
+    """Files the ranks of a sharded run wrote already (``sharded.py``): the manifest lists them."""
 
 
 @runtime_checkable
@@ -194,7 +202,9 @@ class LearningCheckpointer:
         metadata = dict(records.state.metadata)
         metadata[STRATEGY_STATE_KEY] = self._strategy.state_dict()
         state = Record(tensors=dict(records.state.tensors), metadata=metadata)
-        records = TrainingRecords(records.model, records.optim, records.scheduler, state)
+        records = TrainingRecords(
+            records.model, records.optim, records.scheduler, state, records.shards
+        )
 
         def job() -> None:
             self._apply(epoch, records, actions)
@@ -322,6 +332,7 @@ class LearningCheckpointer:
             checkpointer = self._files[name]
             with _noting(f"saving epoch {epoch}", checkpointer.path(epoch)):
                 files.append(checkpointer.write(epoch, getattr(records, name)))
+        files.extend(records.shards)  # written and reported by every rank before this job
         with _noting(f"saving epoch {epoch}", manifest):
             write_manifest(self._directory, epoch, files)
 
@@ -332,6 +343,7 @@ class LearningCheckpointer:
         for checkpointer in self._files.values():
             with _noting(what, checkpointer.path(epoch)):
                 checkpointer.delete(epoch)
+        delete_shards(self._directory, epoch)
 
     def _load_strategy_state(self, epoch: int, state: Any) -> None:
         try:

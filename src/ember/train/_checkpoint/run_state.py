@@ -52,6 +52,7 @@ from ember.train._checkpoint.record import (
     state_record,
 )
 from ember.train._checkpoint.rng import set_rng_state
+from ember.train._checkpoint.sharded import ShardedRecords, has_shards, is_sharded, load_shards
 from ember.train._early_stopping import EarlyStoppingStrategy
 from ember.train._hooks import Stateful
 from ember.train._learner import Learner
@@ -73,8 +74,10 @@ def snapshot_run(
     early_stopping: EarlyStoppingStrategy | None,
     loop: dict[str, Any],
     user: Mapping[str, Stateful],
+    shards: ShardedRecords | None = None,
 ) -> TrainingRecords:
-    """The records of the run after ``epoch``; ``rng_states`` are every process's, in rank order."""
+    """The records of the run after ``epoch``; ``rng_states`` are every process's, in rank order.
+    ``shards``: a sharded model's index records and files, already written by every rank."""
     state: dict[str, Any] = {
         "format": _FORMAT,
         "epoch": epoch,
@@ -92,12 +95,17 @@ def snapshot_run(
         states = {name: stateful.state_dict() for name, stateful in user.items()}
         metadata = {**record.metadata, "user": encode(states, "user", tensors)}
         record = Record(tensors=tensors, metadata=metadata)
+    scheduler = state_record(
+        {} if learner.lr_scheduler is None else learner.lr_scheduler.state_dict()
+    )
+    if shards is not None:
+        return TrainingRecords(shards.model, shards.optim, scheduler, record, shards.files)
     return TrainingRecords(
         model_record(learner.model),
         optimizers_record(learner.optimizers)
         if learner.several_optimizers
         else optimizer_record(learner.optimizer),
-        state_record({} if learner.lr_scheduler is None else learner.lr_scheduler.state_dict()),
+        scheduler,
         record,
     )
 
@@ -126,11 +134,20 @@ def restore_run(
             f"ember training state for that epoch (format {state.get('format')!r}, "
             f"epoch {state.get('epoch')!r})"
         )
-    load_model_record(learner.model, records.model)
-    if learner.several_optimizers:
-        load_optimizers_record(learner.optimizers, records.optim)
+    if is_sharded(records.model):  # any world size, into a sharded model or a plain one
+        load_shards(checkpointer.directory, epoch, learner, records.model, records.optim)
+    elif has_shards(learner.model):
+        raise CheckpointError(
+            f"the checkpoint of epoch {epoch} in {checkpointer.directory} is not sharded: a "
+            "FullyShardedDataParallel run resumes from a sharded checkpoint (load the weights "
+            "into the plain model before the run instead)"
+        )
     else:
-        load_optimizer_record(learner.optimizer, records.optim)
+        load_model_record(learner.model, records.model)
+        if learner.several_optimizers:
+            load_optimizers_record(learner.optimizers, records.optim)
+        else:
+            load_optimizer_record(learner.optimizer, records.optim)
     if learner.lr_scheduler is not None:
         learner.lr_scheduler.load_state_dict(dict(records.scheduler.metadata))
     saved_loaders = state.get("loaders", {})

@@ -31,10 +31,12 @@ from torch import nn
 
 from ember.data import DataLoader, Progress
 from ember.train._learner import Learner
+from ember.train._precision import Precision
 from ember.train._step import GradientsParams, TrainOutput, trained_parameters
 
 __all__ = [
     "LocalRun",
+    "PrecisionStrategy",
     "StrategyRun",
     "SupervisedLearningStrategy",
     "add_gradients",
@@ -128,6 +130,16 @@ class SupervisedLearningStrategy(Protocol):
         self, learner: Learner[Any], train: DataLoader[Any], valid: DataLoader[Any]
     ) -> StrategyRun:
         """Place the model (``learner.fork``) and the loaders for one run."""
+        ...
+
+
+@runtime_checkable
+class PrecisionStrategy(Protocol):
+    """A strategy that needs the run's precision when it places the model (FSDP casts the
+    parameters it gathers); ``launch`` calls :meth:`use_precision` right before ``start``."""
+
+    def use_precision(self, precision: Precision) -> None:
+        """Remember the run's ``precision`` for the next :meth:`start`."""
         ...
 
 

@@ -1,0 +1,412 @@
+"""Sharded checkpoints without pickle: every rank writes its own shards, rank 0 the index.
+
+torch's distributed checkpoint (DCP) writes its metadata with pickle, so ember neither writes
+nor loads DCP files. Under ``FullyShardedDataParallel`` an epoch's checkpoint is::
+
+    shards-rank{r}-{e}.safetensors   rank r's local pieces of the model's and the optimizer's
+                                     DTensors (a piece replicated on several ranks, and every
+                                     plain tensor, is written once: by the first replica, rank 0)
+    model-{e}.safetensors            the index of the model's tensors (JSON, no tensor):
+                                     {"format": "ember.sharded", "world": 2, "tensors": {name:
+                                      {"shape": [global], "dtype": "float32", "shards": [
+                                       {"file": "shards-rank1-3.safetensors", "offsets": [5, 0],
+                                        "shape": [5, 4]}, ...]}}}
+    optim-{e}.safetensors            the index of the optimizer's state, its param groups (by
+                                     parameter name) and its non-tensor values
+    manifest-{e}.json                every file above with its size and SHA-256; written last
+
+The commit is atomic across ranks: each rank writes its shard file (atomically) and reports
+its name, size, SHA-256 and pieces to rank 0 (:func:`write_shards`); rank 0 then writes the
+index records and the manifest through its :class:`~ember.train.LearningCheckpointer`. A rank
+that dies before reporting fails the gather: no manifest, and the previous epoch stays the
+newest complete one.
+
+Loading (:func:`load_shards`) fills each tensor's local region, whatever mesh wrote it: with the
+same world size a rank reads its own pieces back (bit-identical); with another it reassembles
+the pieces overlapping its region (from every file, so the model must fit in host memory) and
+reshards. A plain model (one process, no FSDP) gets the whole tensors. Every file is verified
+against the manifest first; a region no piece covers (a missing shard) or a tensor the model
+does not have is a :class:`~ember.CheckpointError` naming it.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, cast, runtime_checkable
+
+import safetensors.torch
+import torch
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_state_dict,
+    set_state_dict,
+)
+from torch.distributed.tensor import DTensor, Replicate
+from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+from ember._errors import CheckpointError
+from ember.train._checkpoint.file import (
+    MAX_FILE_SIZE,
+    CheckpointFile,
+    FileCheckpointer,
+    read_regular,
+    verify_bytes,
+)
+from ember.train._checkpoint.manifest import manifest_path, read_manifest
+from ember.train._checkpoint.record import Record, snapshot
+from ember.train._learner import Learner
+
+__all__ = [
+    "ShardedRecords",
+    "ShardingRun",
+    "assemble",
+    "consolidate",
+    "delete_shards",
+    "has_shards",
+    "is_sharded",
+    "load_shards",
+    "write_shards",
+]
+
+FORMAT = "ember.sharded"
+_OPTIONS = StateDictOptions(full_state_dict=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ShardedRecords:
+    """What rank 0 checkpoints for a sharded model: the two index records and every rank's
+    shard file (listed in the manifest)."""
+
+    model: Record
+    optim: Record
+    files: tuple[CheckpointFile, ...]
+
+
+@runtime_checkable
+class ShardingRun(Protocol):
+    """A strategy run whose model is sharded: every rank takes part in each checkpoint."""
+
+    def write_shards(self, directory: Path, epoch: int) -> ShardedRecords | None:
+        """Write this rank's shards; rank 0 gets the records, the others None."""
+        ...
+
+
+class _Gatherer(Protocol):
+    @property
+    def rank(self) -> int: ...
+
+    def gather(self, value: Any) -> list[Any] | None: ...
+
+
+def shard_name(rank: int) -> str:
+    """The file-name stem of ``rank``'s shards."""
+    return f"shards-rank{rank}"
+
+
+def is_sharded(record: Record) -> bool:
+    """Whether a model or optimizer record is a sharded checkpoint's index."""
+    return record.metadata.get("format") == FORMAT
+
+
+# --- writing -------------------------------------------------------------------------------------
+
+
+def write_shards(
+    directory: Path, epoch: int, learner: Learner[Any], run: _Gatherer
+) -> ShardedRecords | None:
+    """Write this rank's pieces of the model and the optimizer (see the module doc), gather
+    every rank's report on rank 0 and return the index records there (None elsewhere)."""
+    optim = _single_optimizer(learner)
+    model_state, optim_state = _states(learner.model, optim)
+    tensors: dict[str, torch.Tensor] = {}
+    pieces: dict[str, dict[str, Any]] = {}
+    values: dict[str, Any] = {}
+    flat = {f"model/{name}": value for name, value in model_state.items()}
+    for param, state in optim_state["state"].items():
+        for key, value in state.items():
+            if isinstance(value, torch.Tensor):
+                flat[f"optim/{param}/{key}"] = value
+            else:
+                values.setdefault(param, {})[key] = value
+    for name, value in flat.items():
+        piece = _local_piece(value, run.rank)
+        if piece is not None:
+            local, offsets = piece
+            tensors[name] = snapshot(local)
+            pieces[name] = {"offsets": offsets, "shape": list(local.shape)}
+    file = FileCheckpointer(directory, shard_name(run.rank))
+    metadata = {"format": "ember.shards", "epoch": epoch, "rank": run.rank}
+    written = file.save(epoch, Record(tensors=tensors, metadata=metadata))
+    shapes = {
+        name: [list(value.shape), str(value.dtype).removeprefix("torch.")]
+        for name, value in flat.items()
+    }
+    reports = run.gather({"file": [written.name, written.size, written.sha256], "pieces": pieces})
+    if reports is None:
+        return None
+    index: dict[str, dict[str, Any]] = {
+        name: {"shape": shape, "dtype": dtype, "shards": []}
+        for name, (shape, dtype) in shapes.items()
+    }
+    for report in reports:
+        for name, piece in report["pieces"].items():
+            index[name]["shards"].append({"file": report["file"][0], **piece})
+    groups = [_json_group(group) for group in optim_state["param_groups"]]
+    model = {k.removeprefix("model/"): v for k, v in index.items() if k.startswith("model/")}
+    optimizer = {k.removeprefix("optim/"): v for k, v in index.items() if k.startswith("optim/")}
+    return ShardedRecords(
+        Record(metadata={"format": FORMAT, "world": len(reports), "tensors": model}),
+        Record(
+            metadata={
+                "format": FORMAT,
+                "world": len(reports),
+                "tensors": optimizer,
+                "param_groups": groups,
+                "values": values,
+            }
+        ),
+        tuple(CheckpointFile(*report["file"]) for report in reports),
+    )
+
+
+def _states(
+    model: nn.Module, optim: torch.optim.Optimizer
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The model's and the optimizer's states, keyed by parameter name, DTensors unsharded."""
+    model_state, optim_state = get_state_dict(model, optim, options=_OPTIONS)
+    return dict(model_state), cast(dict[str, Any], optim_state)
+
+
+def _single_optimizer(learner: Learner[Any]) -> torch.optim.Optimizer:
+    if learner.several_optimizers:
+        raise CheckpointError(
+            f"sharded checkpoints hold one optimizer; this learner has {sorted(learner.optimizers)}"
+        )
+    return learner.optimizer
+
+
+def _local_piece(value: torch.Tensor, rank: int) -> tuple[torch.Tensor, list[int]] | None:
+    """This rank's piece of ``value`` and its offsets in the global tensor, or None when
+    another rank writes it (a replica's) or it is empty."""
+    if isinstance(value, DTensor):
+        mesh = value.device_mesh
+        coordinate = list(mesh.get_coordinate() or ())
+        replicas = [i for i, p in enumerate(value.placements) if isinstance(p, Replicate)]
+        if any(coordinate[i] != 0 for i in replicas):
+            return None  # the first replica writes it
+        shape, offsets = compute_local_shape_and_global_offset(value.shape, mesh, value.placements)
+        local = value.to_local()
+        assert tuple(local.shape) == tuple(shape)
+    else:
+        if rank != 0:
+            return None
+        local, offsets = value, (0,) * value.dim()
+    if local.numel() == 0:
+        return None
+    return local, list(offsets)
+
+
+def _json_group(group: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in group.items()}
+
+
+def delete_shards(directory: Path, epoch: int) -> None:
+    """Remove every rank's shard file of ``epoch`` (after its manifest is gone)."""
+    for path in directory.glob(f"shards-rank*-{epoch}.safetensors"):
+        path.unlink(missing_ok=True)
+
+
+# --- reading -------------------------------------------------------------------------------------
+
+
+class _Pieces:
+    """A sharded checkpoint's index and its files, each verified against the manifest and read
+    once, when a region first needs it."""
+
+    def __init__(self, directory: Path, epoch: int, index: Mapping[str, Any], prefix: str) -> None:
+        self._prefix = prefix  # the tensors' keys in the shard files: "model/…", "optim/…"
+        self._directory = directory
+        self._epoch = epoch
+        self._index = index
+        self._files: dict[str, dict[str, torch.Tensor]] = {}
+        self._manifest = read_manifest(directory, epoch)
+
+    def names(self) -> list[str]:
+        return list(self._index)
+
+    def shape(self, name: str) -> list[int]:
+        return list(self._index[name]["shape"])
+
+    def fill(self, name: str, like: torch.Tensor | None) -> torch.Tensor:
+        """The region of tensor ``name`` that ``like`` (a DTensor: its local shard; a plain
+        tensor or None: the whole tensor) holds, assembled from the pieces overlapping it."""
+        entry = self._index[name]
+        shape = tuple(entry["shape"])
+        if like is not None and tuple(like.shape) != shape:
+            raise CheckpointError(
+                f"{name!r} does not fit: the checkpoint of epoch {self._epoch} holds shape "
+                f"{list(shape)}, the model has {list(like.shape)}"
+            )
+        if isinstance(like, DTensor):
+            local, offsets = compute_local_shape_and_global_offset(
+                like.shape, like.device_mesh, like.placements
+            )
+        else:
+            local, offsets = shape, (0,) * len(shape)
+        key = self._prefix + name
+        pieces = [
+            (p["offsets"], p["shape"], functools.partial(self._tensor, p["file"], key))
+            for p in entry["shards"]
+        ]
+        out, covered = assemble(offsets, local, getattr(torch, entry["dtype"]), pieces)
+        if covered != out.numel():
+            raise CheckpointError(
+                f"the sharded checkpoint of epoch {self._epoch} in {self._directory} misses "
+                f"shards of {name!r}: its pieces cover {covered} of the {out.numel()} values "
+                "this rank needs (a shard file missing from the index?)"
+            )
+        return out
+
+    def _tensor(self, file: str, name: str) -> torch.Tensor:
+        if file not in self._files:
+            expected = self._manifest.file(file)
+            where = manifest_path(self._directory, self._epoch)
+            if expected is None:
+                raise CheckpointError(f"checkpoint manifest {where} does not list shard {file}")
+            path = self._directory / file
+            if not path.exists():
+                raise CheckpointError(f"shard file {path} (listed in {where.name}) is missing")
+            data = read_regular(path, "checkpoint shard", expected.size, limit=MAX_FILE_SIZE)
+            verify_bytes(path, data, expected)
+            self._files[file] = safetensors.torch.load(data)
+        tensors = self._files[file]
+        if name not in tensors:
+            raise CheckpointError(f"shard file {self._directory / file} has no tensor {name!r}")
+        return tensors[name]
+
+
+Piece = tuple[Sequence[int], Sequence[int], Callable[[], torch.Tensor]]
+"""A saved piece: its offsets in the global tensor, its shape, and how to read it."""
+
+
+def assemble(
+    offsets: Sequence[int], shape: Sequence[int], dtype: torch.dtype, pieces: Iterable[Piece]
+) -> tuple[torch.Tensor, int]:
+    """The region at ``offsets`` of ``shape`` of a global tensor, copied from the ``pieces``
+    that overlap it (only those are read), and how many of its values they covered."""
+    out = torch.empty(tuple(shape), dtype=dtype)
+    covered = 0
+    for their_offsets, their_shape, read in pieces:
+        overlap = _overlap(offsets, shape, their_offsets, their_shape)
+        if overlap is not None:
+            mine, theirs, count = overlap
+            out[mine] = read()[theirs]
+            covered += count
+    return out, covered
+
+
+def _overlap(
+    offsets: Sequence[int],
+    shape: Sequence[int],
+    their_offsets: Sequence[int],
+    their_shape: Sequence[int],
+) -> tuple[tuple[slice, ...], tuple[slice, ...], int] | None:
+    """The slices of the overlap of two regions, in each region's own coordinates."""
+    mine, theirs, count = [], [], 1
+    for start, size, other, other_size in zip(
+        offsets, shape, their_offsets, their_shape, strict=True
+    ):
+        low, high = max(start, other), min(start + size, other + other_size)
+        if high <= low:
+            return None
+        mine.append(slice(low - start, high - start))
+        theirs.append(slice(low - other, high - other))
+        count *= high - low
+    return tuple(mine), tuple(theirs), count
+
+
+def _like(template: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
+    """``local`` placed as ``template`` is: a DTensor shard on its mesh, or a plain tensor."""
+    local = local.to(template.device)
+    if isinstance(template, DTensor):
+        return DTensor.from_local(
+            local,
+            template.device_mesh,
+            template.placements,
+            run_check=False,
+            shape=template.shape,
+            stride=template.stride(),
+        )
+    return local
+
+
+def load_shards(
+    directory: Path, epoch: int, learner: Learner[Any], model_record: Record, optim_record: Record
+) -> None:
+    """Load a sharded checkpoint's model and optimizer into ``learner`` (sharded or not), each
+    rank its own regions (see the module doc)."""
+    optim = _single_optimizer(learner)
+    model_state, _ = _states(learner.model, optim)
+    model = _Pieces(directory, epoch, model_record.metadata.get("tensors", {}), "model/")
+    _check_names(model.names(), model_state, epoch)
+    loaded = {name: _like(target, model.fill(name, target)) for name, target in model_state.items()}
+    meta = optim_record.metadata
+    pieces = _Pieces(directory, epoch, meta.get("tensors", {}), "optim/")
+    state: dict[str, dict[str, Any]] = {}
+    for key in pieces.names():
+        param, _, field = key.rpartition("/")
+        if param not in model_state:
+            raise CheckpointError(
+                f"the optimizer state of epoch {epoch} is for parameter {param!r}, which the "
+                "model does not have"
+            )
+        target = model_state[param]
+        sharded = isinstance(target, DTensor) and pieces.shape(key) == list(target.shape)
+        like = target if sharded else None
+        region = pieces.fill(key, like)
+        state.setdefault(param, {})[field] = (
+            _like(target, region) if sharded else region.to(target.device)
+        )
+    for param, extra in meta.get("values", {}).items():
+        state.setdefault(param, {}).update(extra)
+    groups = meta.get("param_groups")
+    if not isinstance(groups, list):
+        raise CheckpointError(f"the optimizer index of epoch {epoch} has no param groups")
+    try:
+        set_state_dict(
+            learner.model,
+            optim,
+            model_state_dict=cast(Any, loaded),
+            optim_state_dict=cast(Any, {"state": state, "param_groups": groups}),
+            options=_OPTIONS,
+        )
+    except (RuntimeError, ValueError, KeyError) as error:
+        raise CheckpointError(
+            f"the sharded checkpoint of epoch {epoch} in {directory} does not fit the model or "
+            f"its optimizer: {error}"
+        ) from error
+
+
+def _check_names(names: list[str], model_state: Mapping[str, Any], epoch: int) -> None:
+    missing = sorted(set(model_state) - set(names))
+    unexpected = sorted(set(names) - set(model_state))
+    if missing or unexpected:
+        raise CheckpointError(
+            f"the sharded checkpoint of epoch {epoch} holds another model: missing {missing}, "
+            f"unexpected {unexpected}"
+        )
+
+
+def consolidate(directory: Path, epoch: int, record: Record) -> Record:
+    """The whole tensors of a sharded model record, as a plain model record (for export)."""
+    pieces = _Pieces(directory, epoch, record.metadata.get("tensors", {}), "model/")
+    return Record(tensors={name: pieces.fill(name, None) for name in pieces.names()})
+
+
+def has_shards(module: nn.Module) -> bool:
+    """Whether ``module`` has sharded (DTensor) parameters."""
+    return any(isinstance(param, DTensor) for param in module.parameters())

@@ -1,0 +1,1 @@
+"""Fully sharded data parallel (FSDP2): parameters, gradients and optimizer state sharded."""

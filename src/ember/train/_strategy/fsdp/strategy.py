@@ -1,0 +1,277 @@
+"""Fully sharded data parallel on torch's FSDP2 (``torch.distributed.fsdp.fully_shard``).
+
+Like :class:`~ember.train.DistributedDataParallel`, one process per device runs the same
+script, the loaders' batch size is the **global** batch and every rank reads its share of every
+global batch. Unlike it, no rank holds the whole model: ``fully_shard`` turns every parameter
+into a DTensor sharded along its first dimension over the mesh (``sharding.py``), and so are
+its gradient and its optimizer state (the optimizer is built on the sharded parameters: pass it
+as a factory). Per global batch, on every rank::
+
+    agree through the store that every rank got here          # a hung rank is named
+    train_step(my share), its loss x world x my share / global batch   # from_loss applies it
+        forward: each unit's parameters all-gathered, freed after it (reshard_after_forward)
+        backward: each unit's gradients reduce-scattered: averaged over ranks into the shards,
+                  which makes the global batch's gradient
+    clipping: the total norm over the DTensor gradients (one all-reduce), as in one process
+    optimizer step on the local shards
+    exchange the outputs and the stop wishes (as DistributedDataParallel does)
+
+A rank whose share of a batch is empty (the tail of an epoch) still runs forward and backward,
+on its previous share with a loss factor of zero: FSDP's collectives need every rank, and the
+zero contributes nothing (its output is not reported). Its side effects repeat: a BatchNorm's
+running statistics and the RNG draws of that step.
+
+Checkpoints are sharded (``_checkpoint/sharded.py``): every rank writes its own shards, rank 0
+the index and the manifest, last.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from ember._errors import DistributedError
+from ember.data import DataLoader, Progress
+from ember.data._loader import BatchingLoader
+from ember.data._shard import ShardedDataLoader
+from ember.distributed._messages import broadcast_coalesced
+from ember.distributed._processes import DEFAULT_TIMEOUT, collective
+from ember.train._checkpoint.sharded import ShardedRecords, write_shards
+from ember.train._learner import Learner
+from ember.train._precision import Precision
+from ember.train._step import TrainOutput, current_step, step_context
+from ember.train._strategy.ddp.progress import ProgressWatch
+from ember.train._strategy.ddp.ranks import Ranks
+from ember.train._strategy.ddp.strategy import DistributedDataParallel, DistributedRun
+from ember.train._strategy.fsdp.sharding import (
+    WrapPolicy,
+    check_policy,
+    device_mesh,
+    mixed_precision,
+    plan_units,
+    shard_model,
+)
+
+__all__ = ["FullyShardedDataParallel", "FullyShardedRun"]
+
+
+class FullyShardedDataParallel(DistributedDataParallel):
+    """Sharded data-parallel training over a ``torch.distributed`` job (see the module doc).
+
+    The process group, ``backend``, ``timeout``, ``init_method``, ``device``,
+    ``loss_reduction`` and ``progress_timeout`` are those of
+    :class:`~ember.train.DistributedDataParallel`. ``shard`` is the wrapping policy: the
+    submodules that become FSDP units (a module class, a tuple of them, or a callable
+    ``policy(name, module) -> bool``; None: the whole model is one unit). With
+    ``reshard_after_forward`` each unit frees its gathered parameters after its forward and
+    gathers them again for backward (less memory, one more all-gather). ``hybrid`` shards within
+    each node (``LOCAL_WORLD_SIZE`` ranks) and replicates across nodes (a 2-D mesh).
+    The run's ``precision("bf16-mixed")`` becomes FSDP's ``MixedPrecisionPolicy``: parameters
+    gathered and computed in bfloat16, gradients reduced and kept in float32.
+    """
+
+    def __init__(
+        self,
+        backend: str | None = None,
+        *,
+        shard: WrapPolicy = None,
+        reshard_after_forward: bool = True,
+        hybrid: bool = False,
+        timeout: timedelta = DEFAULT_TIMEOUT,
+        init_method: str | None = None,
+        device: torch.device | str | None = None,
+        loss_reduction: Literal["mean", "sum"] = "mean",
+        progress_timeout: timedelta | None = None,
+    ) -> None:
+        super().__init__(
+            backend,
+            timeout=timeout,
+            init_method=init_method,
+            device=device,
+            loss_reduction=loss_reduction,
+            progress_timeout=progress_timeout,
+        )
+        for name, flag in (("reshard_after_forward", reshard_after_forward), ("hybrid", hybrid)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name} must be a bool, got {flag!r}")
+        self.shard = check_policy(shard)
+        self.reshard_after_forward = reshard_after_forward
+        self.hybrid = hybrid
+        self.precision: Precision = "32"
+
+    def __repr__(self) -> str:
+        return (
+            f"FullyShardedDataParallel(backend={self.backend!r}, device={self.device}, "
+            f"shard={self.shard!r}, hybrid={self.hybrid})"
+        )
+
+    def use_precision(self, precision: Precision) -> None:
+        """The run's precision (``launch`` tells it before :meth:`start`)."""
+        self.precision = precision
+
+    def start(
+        self, learner: Learner[Any], train: DataLoader[Any], valid: DataLoader[Any]
+    ) -> FullyShardedRun:
+        """Join (or initialise) the process group, shard the model over the mesh, then build
+        the optimizer on the sharded parameters; this rank's shares of the loaders."""
+        if isinstance(learner.optimizer_or_factory, dict):
+            raise ValueError(
+                "FullyShardedDataParallel trains one optimizer (its sharded checkpoints hold "
+                f"one), got {sorted(learner.optimizer_or_factory)}"
+            )
+        if isinstance(learner.optimizer_or_factory, torch.optim.Optimizer):
+            raise ValueError(
+                "FullyShardedDataParallel replaces the model's parameters with sharded ones: "
+                "pass the optimizer as a factory, e.g. Learner(model, "
+                "lambda params: torch.optim.Adam(params), lr), so that it is built on them"
+            )
+        model = learner.model
+        units = plan_units(model, self.shard)
+        ranks = self._setup()
+        try:
+            model.to(ranks.device)
+            with collective("broadcasting rank 0's weights"):
+                broadcast_coalesced([*model.parameters(), *model.buffers()], 0)
+            mesh = device_mesh(ranks.device, ranks.world, hybrid=self.hybrid)
+            shard_model(
+                model,
+                units,
+                mesh,
+                reshard_after_forward=self.reshard_after_forward,
+                precision=mixed_precision(self.precision),
+            )
+            learner.fork(ranks.device)
+            views = {
+                name: ShardedDataLoader(
+                    _batching(name, loader).to_device(ranks.device), ranks.rank, ranks.world
+                )
+                for name, loader in (("train", train), ("valid", valid))
+            }
+            return FullyShardedRun(self, ranks, learner, views)
+        except BaseException:
+            self._abandon()
+            raise
+
+
+def _batching(name: str, loader: DataLoader[Any]) -> BatchingLoader[Any, Any]:
+    if not isinstance(loader, BatchingLoader):
+        raise TypeError(
+            "FullyShardedDataParallel shards ember's BatchDataLoader/MultiThreadDataLoader/"
+            f"StreamingDataLoader; the {name} loader is a {type(loader).__name__}"
+        )
+    return loader
+
+
+class FullyShardedRun(DistributedRun):
+    """One rank's sharded run: its shares, FSDP's collectives, the agreements of
+    :class:`DistributedRun` (reports, decisions, the progress watch)."""
+
+    def __init__(
+        self,
+        strategy: FullyShardedDataParallel,
+        ranks: Ranks,
+        learner: Learner[Any],
+        views: Mapping[str, ShardedDataLoader[Any]],
+    ) -> None:
+        # DistributedRun's own __init__ builds a gradient reducer: FSDP reduces in backward
+        self._strategy = strategy
+        self._ranks = ranks
+        self._views = views
+        self._model = learner.model
+        self._learner = learner
+        self._mean = strategy.loss_reduction == "mean"
+        self._buffers = list(self._model.buffers()) if strategy.broadcast_buffers else []
+        self._shares: tuple[int, ...] = ()
+        self.replicas = (self._model,)
+        self.loaders: Mapping[str, DataLoader[Any]] = dict(views)
+        self._watch = ProgressWatch(ranks, strategy.progress_timeout)
+        self._agreed = False
+        self._last: dict[str, Any] = {}  # the last non-empty share of each split
+
+    def train_pass(self) -> Iterator[tuple[Any, Progress]]:
+        """This rank's share of every global batch (a stand-in for an empty one)."""
+        return self._stand_in(super().train_pass(), "train")
+
+    def valid_pass(self) -> Iterator[tuple[Any, Progress]]:
+        """This rank's share of every global validation batch (a stand-in for an empty one)."""
+        return self._stand_in(super().valid_pass(), "valid")
+
+    def _stand_in(
+        self, pass_: Iterator[tuple[Any, Progress]], split: str
+    ) -> Iterator[tuple[Any, Progress]]:
+        for batch, progress in pass_:
+            if batch is not None:
+                self._last[split] = batch
+                yield _Share(batch, True), progress
+            elif split in self._last:
+                yield _Share(self._last[split], False), progress
+            else:
+                raise DistributedError(
+                    f"rank {self._ranks.rank} has no share of the first {split} batch: the "
+                    f"global batch must hold at least one item per rank ({self._ranks.world})"
+                )
+
+    def train_step(self, learner: Learner[Any], batch: Any) -> Sequence[TrainOutput[Any]]:
+        """``train_step`` on this rank's share, its loss weighted by the share (zero for a
+        stand-in); FSDP reduce-scatters the gradients into the shards during backward."""
+        share: _Share = batch
+        shares = self._shares
+        self._sync_buffers()
+        # FSDP averages the ranks' gradients: world x share / global batch makes the mean the
+        # global batch's gradient (a summed loss: world x, the sum over ranks)
+        world = self._ranks.world
+        weight = world * shares[self._ranks.rank] / sum(shares) if self._mean else float(world)
+        if not share.real:
+            weight = 0.0
+        self._watch.arrive("the forward all-gather")
+        self._agreed = True
+        context = current_step()
+        if context is None:
+            raise DistributedError("FullyShardedRun.train_step runs inside the training loop")
+        factor = context.loss_factor
+        if weight != 1.0:
+            factor = weight if factor is None else factor * weight
+        # the user's step sees its own batch, and TrainOutput.from_loss weights its loss
+        with step_context(dataclasses.replace(context, batch=share.batch, loss_factor=factor)):
+            output = learner.train_step(share.batch)
+        if output.grads.owner is not self._model:
+            raise DistributedError(
+                "FullyShardedDataParallel reduces the gradients of the loss's backward pass: "
+                "build train_step's output with TrainOutput.from_loss(self, loss, item)"
+            )
+        return (output,) if share.real else ()
+
+    def inference_step(self, batch: Any) -> Any:
+        """The model's ``inference_step`` on this rank's share (None for a stand-in, whose
+        forward only takes part in the all-gathers)."""
+        share: _Share = batch
+        self._watch.arrive("the forward all-gather")
+        self._agreed = True
+        output = self._model.inference_step(share.batch)
+        return output if share.real else None
+
+    def write_shards(self, directory: Path, epoch: int) -> ShardedRecords | None:
+        """Every rank writes its shards of the model and the optimizer; rank 0 gets the index
+        records and every rank's file (None on the other ranks)."""
+        return write_shards(directory, epoch, self._learner, self)
+
+    def close(self, error: BaseException | None = None) -> None:
+        """Close the shares; after an ``error`` on this rank, tear the process group down."""
+        self._watch.close(failed=error is not None)
+        for view in self._views.values():
+            view.close()
+        if error is not None:
+            self._strategy._abandon()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Share:
+    """A rank's share of a batch; ``real`` is False for the stand-in of an empty share."""
+
+    batch: Any
+    real: bool

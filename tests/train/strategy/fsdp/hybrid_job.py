@@ -1,0 +1,28 @@
+"""One "node" of the hybrid-FSDP job the tests start with torchrun (2 nodes on this machine).
+
+Run as ``python -m tests.train.strategy.fsdp.hybrid_job OUT`` under ``torchrun --nnodes 2``:
+trains the FSDP tests' run with ``FullyShardedDataParallel(hybrid=True)`` (a 2-D mesh: the
+ranks of a node shard the model, the nodes replicate it) and rank 0 writes its weights.
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import torch.distributed as dist
+from torch import nn
+
+from ember.train import FullyShardedDataParallel
+from tests.train.strategy.fsdp import helpers
+
+
+def main(out: Path) -> None:
+    strategy = FullyShardedDataParallel(shard=nn.Linear, hybrid=True, timeout=timedelta(seconds=30))
+    helpers.run(*helpers.training(out / "run", 1, strategy), out, "hybrid")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
