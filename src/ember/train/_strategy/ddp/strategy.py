@@ -246,6 +246,21 @@ class DistributedRun:
         learner: Learner[Any],
         views: Mapping[str, Shares],
     ) -> None:
+        self._agreements(strategy, ranks, learner, views)
+        model = self._model
+        self._reducer = TorchReducer(model, ranks, strategy.bucket_cap_mb, self._agree_reduction)
+        with collective("broadcasting rank 0's buffers"):
+            broadcast_coalesced(list(model.buffers()), 0)
+
+    def _agreements(
+        self,
+        strategy: DistributedDataParallel,
+        ranks: Ranks,
+        learner: Learner[Any],
+        views: Mapping[str, Shares],
+    ) -> None:
+        """The state every distributed run keeps, whatever reduces its gradients: the shares,
+        the chunk of outputs not exchanged yet, the stop wishes, the progress watch."""
         self._strategy = strategy
         self._ranks = ranks
         self._views = views
@@ -261,9 +276,6 @@ class DistributedRun:
         self.loaders: Mapping[str, DataLoader[Any]] = dict(views)
         self._watch = ProgressWatch(ranks, strategy.progress_timeout)
         self._agreed = False  # in this unit: every rank arrived at its first collective
-        self._reducer = TorchReducer(model, ranks, strategy.bucket_cap_mb, self._agree_reduction)
-        with collective("broadcasting rank 0's buffers"):
-            broadcast_coalesced(list(model.buffers()), 0)
 
     @property
     def rank(self) -> int:

@@ -179,19 +179,9 @@ class FullyShardedRun(DistributedRun):
         views: Mapping[str, ShardedDataLoader[Any]],
     ) -> None:
         # DistributedRun's own __init__ builds a gradient reducer: FSDP reduces in backward
-        self._strategy = strategy
-        self._ranks = ranks
-        self._views = views
-        self._model = learner.model
+        self._agreements(strategy, ranks, learner, views)
         self._learner = learner
-        self._mean = strategy.loss_reduction == "mean"
-        self._buffers = list(self._model.buffers()) if strategy.broadcast_buffers else []
-        self._shares: tuple[int, ...] = ()
-        self.replicas = (self._model,)
-        self.loaders: Mapping[str, DataLoader[Any]] = dict(views)
-        self._watch = ProgressWatch(ranks, strategy.progress_timeout)
-        self._agreed = False
-        self._last: dict[str, Any] = {}  # the last non-empty share of each split
+        self._last_share: dict[str, Any] = {}  # the last non-empty share of each split
 
     def train_pass(self) -> Iterator[tuple[Any, Progress]]:
         """This rank's share of every global batch (a stand-in for an empty one)."""
@@ -206,10 +196,10 @@ class FullyShardedRun(DistributedRun):
     ) -> Iterator[tuple[Any, Progress]]:
         for batch, progress in pass_:
             if batch is not None:
-                self._last[split] = batch
+                self._last_share[split] = batch
                 yield _Share(batch, True), progress
-            elif split in self._last:
-                yield _Share(self._last[split], False), progress
+            elif split in self._last_share:
+                yield _Share(self._last_share[split], False), progress
             else:
                 raise DistributedError(
                     f"rank {self._ranks.rank} has no share of the first {split} batch: the "
