@@ -78,6 +78,7 @@ from ember.train._renderer.cli import CliMetricsRenderer
 from ember.train._renderer.default import default_renderer
 from ember.train._result import LearningResult
 from ember.train._run_config import run_configuration
+from ember.train._schedule import Schedule, check_schedule
 from ember.train._signals import graceful_stop
 from ember.train._strategy.single import SingleDevice
 from ember.train._summary import LearnerSummary, describe_model
@@ -102,6 +103,13 @@ def launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
     if config.compile_options is not None:
         learner.model.compile(**config.compile_options)
     _check_tests(config, checkpointer)
+    schedule = Schedule(
+        config.num_epochs if config.max_steps is None or config.epochs_given else None,
+        config.max_steps,
+        config.validate_every,
+        config.checkpoint_every,
+    )
+    check_schedule(schedule, config.valid.num_items(), checkpointer is not None)
     checkpointing = config.gradient_checkpointing
     if checkpointing is not None:
         checkpointing = checkpointed_modules(learner.model, checkpointing or None)
@@ -141,6 +149,7 @@ def launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
             if isinstance(learner.model, TrainingHooks)
             else config.hooks,
             stateful=dict(config.stateful),
+            schedule=schedule,
         )
         error: BaseException | None = None
         result = LoopResult(starting_epoch - 1)

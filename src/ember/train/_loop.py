@@ -50,7 +50,9 @@ metrics thread does.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import math
+import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,6 +71,7 @@ from ember.train._learner import Learner
 from ember.train._metric.store import EventStore
 from ember.train._precision import Precision, autocast_of, grad_scaler
 from ember.train._processor import EventProcessor
+from ember.train._schedule import RoundMarks, Schedule
 from ember.train._step import step_context
 from ember.train._strategy.base import StrategyRun, model_device, pass_size
 from ember.train._vocabulary import Split
@@ -97,6 +100,8 @@ class LoopPlan:
     hooks: tuple[TrainingHooks, ...] = ()
     stateful: Mapping[str, Stateful] = field(default_factory=dict)
     """User state that joins every checkpoint, by name (``with_stateful``)."""
+    schedule: Schedule | None = None
+    """Rounds, ``max_steps`` and intervals (``_schedule.py``); None: ``num_epochs`` epochs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,20 +146,28 @@ class TrainingLoop:
             autocast=autocast_of(plan.precision, device),
             measure_norm=plan.measure_grad_norm,
         )
+        self.schedule = plan.schedule or Schedule(max_epochs=plan.num_epochs)
+        self._units: Iterator[Any] | None = None  # the train pass under way, kept across rounds
+        self._passes = plan.starting_epoch - 1  # train passes completed (restored on resume)
+        self._consumed = 0  # items of the pass under way consumed so far
+        self._iteration = self._round_passes = 0  # the round's train items and passes
+        self._marks = RoundMarks(0, 0, 0.0)  # the last checkpoint's, for checkpoint_every
         self._last_saved: tuple[int, TrainingRecords] | None = None
         self._stop_reason: str | None = None
         self._early_stopped = False
 
     def execute(self) -> LoopResult:
-        """Train from ``plan.starting_epoch`` to ``plan.num_epochs`` (or a stop)."""
-        plan, processor = self.plan, self.processor
+        """Train from ``plan.starting_epoch`` (a round) until the schedule ends (or a stop)."""
+        plan, processor, schedule = self.plan, self.processor, self.schedule
         self._check_same()
         if plan.starting_epoch > 1:
             self._restore(plan.starting_epoch - 1)
-        processor.process_train(Start(plan.num_epochs, plan.starting_epoch))
+        processor.process_train(Start(schedule.rounds(self._steps_per_pass()), plan.starting_epoch))
         last = plan.starting_epoch - 1
+        self._marks = RoundMarks(self.window.optimizer_steps, self._passes, time.monotonic())
         with checkpointed(plan.gradient_checkpointing, *self.run.replicas):
-            for epoch in range(plan.starting_epoch, plan.num_epochs + 1):
+            epoch = plan.starting_epoch
+            while not schedule.ran_out(self.window.optimizer_steps, self._passes):
                 for hooks in plan.hooks:
                     hooks.on_epoch_start(epoch)
                 self._train_pass(epoch)
@@ -165,9 +178,10 @@ class TrainingLoop:
                 if self._end_epoch(epoch) or self._stop_reason is not None:
                     break
                 _, stopper = self.run.report((), self.interrupter.should_stop())
-                if stopper is not None:  # asked between two epochs
+                if stopper is not None:  # asked between two rounds
                     self._stopped_by(stopper)
                     break
+                epoch += 1
         if self._stop_reason is not None and not self._early_stopped:
             self._keep_last_epoch()
             processor.flush()  # the epoch lines, written by the metrics thread, come first
@@ -177,17 +191,36 @@ class TrainingLoop:
     # --- the passes ----------------------------------------------------------------------------
 
     def _train_pass(self, epoch: int) -> None:
-        learner, run, window, processor = self.learner, self.run, self.window, self.processor
-        processor.process_train(StartSplit(epoch, run.loaders["train"].num_items()))
+        """Train round ``epoch``: one pass by default, else until the schedule ends the round
+        (``_schedule.py``); a pass left mid-way goes on in the next round."""
+        run, processor, schedule = self.run, self.processor, self.schedule
+        total = None if schedule.by_steps else run.loaders["train"].num_items()
+        processor.process_train(StartSplit(epoch, total))
         for hooks in self.plan.hooks:
             hooks.on_split_start(Split.TRAIN, epoch)
         for replica in run.replicas:
             replica.train()
-        iteration = consumed = 0
-        for unit, progress in run.train_pass():
-            items, consumed = progress.items_processed - consumed, progress.items_processed
-            context = window.context(epoch, iteration + 1, unit, items)
-            norm = None
+        self._iteration = self._round_passes = 0
+        while self._train_units(epoch):
+            pass
+        processor.process_train(EndSplit(epoch))
+        for hooks in self.plan.hooks:
+            hooks.on_split_end(Split.TRAIN, epoch)
+
+    def _train_units(self, epoch: int) -> bool:
+        """Train units of the current pass (starting one if none is under way) until the round
+        ends (False), a stop (False) or the pass ends with the round going on (True)."""
+        learner, run, window, processor = self.learner, self.run, self.window, self.processor
+        if self._units is None:
+            self._units, self._consumed = run.train_pass(), 0
+        units = self._units
+        for unit, progress in units:
+            items, self._consumed = (
+                progress.items_processed - self._consumed,
+                progress.items_processed,
+            )
+            context = window.context(epoch, self._iteration + 1, unit, items)
+            norm, stepped = None, False
             with step_context(context):  # optimize() may read the batch too
                 if context.autocast is None:
                     outputs = run.train_step(learner, unit)
@@ -195,24 +228,49 @@ class TrainingLoop:
                     with torch.autocast(*context.autocast):
                         outputs = run.train_step(learner, unit)
                 if window.closes(progress):
-                    norm = window.step(learner)
+                    norm, stepped = window.step(learner), True
                     run.after_optimizer_step()
             logged, stopper = run.report(
                 [output.item for output in outputs], self.interrupter.should_stop()
             )
             lr, step = learner.lr_current, window.optimizer_steps
             for item in logged:
-                iteration += 1
+                self._iteration += 1
                 processor.process_train(
-                    ProcessedItem(TrainingItem(item, progress, iteration, lr, step, norm))
+                    ProcessedItem(TrainingItem(item, progress, self._iteration, lr, step, norm))
                 )
+            ended = progress.is_completed
+            if ended:
+                self._end_train_pass(units)
             if stopper is not None:
                 window.drop()
                 self._stopped_by(stopper)
-                break
-        processor.process_train(EndSplit(epoch))
-        for hooks in self.plan.hooks:
-            hooks.on_split_end(Split.TRAIN, epoch)
+                return False
+            passes, round_passes = self._passes, self._round_passes
+            if self.schedule.round_ends(
+                step, passes, round_passes, stepped=stepped, pass_ended=ended
+            ):
+                return False
+            if ended:
+                return True
+        if self._units is not None:  # a pass that never said it was complete (or was empty)
+            if self._consumed == 0 and self.schedule.max_epochs is None:
+                raise ValueError(
+                    "the train loader's pass has no batch, so max_steps can never be reached: "
+                    "give it items, or bound the run with num_epochs(...)"
+                )
+            self._end_train_pass(units)
+        return not self.schedule.round_ends(
+            window.optimizer_steps, self._passes, self._round_passes, stepped=False, pass_ended=True
+        )
+
+    def _end_train_pass(self, units: Iterator[Any]) -> None:
+        """The train pass ended: count it and let its iterator finish (it has nothing left)."""
+        self._passes += 1
+        self._round_passes += 1
+        self._units = None
+        for _ in units:  # a complete pass yields nothing more; this only ends its generator
+            break
 
     def _valid_pass(self, epoch: int) -> None:
         run, processor = self.run, self.processor
@@ -269,7 +327,7 @@ class TrainingLoop:
             mine = self.store.find_metric(monitor, epoch, Split.VALID) if self.main else None
             value = run.decide(mine)
         learner.end_epoch(value)  # the scheduler's new state goes into this epoch's checkpoint
-        if plan.checkpointer is not None:
+        if plan.checkpointer is not None and self._checkpoint_due():
             self._checkpoint(plan.checkpointer, epoch)
         if plan.early_stopping is None:
             return False
@@ -280,6 +338,18 @@ class TrainingLoop:
         self._stop_reason, self._early_stopped = reason, True
         return True
 
+    def _checkpoint_due(self) -> bool:
+        """Whether this round end is checkpointed: as ``checkpoint_every`` says, and always the
+        run's last round (the marks move to now when it is)."""
+        steps, passes, now = self.window.optimizer_steps, self._passes, time.monotonic()
+        schedule = self.schedule
+        due = schedule.ran_out(steps, passes) or self._marks.due(
+            schedule.checkpoint, steps, passes, now
+        )
+        if due:
+            self._marks.move(steps, passes, now)
+        return due
+
     def _ask_early_stopping(self, strategy: EarlyStoppingStrategy, epoch: int) -> str | None:
         if not strategy.should_stop(epoch, self.store):
             return None
@@ -289,6 +359,7 @@ class TrainingLoop:
         states = self.run.gather(rng_state())
         if not self.main or states is None:
             return
+        self.store.sync()  # the logs up to here reach the disk before the checkpoint commits
         records = snapshot_run(
             epoch,
             self.learner,
@@ -332,13 +403,9 @@ class TrainingLoop:
             self.plan.stateful,
         )
         window = self.window
-        steps = loop.get("optimizer_steps", 0)
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-            raise CheckpointError(
-                f"the checkpoint of epoch {epoch} in {checkpointer.directory} holds "
-                f"optimizer_steps={steps!r}, not a count"
-            )
-        window.optimizer_steps = steps
+        window.optimizer_steps = _count(loop, "optimizer_steps", 0, epoch, checkpointer)
+        self._passes = _count(loop, "train_passes", epoch, epoch, checkpointer)
+        self._consumed = _count(loop, "pass_items", 0, epoch, checkpointer)
         scaler_state = loop.get("grad_scaler")
         if window.scaler is not None and isinstance(scaler_state, dict):
             window.scaler.load_state_dict(scaler_state)
@@ -346,10 +413,21 @@ class TrainingLoop:
     def _loop_state(self) -> dict[str, Any]:
         """What the loop itself keeps in a checkpoint for an exact resume."""
         window = self.window
-        state: dict[str, Any] = {"optimizer_steps": window.optimizer_steps}
+        state: dict[str, Any] = {
+            "optimizer_steps": window.optimizer_steps,
+            "train_passes": self._passes,
+            "pass_items": 0 if self._units is None else self._consumed,
+        }
         if window.scaler is not None:
             state["grad_scaler"] = window.scaler.state_dict()
         return state
+
+    def _steps_per_pass(self) -> int | None:
+        """Optimizer steps in one train pass, None when its length is unknown (streaming)."""
+        loader = self.run.loaders["train"]
+        if loader.num_items() is None:
+            return None
+        return math.ceil(len(loader) / (self.plan.grads_accumulation or 1))
 
     def _check_same(self) -> None:
         """Every process must run the same training; a difference would hang a collective."""
@@ -363,6 +441,7 @@ class TrainingLoop:
                     plan.starting_epoch
                 ),
                 "num_epochs": plan.num_epochs,
+                "max_steps": self.schedule.max_steps or 0,
                 "grads_accumulation": plan.grads_accumulation or 0,
                 "the train loader's items": train_items,
                 "the train loader's batches": train_batches,
@@ -372,3 +451,14 @@ class TrainingLoop:
                 "early stopping": int(plan.early_stopping is not None),
             }
         )
+
+
+def _count(loop: Mapping[str, Any], key: str, default: int, epoch: int, checkpointer: Any) -> int:
+    """The loop state's count ``key`` (``default`` in a checkpoint older than it), checked."""
+    value = loop.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise CheckpointError(
+            f"the checkpoint of epoch {epoch} in {checkpointer.directory} holds "
+            f"{key}={value!r}, not a count"
+        )
+    return value
