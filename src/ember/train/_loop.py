@@ -1,4 +1,4 @@
-"""The training loop: epochs, the train and valid passes, checkpoints, early stopping, stops.
+"""The training loop: rounds, the train and valid passes, checkpoints, early stopping, stops.
 
 Every strategy runs this loop; a strategy only places the model and says how a unit of work
 runs and how gradients combine (``train/_strategy/base.py``). ``launch`` (``_launch.py``) sets
@@ -9,10 +9,10 @@ up the run directory, the logs, the renderer and ``train-worker`` around it. The
     if resuming after epoch r:                          # every process restores
         restore model, optimizer, scheduler, loaders, RNG states, early stopping and the
         checkpointing strategy from the checkpoint of epoch r
-    Start(num_epochs, r + 1)
-    for epoch in r + 1 .. num_epochs:                   (hooks: _hooks.py, at each boundary)
-        StartSplit(epoch, train items) ; every replica in train mode
-        for unit, progress in run.train_pass():
+    Start(rounds, r + 1)            # a round ("epoch" below): an epoch, or N steps or N
+    for epoch = r + 1, ... until the schedule ends:     # epochs (_schedule.py); hooks: _hooks.py
+        StartSplit(epoch, train items, None in a step run) ; every replica in train mode
+        for unit, progress in the train pass under way, or a new one (run.train_pass()):
             with the window's step context (epoch, iteration, optimizer steps, the unit;
                                             autocast and loss scaling under mixed precision):
                 outputs = run.train_step(learner, unit)    # forward + backward; gradients in
@@ -23,6 +23,8 @@ up the run directory, the logs, the renderer and ``train-worker`` around it. The
             items, stopper = run.report(outputs' items, interrupter.should_stop())
             ProcessedItem per item (iteration counts items; lr = the last step's lr)
             if stopper is not None: the partial window is dropped; stop after EndSplit
+            the round ends here (N steps, N passes, max_steps or num_epochs reached): the pass
+                goes on in the next round; else at the pass's end: the next pass
         EndSplit(epoch)
         if stopped: go to "stop"
         StartSplit(epoch, valid items) ; main model in eval mode, under inference_mode
@@ -33,8 +35,9 @@ up the run directory, the logs, the renderer and ``train-worker`` around it. The
             flush train-worker (the epoch's values are in the logs now)
             if the metrics thread failed (the main process says): end here, write nothing
         a per-epoch scheduler advances (ReduceLROnPlateau with its monitored valid value)
-            checkpoint(epoch): every process's RNG state gathered, the main process writes
-                                (its checkpointing strategy decides what is kept)
+            checkpoint(epoch) as checkpoint_every says (always the last round): the logs
+                synced, every process's RNG state gathered, the main process writes (its
+                checkpointing strategy decides what is kept)
             early stopping: the main process asks it; every process stops with its reason
         if stopped during validation: go to "stop"       # the epoch itself is complete
         asked to stop between two epochs: go to "stop"
@@ -50,7 +53,6 @@ metrics thread does.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -58,10 +60,9 @@ from typing import Any
 
 import torch
 
-from ember._errors import CheckpointError
 from ember.train._checkpoint.learning import RunCheckpointer, TrainingRecords
 from ember.train._checkpoint.rng import rng_state
-from ember.train._checkpoint.run_state import restore_run, snapshot_run
+from ember.train._checkpoint.run_state import loop_count, restore_run, snapshot_run
 from ember.train._early_stopping import EarlyStoppingStrategy
 from ember.train._events import EndEpoch, EndSplit, ProcessedItem, Start, StartSplit, TrainingItem
 from ember.train._gradient_checkpointing import checkpointed
@@ -71,7 +72,7 @@ from ember.train._learner import Learner
 from ember.train._metric.store import EventStore
 from ember.train._precision import Precision, autocast_of, grad_scaler
 from ember.train._processor import EventProcessor
-from ember.train._schedule import RoundMarks, Schedule
+from ember.train._schedule import RoundMarks, Schedule, steps_per_pass
 from ember.train._step import step_context
 from ember.train._strategy.base import StrategyRun, model_device, pass_size
 from ember.train._vocabulary import Split
@@ -162,7 +163,8 @@ class TrainingLoop:
         self._check_same()
         if plan.starting_epoch > 1:
             self._restore(plan.starting_epoch - 1)
-        processor.process_train(Start(schedule.rounds(self._steps_per_pass()), plan.starting_epoch))
+        per_pass = steps_per_pass(self.run.loaders["train"], plan.grads_accumulation)
+        processor.process_train(Start(schedule.rounds(per_pass), plan.starting_epoch))
         last = plan.starting_epoch - 1
         self._marks = RoundMarks(self.window.optimizer_steps, self._passes, time.monotonic())
         with checkpointed(plan.gradient_checkpointing, *self.run.replicas):
@@ -327,7 +329,8 @@ class TrainingLoop:
             mine = self.store.find_metric(monitor, epoch, Split.VALID) if self.main else None
             value = run.decide(mine)
         learner.end_epoch(value)  # the scheduler's new state goes into this epoch's checkpoint
-        if plan.checkpointer is not None and self._checkpoint_due():
+        steps, passes = self.window.optimizer_steps, self._passes
+        if plan.checkpointer is not None and self._marks.take(self.schedule, steps, passes):
             self._checkpoint(plan.checkpointer, epoch)
         if plan.early_stopping is None:
             return False
@@ -337,18 +340,6 @@ class TrainingLoop:
             return False
         self._stop_reason, self._early_stopped = reason, True
         return True
-
-    def _checkpoint_due(self) -> bool:
-        """Whether this round end is checkpointed: as ``checkpoint_every`` says, and always the
-        run's last round (the marks move to now when it is)."""
-        steps, passes, now = self.window.optimizer_steps, self._passes, time.monotonic()
-        schedule = self.schedule
-        due = schedule.ran_out(steps, passes) or self._marks.due(
-            schedule.checkpoint, steps, passes, now
-        )
-        if due:
-            self._marks.move(steps, passes, now)
-        return due
 
     def _ask_early_stopping(self, strategy: EarlyStoppingStrategy, epoch: int) -> str | None:
         if not strategy.should_stop(epoch, self.store):
@@ -403,9 +394,10 @@ class TrainingLoop:
             self.plan.stateful,
         )
         window = self.window
-        window.optimizer_steps = _count(loop, "optimizer_steps", 0, epoch, checkpointer)
-        self._passes = _count(loop, "train_passes", epoch, epoch, checkpointer)
-        self._consumed = _count(loop, "pass_items", 0, epoch, checkpointer)
+        where = f"the checkpoint of epoch {epoch} in {checkpointer.directory}"
+        window.optimizer_steps = loop_count(loop, "optimizer_steps", 0, where)
+        self._passes = loop_count(loop, "train_passes", epoch, where)  # older: epoch boundaries
+        self._consumed = loop_count(loop, "pass_items", 0, where)
         scaler_state = loop.get("grad_scaler")
         if window.scaler is not None and isinstance(scaler_state, dict):
             window.scaler.load_state_dict(scaler_state)
@@ -421,13 +413,6 @@ class TrainingLoop:
         if window.scaler is not None:
             state["grad_scaler"] = window.scaler.state_dict()
         return state
-
-    def _steps_per_pass(self) -> int | None:
-        """Optimizer steps in one train pass, None when its length is unknown (streaming)."""
-        loader = self.run.loaders["train"]
-        if loader.num_items() is None:
-            return None
-        return math.ceil(len(loader) / (self.plan.grads_accumulation or 1))
 
     def _check_same(self) -> None:
         """Every process must run the same training; a difference would hang a collective."""
@@ -451,14 +436,3 @@ class TrainingLoop:
                 "early stopping": int(plan.early_stopping is not None),
             }
         )
-
-
-def _count(loop: Mapping[str, Any], key: str, default: int, epoch: int, checkpointer: Any) -> int:
-    """The loop state's count ``key`` (``default`` in a checkpoint older than it), checked."""
-    value = loop.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise CheckpointError(
-            f"the checkpoint of epoch {epoch} in {checkpointer.directory} holds "
-            f"{key}={value!r}, not a count"
-        )
-    return value

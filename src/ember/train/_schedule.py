@@ -19,12 +19,23 @@ from __future__ import annotations
 
 import math
 import numbers
+import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from ember._checks import check_positive_int, check_real
+from ember.data import DataLoader
 
-__all__ = ["EVERY_EPOCH", "Every", "RoundMarks", "Schedule", "Unit", "check_schedule", "every"]
+__all__ = [
+    "EVERY_EPOCH",
+    "Every",
+    "RoundMarks",
+    "Schedule",
+    "Unit",
+    "check_schedule",
+    "every",
+    "steps_per_pass",
+]
 
 Unit = Literal["steps", "seconds", "epochs"]
 
@@ -132,9 +143,21 @@ class RoundMarks:
             return steps // size > self.steps // size
         return passes // size > self.passes // size
 
-    def move(self, steps: int, passes: int, now: float) -> None:
-        """A checkpoint was taken now."""
-        self.steps, self.passes, self.time = steps, passes, now
+    def take(self, schedule: Schedule, steps: int, passes: int) -> bool:
+        """Whether this round end is checkpointed: as ``schedule.checkpoint`` says, and always
+        the run's last round; the marks move here when it is."""
+        now = time.monotonic()
+        due = schedule.ran_out(steps, passes) or self.due(schedule.checkpoint, steps, passes, now)
+        if due:
+            self.steps, self.passes, self.time = steps, passes, now
+        return due
+
+
+def steps_per_pass(loader: DataLoader[Any], accumulation: int | None) -> int | None:
+    """Optimizer steps in one pass of ``loader``, None when its length is unknown (a stream)."""
+    if loader.num_items() is None:
+        return None
+    return math.ceil(len(loader) / (accumulation or 1))
 
 
 def check_schedule(schedule: Schedule, valid_items: int | None, checkpointing: bool) -> None:
