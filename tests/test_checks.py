@@ -43,6 +43,7 @@ SETTERS: dict[str, tuple[str, Callable[[Any], object]]] = {
     "DataLoaderBuilder.shuffle": ("seed", lambda v: _builder().shuffle(v)),
     "ShuffledDataset": ("seed", lambda v: ShuffledDataset(InMemDataset([1, 2, 3]), v)),
     "SupervisedTraining.num_epochs": ("num_epochs", _TRAINING.num_epochs),
+    "SupervisedTraining.max_steps": ("max_steps", _TRAINING.max_steps),
     "SupervisedTraining.grads_accumulation": ("grads_accumulation", _TRAINING.grads_accumulation),
     "SupervisedTraining.checkpoint": ("epoch", _TRAINING.checkpoint),
     "KeepLastNCheckpoints": ("n (checkpoints to keep)", KeepLastNCheckpoints),

@@ -30,7 +30,8 @@ from ember.train import (
     TrainOutput,
 )
 from ember.train._logger.base import MetricValue
-from ember.train._loop import LoopPlan, LoopResult, TrainingLoop
+from ember.train._loop import TrainingLoop
+from ember.train._loop_plan import LoopPlan, LoopResult
 from ember.train._metric.store import EventStore
 
 

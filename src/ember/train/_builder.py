@@ -43,6 +43,7 @@ from ember.train._precision import Precision, check_precision
 from ember.train._renderer.base import MetricsRenderer
 from ember.train._result import LearningResult
 from ember.train._run_config import check_hparams
+from ember.train._schedule import Unit, every
 from ember.train._strategy.base import SupervisedLearningStrategy
 from ember.train._vocabulary import Split
 
@@ -150,7 +151,30 @@ class SupervisedTraining:
 
     def num_epochs(self, num_epochs: int) -> SupervisedTraining:
         """Train until epoch ``num_epochs`` (absolute, also when resuming)."""
-        return self._set(num_epochs=check_positive_int("num_epochs", num_epochs))
+        return self._set(num_epochs=check_positive_int("num_epochs", num_epochs), epochs_given=True)
+
+    def max_steps(self, n: int) -> SupervisedTraining:
+        """End the run after ``n`` optimizer steps (absolute, also when resuming); with
+        ``num_epochs(...)`` called too, the first reached ends it (``docs/training.md``)."""
+        return self._set(max_steps=check_positive_int("max_steps", n))
+
+    def validate_every(
+        self, *, steps: int | None = None, epochs: int | None = None
+    ) -> SupervisedTraining:
+        """Validate (over the whole valid loader) every ``steps`` optimizer steps or every
+        ``epochs`` epochs; default: every epoch (``docs/training.md``, step-granular)."""
+        return self._set(
+            validate_every=every("validate_every", ("steps", "epochs"), steps=steps, epochs=epochs)
+        )
+
+    def checkpoint_every(
+        self, *, steps: int | None = None, seconds: float | None = None, epochs: int | None = None
+    ) -> SupervisedTraining:
+        """Checkpoint at the first validation at or after every ``steps`` optimizer steps,
+        ``seconds`` seconds or ``epochs`` epochs, and at the run's end; default: every one."""
+        units: tuple[Unit, ...] = ("steps", "seconds", "epochs")
+        interval = every("checkpoint_every", units, steps=steps, seconds=seconds, epochs=epochs)
+        return self._set(checkpoint_every=interval)
 
     def grads_accumulation(self, n: int, mean: bool = False) -> SupervisedTraining:
         """One optimizer step per ``n`` batches. ``mean=False`` (the seed's rule) sums their

@@ -24,6 +24,7 @@ from ember.train._logger.base import MetricLogger
 from ember.train._metric.base import Metric
 from ember.train._precision import Precision
 from ember.train._renderer.base import MetricsRenderer
+from ember.train._schedule import EVERY_EPOCH, Every
 from ember.train._strategy.base import SupervisedLearningStrategy
 from ember.train._vocabulary import Split
 from ember.train._window import Clipping
@@ -49,6 +50,12 @@ class TrainingConfig:
     metrics: tuple[tuple[Split, Metric], ...] = ()
     summary_metrics: frozenset[str] = frozenset()
     num_epochs: int = 1
+    epochs_given: bool = False
+    """Whether ``num_epochs`` was called: with ``max_steps`` alone, epochs do not bound the run."""
+    max_steps: int | None = None
+    validate_every: Every = EVERY_EPOCH
+    checkpoint_every: Every | None = None
+    """None: every validation round is checkpointed (the checkpointing strategy decides)."""
     grads_accumulation: int | None = None
     mean_accumulation: bool = False
     precision: Precision = "32"

@@ -63,20 +63,19 @@ from ember.train._checkpoint.manifest import manifest_path
 from ember.train._checkpoint.resume import resume_latest_epoch
 from ember.train._checkpoint.run_state import RunEnd, clear_run_end
 from ember.train._checkpoint.strategy import (
-    ComposedCheckpointingStrategy,
     KeepLastNCheckpoints,
-    MetricCheckpointingStrategy,
     default_checkpointing_strategy,
 )
 from ember.train._config import DEFAULT_CHECKPOINTERS, TrainingConfig
-from ember.train._early_stopping import MetricEarlyStoppingStrategy
 from ember.train._events import End
 from ember.train._finished import finished_result, finished_run
 from ember.train._gradient_checkpointing import checkpointed_modules
 from ember.train._hooks import TrainingHooks
+from ember.train._launch_checks import check_metric_names, check_monitor, check_tests
 from ember.train._learner import Learner
 from ember.train._logger.run import run_artifacts, run_loggers, wanted_artifacts
-from ember.train._loop import LoopPlan, LoopResult, TrainingLoop
+from ember.train._loop import TrainingLoop
+from ember.train._loop_plan import LoopPlan, LoopResult
 from ember.train._metric.base import Numeric
 from ember.train._metric.grad_norm import GradNormMetric
 from ember.train._metric.registered import MetricsTraining
@@ -93,6 +92,7 @@ from ember.train._renderer.default import default_renderer
 from ember.train._result import LearningResult, metric_names
 from ember.train._run_config import run_configuration
 from ember.train._run_directory import claim_for_run
+from ember.train._schedule import Schedule, check_schedule
 from ember.train._signals import graceful_stop
 from ember.train._strategy.base import PrecisionStrategy, StrategyRun
 from ember.train._strategy.single import SingleDevice
@@ -123,15 +123,22 @@ def launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
 
 
 def _launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
-    _check_monitor(config, learner)
-    _check_metric_names(config)
+    check_monitor(config, learner)
+    check_metric_names(config)
     loggers = run_loggers(config)
     checkpointer = _checkpointer(config)
     if config.resume != "latest":
         starting_epoch = _starting_epoch(config, checkpointer)
     if config.compile_options is not None:
         learner.model.compile(**config.compile_options)
-    _check_tests(config, checkpointer)
+    check_tests(config, checkpointer)
+    schedule = Schedule(
+        config.num_epochs if config.max_steps is None or config.epochs_given else None,
+        config.max_steps,
+        config.validate_every,
+        config.checkpoint_every,
+    )
+    check_schedule(schedule, config.valid, checkpointer is not None)
     checkpointing = config.gradient_checkpointing
     if checkpointing is not None:
         checkpointing = checkpointed_modules(learner.model, checkpointing or None)
@@ -175,6 +182,7 @@ def _launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
             else config.hooks,
             stateful=dict(config.stateful),
             validate=config.valid is not None,
+            schedule=schedule,
         )
         error: BaseException | None = None
         result = LoopResult(starting_epoch - 1)
@@ -254,24 +262,6 @@ def _on_cpu(run: StrategyRun) -> bool:
     )
 
 
-def _check_tests(config: TrainingConfig, checkpointer: RunCheckpointer | None) -> None:
-    """``with_test`` needs the valid split's metrics, and checkpoints to take weights from."""
-    if not config.tests:
-        return
-    _check_validation(config, "with_test (it evaluates with the valid split's metrics)")
-    if not any(split is Split.VALID for split, _ in config.metrics):
-        raise ValueError(
-            "with_test evaluates with the valid split's metrics, and none is registered: "
-            "add one (e.g. metric_valid_numeric(LossMetric()) or metrics(...))"
-        )
-    if config.test_checkpoint is not None and checkpointer is None:
-        raise ValueError(
-            f"with_test(checkpoint={config.test_checkpoint!r}) takes the weights from a "
-            "checkpoint: call with_default_checkpointers(), or pass checkpoint=None to "
-            "evaluate the model as trained"
-        )
-
-
 def _checkpoints(checkpointer: RunCheckpointer | None) -> tuple[dict[int, Path], int | None]:
     """The run's checkpointed model files by epoch, and its best epoch (ember's layout)."""
     if checkpointer is None:
@@ -299,61 +289,6 @@ def _test(config: TrainingConfig, result: LearningResult[M]) -> LearningResult[M
     except Exception as error:  # reported in the result (the renderer has shown it)
         return dataclasses.replace(result, error=error)
     return dataclasses.replace(result, evaluation=evaluation)
-
-
-def _check_monitor(config: TrainingConfig, learner: Learner[Any]) -> None:
-    """A metric-driven scheduler's metric must be registered on the validation split."""
-    monitor = learner.monitor
-    if monitor is not None:
-        _check_validation(config, f"the scheduler stepped with the validation metric {monitor!r}")
-    valid = sorted(m.name for split, m in config.metrics if split is Split.VALID)
-    if monitor is not None and monitor not in valid:
-        raise ValueError(
-            f"the scheduler is stepped with the validation metric {monitor!r}, which is not "
-            f"registered on the valid split (registered: {valid}); register it with "
-            f"metric_valid_numeric(...)"
-        )
-
-
-def _check_metric_names(config: TrainingConfig) -> None:
-    """The metrics early stopping and a given checkpointing strategy read must be registered
-    on their split: a typo would otherwise only warn, epoch after epoch, and never act."""
-    wanted: list[tuple[str, str, Split]] = []
-    if isinstance(config.early_stopping, MetricEarlyStoppingStrategy):
-        stopping = config.early_stopping
-        wanted.append(("early stopping", stopping.name, stopping.split))
-    strategies: list[Any] = []
-    if config.checkpointing_strategy is not None:
-        strategies.append(config.checkpointing_strategy)
-    if isinstance(config.checkpointer, LearningCheckpointer):
-        strategies.append(config.checkpointer.strategy)
-    while strategies:
-        strategy = strategies.pop()
-        if isinstance(strategy, ComposedCheckpointingStrategy):
-            strategies.extend(strategy.strategies)
-        elif isinstance(strategy, MetricCheckpointingStrategy):
-            wanted.append(("the checkpointing strategy", strategy.name, strategy.split))
-    for who, name, split in wanted:
-        if split is Split.VALID:
-            _check_validation(config, f"{who} on the valid metric {name!r}")
-        registered = sorted(m.name for s, m in config.metrics if s is split)
-        if name not in registered:
-            raise ValueError(
-                f"{who} reads the metric {name!r} on the {split.value} split, which is not "
-                f"registered there (registered: {registered}); register it (metric_"
-                f"{split.value}_numeric(...) or metrics(...)) or fix the name"
-            )
-
-
-def _check_validation(config: TrainingConfig, who: str) -> None:
-    """Refuse ``who``, which reads validation values, in a run that trains only."""
-    if config.valid is None:
-        raise ValueError(
-            f"{who} needs a validation split, and this run has none: "
-            "SupervisedTraining(directory, train) trains only; give it a valid loader, "
-            "SupervisedTraining(directory, train, valid), or read a train metric "
-            "(split=Split.TRAIN)"
-        )
 
 
 def _metrics(config: TrainingConfig) -> MetricsTraining:

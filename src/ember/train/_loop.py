@@ -1,4 +1,4 @@
-"""The training loop: epochs, the train and valid passes, checkpoints, early stopping, stops.
+"""The training loop: rounds, the train and valid passes, checkpoints, early stopping, stops.
 
 Every strategy runs this loop; a strategy only places the model and says how a unit of work
 runs and how gradients combine (``train/_strategy/base.py``). ``launch`` (``_launch.py``) sets
@@ -9,10 +9,10 @@ up the run directory, the logs, the renderer and ``train-worker`` around it. The
     if resuming after epoch r:                          # every process restores
         restore model, optimizer, scheduler, loaders, RNG states, early stopping and the
         checkpointing strategy from the checkpoint of epoch r
-    Start(num_epochs, r + 1)
-    for epoch in r + 1 .. num_epochs:                   (hooks: _hooks.py, at each boundary)
-        StartSplit(epoch, train items) ; every replica in train mode
-        for unit, progress in run.train_pass():
+    Start(rounds, r + 1)            # a round ("epoch" below): an epoch, or N steps or N
+    for epoch = r + 1, ... until the schedule ends:     # epochs (_schedule.py); hooks: _hooks.py
+        StartSplit(epoch, train items, None in a step run) ; every replica in train mode
+        for unit, progress in the train pass under way, or a new one (run.train_pass()):
             with the window's step context (epoch, iteration, optimizer steps, the unit;
                                             autocast and loss scaling under mixed precision):
                 outputs = run.train_step(learner, unit)    # forward + backward; gradients in
@@ -24,6 +24,8 @@ up the run directory, the logs, the renderer and ``train-worker`` around it. The
             ProcessedItem per item (iteration counts items; lr = the last step's lr); a run
                 may return earlier units' items later (DDP's chunks): each gets its unit's stamp
             if stopper is not None: the partial window is dropped; stop after EndSplit
+            the round ends here (N steps, N passes, max_steps or num_epochs reached): the pass
+                goes on in the next round; else at the pass's end: the next pass
         EndSplit(epoch)
         if stopped: go to "stop"
         StartSplit(epoch, valid items) ; main model in eval mode, under inference_mode
@@ -35,9 +37,10 @@ up the run directory, the logs, the renderer and ``train-worker`` around it. The
             flush train-worker (the epoch's values are in the logs now)
             if the metrics thread failed (the main process says): end here, write nothing
         a per-epoch scheduler advances (ReduceLROnPlateau with its monitored valid value)
-            checkpoint(epoch): every process's RNG state gathered, the main process writes
-                                (its checkpointing strategy decides what is kept; a
-                                sharded model: every rank writes its shards first)
+            checkpoint(epoch) as checkpoint_every says (always the last round): the logs
+                synced, every process's RNG state gathered, the main process writes (its
+                checkpointing strategy decides what is kept; a sharded model: every rank
+                writes its shards first)
             early stopping: the main process asks it; every process stops with its reason
         if stopped during validation: go to "stop"       # the epoch itself is complete
         asked to stop between two epochs: go to "stop"
@@ -53,68 +56,36 @@ metrics thread does.
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
 
-from ember._errors import CheckpointError
 from ember.data import Progress
 from ember.train._checkpoint.learning import RunCheckpointer, TrainingRecords
 from ember.train._checkpoint.rng import rng_state
-from ember.train._checkpoint.run_state import restore_run, snapshot_run
+from ember.train._checkpoint.run_state import loop_count, restore_run, snapshot_run
 from ember.train._checkpoint.sharded import ShardingRun
 from ember.train._early_stopping import EarlyStoppingStrategy
 from ember.train._events import EndEpoch, EndSplit, ProcessedItem, Start, StartSplit, TrainingItem
 from ember.train._gradient_checkpointing import checkpointed
-from ember.train._hooks import Stateful, TrainingHooks
 from ember.train._interrupter import Interrupter
 from ember.train._learner import Learner
+from ember.train._loop_plan import LoopPlan, LoopResult, same_training_facts
 from ember.train._metric.store import EventStore
-from ember.train._precision import Precision, autocast_of, grad_scaler
+from ember.train._precision import autocast_of, grad_scaler
 from ember.train._processor import EventProcessor
+from ember.train._schedule import RoundMarks, Schedule, steps_per_pass
 from ember.train._step import step_context
-from ember.train._strategy.base import StrategyRun, model_device, pass_size
+from ember.train._strategy.base import StrategyRun, model_device
 from ember.train._vocabulary import Split
-from ember.train._window import Clipping, OptimizerWindow
+from ember.train._window import OptimizerWindow
 
-__all__ = ["LoopPlan", "LoopResult", "TrainingLoop"]
+__all__ = ["TrainingLoop"]
 
 log = logging.getLogger("ember.train")
-
-
-@dataclass(frozen=True, slots=True)
-class LoopPlan:
-    """What the loop runs: the epochs, the accumulation and the optional parts."""
-
-    num_epochs: int
-    starting_epoch: int = 1
-    grads_accumulation: int | None = None
-    gradient_checkpointing: tuple[str, ...] | None = None
-    """Dotted names of the submodules to checkpoint, or None: off."""
-    early_stopping: EarlyStoppingStrategy | None = None
-    checkpointer: RunCheckpointer | None = None
-    precision: Precision = "32"
-    clipping: Clipping | None = None
-    mean_accumulation: bool = False
-    measure_grad_norm: bool = False
-    hooks: tuple[TrainingHooks, ...] = ()
-    stateful: Mapping[str, Stateful] = field(default_factory=dict)
-    """User state that joins every checkpoint, by name (``with_stateful``)."""
-    validate: bool = True
-    """False: train only (no valid loader): no valid split, an epoch ends after training."""
-
-
-@dataclass(frozen=True, slots=True)
-class LoopResult:
-    """How the loop ended: the last epoch completed and, if it stopped early, why; ``complete``:
-    the run is over (``num_epochs`` reached, or early stopping), not interrupted."""
-
-    last_epoch: int
-    stop_reason: str | None = None
-    complete: bool = False
 
 
 class TrainingLoop:
@@ -153,19 +124,30 @@ class TrainingLoop:
         )
         self.last_epoch = plan.starting_epoch - 1
         """The last epoch completed so far (what a run that fails now reports)."""
+        self.schedule = plan.schedule or Schedule(max_epochs=plan.num_epochs)
+        self._units: Iterator[Any] | None = None  # the train pass under way, kept across rounds
+        self._passes = plan.starting_epoch - 1  # train passes completed (restored on resume)
+        self._consumed = 0  # items of the pass under way consumed so far
+        self._iteration = self._round_passes = 0  # the round's train items and passes
+        self._marks = RoundMarks(0, 0, 0.0)  # the last checkpoint's, for checkpoint_every
+        # each reported item's stamp (progress, lr, step, norm) until the run hands it back
+        self._stamps: deque[tuple[Progress, float | None, int, torch.Tensor | None]] = deque()
         self._last_saved: tuple[int, TrainingRecords] | None = None
         self._stop_reason: str | None = None
         self._early_stopped = False
 
     def execute(self) -> LoopResult:
-        """Train from ``plan.starting_epoch`` to ``plan.num_epochs`` (or a stop)."""
-        plan, processor = self.plan, self.processor
+        """Train from ``plan.starting_epoch`` (a round) until the schedule ends (or a stop)."""
+        plan, processor, schedule = self.plan, self.processor, self.schedule
         self._check_same()
         if plan.starting_epoch > 1:
             self._restore(plan.starting_epoch - 1)
-        processor.process_train(Start(plan.num_epochs, plan.starting_epoch))
+        per_pass = steps_per_pass(self.run.loaders["train"], plan.grads_accumulation)
+        processor.process_train(Start(schedule.rounds(per_pass), plan.starting_epoch))
+        self._marks = RoundMarks(self.window.optimizer_steps, self._passes, time.monotonic())
         with checkpointed(plan.gradient_checkpointing, *self.run.replicas):
-            for epoch in range(plan.starting_epoch, plan.num_epochs + 1):
+            epoch = plan.starting_epoch
+            while not schedule.ran_out(self.window.optimizer_steps, self._passes):
                 for hooks in plan.hooks:
                     hooks.on_epoch_start(epoch)
                 self._train_pass(epoch)
@@ -176,9 +158,10 @@ class TrainingLoop:
                 if self._end_epoch(epoch) or self._stop_reason is not None:
                     break
                 _, stopper = self.run.report((), self.interrupter.should_stop())
-                if stopper is not None:  # asked between two epochs
+                if stopper is not None:  # asked between two rounds
                     self._stopped_by(stopper)
                     break
+                epoch += 1
         if self._stop_reason is not None and not self._early_stopped:
             self._keep_last_epoch()
             processor.flush()  # the epoch lines, written by the metrics thread, come first
@@ -189,19 +172,39 @@ class TrainingLoop:
     # --- the passes ----------------------------------------------------------------------------
 
     def _train_pass(self, epoch: int) -> None:
-        learner, run, window, processor = self.learner, self.run, self.window, self.processor
-        processor.process_train(StartSplit(epoch, run.loaders["train"].num_items()))
+        """Train round ``epoch``: one pass by default, else until the schedule ends the round
+        (``_schedule.py``); a pass left mid-way goes on in the next round."""
+        run, processor, schedule = self.run, self.processor, self.schedule
+        total = None if schedule.by_steps else run.loaders["train"].num_items()
+        processor.process_train(StartSplit(epoch, total))
         for hooks in self.plan.hooks:
             hooks.on_split_start(Split.TRAIN, epoch)
         for replica in run.replicas:
             replica.train()
-        iteration = consumed = 0
-        stamps: deque[tuple[Progress, float | None, int, torch.Tensor | None]] = deque()
-        for unit, progress in run.train_pass():
-            items, consumed = progress.items_processed - consumed, progress.items_processed
+        self._iteration = self._round_passes = 0
+        while self._train_units(epoch):
+            pass
+        processor.process_train(EndSplit(epoch))
+        for hooks in self.plan.hooks:
+            hooks.on_split_end(Split.TRAIN, epoch)
+
+    def _train_units(self, epoch: int) -> bool:
+        """Train units of the current pass (starting one if none is under way) until the round
+        ends (False), a stop (False) or the pass ends with the round going on (True)."""
+        learner, run, window = self.learner, self.run, self.window
+        if self._units is None:
+            self._units, self._consumed = run.train_pass(), 0
+        units, stamps = self._units, self._stamps
+        for unit, progress in units:
+            items, self._consumed = (
+                progress.items_processed - self._consumed,
+                progress.items_processed,
+            )
             # the unit's iteration counts the items not logged yet too (a DDP chunk's)
-            context = window.context(epoch, iteration + len(stamps) + 1, unit, items, progress)
-            norm = None
+            context = window.context(
+                epoch, self._iteration + len(stamps) + 1, unit, items, progress
+            )
+            norm, stepped = None, False
             with step_context(context):  # optimize() may read the batch too
                 if context.autocast is None:
                     outputs = run.train_step(learner, unit)
@@ -209,26 +212,60 @@ class TrainingLoop:
                     with torch.autocast(*context.autocast):
                         outputs = run.train_step(learner, unit)
                 if window.closes(progress):
-                    norm = window.step(learner)
+                    norm, stepped = window.step(learner), True
                     run.after_optimizer_step()
             reported = [output.item for output in outputs]
             stamps.extend(
                 [(progress, learner.lr_current, window.optimizer_steps, norm)] * len(reported)
             )
             logged, stopper = run.report(reported, self.interrupter.should_stop())
-            for item in logged:  # a run may log earlier units' items later: their own stamps
-                iteration += 1
-                at, lr, step, unit_norm = stamps.popleft()
-                processor.process_train(
-                    ProcessedItem(TrainingItem(item, at, iteration, lr, step, unit_norm))
-                )
+            self._log_train(logged)
+            step = window.optimizer_steps
+            ended = progress.is_completed
+            if ended:
+                self._end_train_pass(units)
+            round_ends = stopper is None and self.schedule.round_ends(
+                step, self._passes, self._round_passes, stepped=stepped, pass_ended=ended
+            )
+            if round_ends and not ended:  # mid-pass: what the run still holds is this round's
+                logged, stopper = run.report((), False)
+                self._log_train(logged)
             if stopper is not None:
                 window.drop()
                 self._stopped_by(stopper)
-                break
-        processor.process_train(EndSplit(epoch))
-        for hooks in self.plan.hooks:
-            hooks.on_split_end(Split.TRAIN, epoch)
+                return False
+            if round_ends:
+                return False
+            if ended:
+                return True
+        if self._units is not None:  # a pass that never said it was complete (or was empty)
+            if self._consumed == 0 and self.schedule.max_epochs is None:
+                raise ValueError(
+                    "the train loader's pass has no batch, so max_steps can never be reached: "
+                    "give it items, or bound the run with num_epochs(...)"
+                )
+            self._end_train_pass(units)
+        return not self.schedule.round_ends(
+            window.optimizer_steps, self._passes, self._round_passes, stepped=False, pass_ended=True
+        )
+
+    def _log_train(self, logged: Sequence[Any]) -> None:
+        """Process the items a run hands back, each with its own unit's stamp (a run may hand
+        back earlier units' items later: DDP's chunks)."""
+        for item in logged:
+            self._iteration += 1
+            at, lr, step, norm = self._stamps.popleft()
+            self.processor.process_train(
+                ProcessedItem(TrainingItem(item, at, self._iteration, lr, step, norm))
+            )
+
+    def _end_train_pass(self, units: Iterator[Any]) -> None:
+        """The train pass ended: count it and let its iterator finish (it has nothing left)."""
+        self._passes += 1
+        self._round_passes += 1
+        self._units = None
+        for _ in units:  # a complete pass yields nothing more; this only ends its generator
+            break
 
     def _valid_pass(self, epoch: int) -> None:
         if self.plan.validate:  # train only: no valid split, no valid events
@@ -291,8 +328,14 @@ class TrainingLoop:
             mine = self.store.find_metric(monitor, epoch, Split.VALID) if self.main else None
             value = run.decide(mine)
         learner.end_epoch(value)  # the scheduler's new state goes into this epoch's checkpoint
+        steps, passes = self.window.optimizer_steps, self._passes
         if plan.checkpointer is not None:
-            self._checkpoint(plan.checkpointer, epoch)
+            due = self._marks.take(self.schedule, steps, passes)
+            interval = self.schedule.checkpoint
+            if interval is not None and interval.unit == "seconds":
+                due = run.decide(due)  # the processes' clocks differ: the main process's says
+            if due:
+                self._checkpoint(plan.checkpointer, epoch)
         if plan.early_stopping is None:
             return False
         reason = self._ask_early_stopping(plan.early_stopping, epoch) if self.main else None
@@ -317,6 +360,7 @@ class TrainingLoop:
         )
         if not self.main or states is None:
             return
+        self.store.sync()  # the logs up to here reach the disk before the checkpoint commits
         records = snapshot_run(
             epoch,
             self.learner,
@@ -361,13 +405,10 @@ class TrainingLoop:
             self.plan.stateful,
         )
         window = self.window
-        steps = loop.get("optimizer_steps", 0)
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-            raise CheckpointError(
-                f"the checkpoint of epoch {epoch} in {checkpointer.directory} holds "
-                f"optimizer_steps={steps!r}, not a count"
-            )
-        window.optimizer_steps = steps
+        where = f"the checkpoint of epoch {epoch} in {checkpointer.directory}"
+        window.optimizer_steps = loop_count(loop, "optimizer_steps", 0, where)
+        self._passes = loop_count(loop, "train_passes", epoch, where)  # older: epoch boundaries
+        self._consumed = loop_count(loop, "pass_items", 0, where)
         scaler_state = loop.get("grad_scaler")
         if window.scaler is not None and isinstance(scaler_state, dict):
             window.scaler.load_state_dict(scaler_state)
@@ -375,29 +416,15 @@ class TrainingLoop:
     def _loop_state(self) -> dict[str, Any]:
         """What the loop itself keeps in a checkpoint for an exact resume."""
         window = self.window
-        state: dict[str, Any] = {"optimizer_steps": window.optimizer_steps}
+        state: dict[str, Any] = {
+            "optimizer_steps": window.optimizer_steps,
+            "train_passes": self._passes,
+            "pass_items": 0 if self._units is None else self._consumed,
+        }
         if window.scaler is not None:
             state["grad_scaler"] = window.scaler.state_dict()
         return state
 
     def _check_same(self) -> None:
         """Every process must run the same training; a difference would hang a collective."""
-        loaders = self.run.loaders
-        plan = self.plan
-        train_items, train_batches = pass_size(loaders["train"])
-        valid_items, valid_batches = pass_size(loaders["valid"])
-        self.run.check_same(
-            {
-                "the starting epoch (is the checkpoint directory visible to every rank?)": (
-                    plan.starting_epoch
-                ),
-                "num_epochs": plan.num_epochs,
-                "grads_accumulation": plan.grads_accumulation or 0,
-                "the train loader's items": train_items,
-                "the train loader's batches": train_batches,
-                "the valid loader's items": valid_items,
-                "the valid loader's batches": valid_batches,
-                "checkpointers": int(plan.checkpointer is not None),
-                "early stopping": int(plan.early_stopping is not None),
-            }
-        )
+        self.run.check_same(same_training_facts(self.plan, self.run.loaders, self.schedule))

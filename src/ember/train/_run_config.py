@@ -4,7 +4,7 @@ Written to ``DIR/config.json`` at launch and handed to every logger's ``start`` 
 it as the run's parameters)::
 
     {"directory": "runs/mnist", "ember_version": "0.1.0", "torch_version": "2.13.0+cpu",
-     "num_epochs": 3,
+     "num_epochs": 3, "max_steps": null, "validate_every": "epochs=1", "checkpoint_every": null,
      "grads_accumulation": 1, "strategy": "SingleDevice",
      "train": {"batches": 40, "items": 1280, "batch_size": 32, "seed": 7}, "valid": {...},
      "optimizer": {"class": "torch.optim.sgd.SGD", "param_groups": [{"lr": 0.1, ...}]},
@@ -69,6 +69,11 @@ def run_configuration(config: TrainingConfig, learner: Learner[Any]) -> dict[str
         "ember_version": __version__,
         "torch_version": torch.__version__,
         "num_epochs": config.num_epochs,
+        "max_steps": config.max_steps,
+        "validate_every": str(config.validate_every),
+        "checkpoint_every": None
+        if config.checkpoint_every is None
+        else str(config.checkpoint_every),
         "grads_accumulation": config.grads_accumulation or 1,
         "mean_accumulation": config.mean_accumulation,
         "precision": config.precision,

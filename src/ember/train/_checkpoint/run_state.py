@@ -57,7 +57,15 @@ from ember.train._early_stopping import EarlyStoppingStrategy
 from ember.train._hooks import Stateful
 from ember.train._learner import Learner
 
-__all__ = ["RUN_END", "RunEnd", "clear_run_end", "read_run_end", "restore_run", "snapshot_run"]
+__all__ = [
+    "RUN_END",
+    "RunEnd",
+    "clear_run_end",
+    "loop_count",
+    "read_run_end",
+    "restore_run",
+    "snapshot_run",
+]
 
 _FORMAT = "ember.training-state"
 _END_FORMAT = "ember.run-end"
@@ -179,6 +187,15 @@ def restore_run(
             f"that is not a mapping: {loop!r}"
         )
     return loop
+
+
+def loop_count(loop: Mapping[str, Any], key: str, default: int, where: str) -> int:
+    """The count ``key`` of a loop state (``default`` in a checkpoint older than it); a
+    CheckpointError naming ``where`` and the value if it is not a count."""
+    value = loop.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise CheckpointError(f"{where} holds {key}={value!r}, not a count")
+    return value
 
 
 def _rng_of(state: Mapping[str, Any], rank: int, epoch: int) -> Any:

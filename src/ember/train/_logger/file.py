@@ -204,6 +204,12 @@ class FileMetricLogger:
                 raise ValueError(f"{path}:{number}: {error}") from None
         return entries
 
+    def sync(self) -> None:
+        """Write every line logged so far to disk, raising a failed write's error (before a
+        checkpoint commits: a resume from it must find those lines)."""
+        self._hand_off()
+        self._writer.sync()
+
     def end(self, summary: LearnerSummary | None, artifacts: Mapping[str, Path]) -> None:
         """Nothing to record: ``summary.json`` is written by the launch."""
 

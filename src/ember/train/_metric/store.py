@@ -118,6 +118,14 @@ class EventStore:
         for logger in self.loggers:
             logger.end_split(epoch, split)
 
+    def sync(self) -> None:
+        """Have every logger that buffers lines (a ``sync()`` method, as ``FileMetricLogger``)
+        write them out: called before a checkpoint, so its logs are on disk with it."""
+        for logger in self.loggers:
+            sync = getattr(logger, "sync", None)
+            if callable(sync):
+                sync()
+
     def end(self, summary: LearnerSummary | None, artifacts: Mapping[str, Path]) -> None:
         """Give every logger the summary and the run's files; the first error is raised after
         every logger had its call."""

@@ -45,7 +45,6 @@ from ember.train._checkpoint.sharded import ShardedRecords, write_shards
 from ember.train._learner import Learner
 from ember.train._precision import Precision
 from ember.train._step import TrainOutput, current_step, step_context
-from ember.train._strategy.ddp.progress import ProgressWatch
 from ember.train._strategy.ddp.ranks import Ranks
 from ember.train._strategy.ddp.strategy import DistributedDataParallel, DistributedRun
 from ember.train._strategy.fsdp.sharding import (
