@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from torch.utils.data import default_collate
 
 from ember.data import DataLoaderBuilder, InMemDataset
-from ember.data._batcher import BatchBuilder, batch_function, default_batch
+from ember.data import default_collate as ember_collate
+from ember.data._batcher import BatchBuilder, batch_function
 
 
 class Stack:
@@ -100,7 +101,7 @@ def test_dicts_of_tensors_collate_as_default_collate(
     items = [
         {key: torch.randn(2, generator=generator) for key in keys} | {"n": i} for i in range(count)
     ]
-    batch = default_batch(items, torch.device("cpu"))
+    batch = ember_collate(items, torch.device("cpu"))
     expected = default_collate(items)
     assert batch.keys() == expected.keys()
     for key in expected:
@@ -118,4 +119,4 @@ def test_the_default_batch_is_put_on_the_loaders_device() -> None:
 
 def test_items_of_another_structure_are_named() -> None:
     with pytest.raises(ValueError, match=r"the first is a tuple of 2, another has \[2, 3\]"):
-        default_batch([(1, 2), (1, 2, 3)], torch.device("cpu"))
+        ember_collate([(1, 2), (1, 2, 3)], torch.device("cpu"))

@@ -4,24 +4,21 @@ A batcher is anything with ``batch(items, device)`` (the ``Batcher`` protocol) o
 function ``(items, device) -> batch``; loaders accept both and normalise them with
 :func:`batch_function`. :class:`BatchBuilder` is the single place where a batch is made from
 dataset indexes, shared by the single-thread loader and the worker threads, so both build
-exactly the same batches. :func:`default_batch` is the batcher of a ``DataLoaderBuilder`` given
+exactly the same batches. ``default_collate`` (``_collate.py``) is the batcher of a ``DataLoaderBuilder`` given
 none: torch's ``default_collate``, with dataclasses, on the loader's device.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import torch
-from torch.utils.data import default_collate
 
 from ember.data._collate import gather_path
 from ember.data._dataset import Dataset, fetcher
-from ember.data._device import move_to_device
 
-__all__ = ["BatchBuilder", "BatchFn", "Batcher", "batch_function", "default_batch"]
+__all__ = ["BatchBuilder", "BatchFn", "Batcher", "batch_function"]
 
 ItemT = TypeVar("ItemT")
 BatchT = TypeVar("BatchT")
@@ -58,38 +55,6 @@ def batch_function(
         "batcher must have a batch(items, device) method or be a function (items, device) -> "
         f"batch, got {batcher!r}"
     )
-
-
-def default_batch(items: list[Any], device: torch.device) -> Any:
-    """The batch of ``items`` as ``torch.utils.data.default_collate`` makes it, on ``device``.
-
-    Tensors, numpy arrays and numbers are stacked into one tensor with a leading batch
-    dimension; dicts collate key by key, tuples and NamedTuples position by position (a tuple
-    stays a tuple, where torch makes a list), dataclasses field by field (rebuilt as the same
-    class); strings and other values are kept as a list. Every item must have the structure of
-    the first.
-    """
-    batch = _collate(items)
-    return batch if device.type == "cpu" else move_to_device(batch, device)
-
-
-def _collate(items: list[Any]) -> Any:
-    first = items[0]
-    if dataclasses.is_dataclass(first) and not isinstance(first, type):
-        fields = [field.name for field in dataclasses.fields(first) if field.init]
-        return type(first)(**{name: _collate([getattr(i, name) for i in items]) for name in fields})
-    if isinstance(first, Mapping):
-        return {key: _collate([item[key] for item in items]) for key in first}
-    if isinstance(first, tuple):
-        if any(len(item) != len(first) for item in items):
-            raise ValueError(
-                f"the items of a batch must have the same structure: the first is a tuple of "
-                f"{len(first)}, another has {sorted({len(item) for item in items})} entries; "
-                "give DataLoaderBuilder a batcher for items of varying length"
-            )
-        fields = [_collate(list(column)) for column in zip(*items, strict=True)]
-        return type(first)(*fields) if hasattr(first, "_fields") else tuple(fields)
-    return default_collate(items)
 
 
 def _items(items: list[Any]) -> list[Any]:

@@ -1,7 +1,7 @@
 """``DataLoaderBuilder``: Burn's chained way of configuring a loader.
 
 ``DataLoaderBuilder(batcher).batch_size(32).shuffle(7).num_workers(2).build(dataset)``; without
-a batcher, items are collated as torch's ``default_collate`` does (``default_batch``). Each
+a batcher, items are collated as torch's ``default_collate`` does (``default_collate``). Each
 method checks its argument at the call (naming it and the value) and returns the builder itself,
 so a builder is configured in place; ``build`` may be called several times, for several
 datasets. ``build`` takes a map-style dataset (``BatchDataLoader``/``MultiThreadDataLoader``)
@@ -17,7 +17,8 @@ import torch
 from torch.utils.data import IterableDataset
 
 from ember._checks import check_int, check_seed
-from ember.data._batcher import Batcher, BatchFn, batch_function, default_batch
+from ember.data._batcher import Batcher, BatchFn, batch_function
+from ember.data._collate import default_collate
 from ember.data._dataset import Dataset
 from ember.data._device import DeviceLike, available_device
 from ember.data._loader import BatchDataLoader
@@ -49,7 +50,7 @@ class DataLoaderBuilder(Generic[ItemT, BatchT]):
         self, batcher: Batcher[ItemT, BatchT] | BatchFn[ItemT, BatchT] | None = None
     ) -> None:
         if batcher is None:
-            batcher = default_batch
+            batcher = default_collate
         batch_function(batcher)  # rejects a batcher that is neither a Batcher nor a function
         self._batcher = batcher
         self._batch_size = 1

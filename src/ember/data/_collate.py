@@ -10,9 +10,11 @@ is a ``TensorDataset`` and the batcher is :func:`default_collate`.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils.data import TensorDataset
 
@@ -24,11 +26,13 @@ __all__ = ["default_collate", "gather_path"]
 def default_collate(items: list[Any], device: torch.device) -> Any:
     """The batch of ``items`` on ``device``, collated as torch's ``default_collate`` does.
 
-    Tensors are stacked; Python floats become a float64 tensor and ints (not bools) an int64
-    tensor; tuples (NamedTuples keep their type), lists and mappings are collated field by
-    field; anything else (strings, ...) stays a list of the items. Usable as any loader's
-    batcher; over a ``torch.utils.data.TensorDataset`` the loaders build the same batches with
-    one index op per tensor.
+    Tensors and numpy arrays are stacked; Python floats become a float64 tensor and ints (not
+    bools) an int64 tensor; mappings collate key by key, tuples (NamedTuples keep their type;
+    a tuple stays a tuple, where torch makes a list) and lists position by position,
+    dataclasses field by field (rebuilt as the same class); anything else (strings, ...) stays
+    a list of the items. Every item must have the structure of the first. It is the loaders'
+    batcher when none is given; over a ``torch.utils.data.TensorDataset`` they build the same
+    batches with one index op per tensor.
     """
     return _collate(items, device)
 
@@ -39,17 +43,32 @@ def _collate(items: list[Any], device: torch.device) -> Any:
     if isinstance(first, torch.Tensor):
         stacked = torch.stack(items)
         return stacked if stacked.device == device else stacked.to(device)
+    if isinstance(first, np.ndarray | np.number):
+        return torch.as_tensor(np.stack(items)).to(device)
     if isinstance(first, float):
         return torch.tensor(items, dtype=torch.float64, device=device)
     if isinstance(first, int) and not isinstance(first, bool):
         return torch.tensor(items, dtype=torch.int64, device=device)
+    if dataclasses.is_dataclass(first) and not isinstance(first, type):
+        names = [field.name for field in dataclasses.fields(first) if field.init]
+        values = {
+            name: _collate([getattr(item, name) for item in items], device) for name in names
+        }
+        return type(first)(**values)
     if isinstance(first, Mapping):
         return {key: _collate([item[key] for item in items], device) for key in first}
-    if isinstance(first, tuple):
+    if isinstance(first, tuple | list):
+        if any(len(item) != len(first) for item in items):
+            raise ValueError(
+                f"the items of a batch must have the same structure: the first is a "
+                f"{type(first).__name__} of {len(first)}, another has "
+                f"{sorted({len(item) for item in items})} entries; give DataLoaderBuilder a "
+                "batcher for items of varying length"
+            )
         columns = [_collate(list(column), device) for column in zip(*items, strict=True)]
+        if isinstance(first, list):
+            return columns
         return type(first)(*columns) if hasattr(first, "_fields") else tuple(columns)
-    if isinstance(first, list):
-        return [_collate(list(column), device) for column in zip(*items, strict=True)]
     return list(items)
 
 

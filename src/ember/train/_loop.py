@@ -182,6 +182,7 @@ class TrainingLoop:
         for replica in run.replicas:
             replica.train()
         self._iteration = self._round_passes = 0
+        self._stamps.clear()  # a process that logs nothing (DDP rank > 0) never pops its own
         while self._train_units(epoch):
             pass
         processor.process_train(EndSplit(epoch))
