@@ -4,8 +4,8 @@ A batcher is anything with ``batch(items, device)`` (the ``Batcher`` protocol) o
 function ``(items, device) -> batch``; loaders accept both and normalise them with
 :func:`batch_function`. :class:`BatchBuilder` is the single place where a batch is made from
 dataset indexes, shared by the single-thread loader and the worker threads, so both build
-exactly the same batches. ``default_collate`` (``_collate.py``) is the batcher of a ``DataLoaderBuilder`` given
-none: torch's ``default_collate``, with dataclasses, on the loader's device.
+exactly the same batches. ``default_collate`` (``_collate.py``) is the batcher of a
+``DataLoaderBuilder`` given none: torch's collation, with dataclasses, on the loader's device.
 """
 
 from __future__ import annotations

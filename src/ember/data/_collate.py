@@ -51,9 +51,7 @@ def _collate(items: list[Any], device: torch.device) -> Any:
         return torch.tensor(items, dtype=torch.int64, device=device)
     if dataclasses.is_dataclass(first) and not isinstance(first, type):
         names = [field.name for field in dataclasses.fields(first) if field.init]
-        values = {
-            name: _collate([getattr(item, name) for item in items], device) for name in names
-        }
+        values = {name: _collate([getattr(item, name) for item in items], device) for name in names}
         return type(first)(**values)
     if isinstance(first, Mapping):
         return {key: _collate([item[key] for item in items], device) for key in first}

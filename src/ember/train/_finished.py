@@ -5,7 +5,8 @@ checkpoints (``run-end.json``, ``_checkpoint/run_state.py``). ``resume_latest()`
 for no more epochs than that run was, warns that the run is complete (in ``experiment.log`` and
 through the renderer's warnings) and returns its result: the weights of its last epoch, its
 summary (``summary.json``), its stop reason and checkpoints; nothing is trained or written.
-Asking for more epochs trains on from the last one.
+Asking for more epochs (or, for a run bounded by ``max_steps``, more steps) trains on from the
+last one.
 """
 
 from __future__ import annotations
@@ -38,22 +39,28 @@ def finished_run(
     config: TrainingConfig, checkpointer: RunCheckpointer | None, starting_epoch: int
 ) -> RunEnd | None:
     """The recorded end of the run ``resume_latest()`` would resume at ``starting_epoch``, when
-    it has nothing left to train for ``config.num_epochs`` (the warning is logged); else None."""
+    it has nothing left to train for ``config.num_epochs`` and ``config.max_steps`` (the warning
+    is logged); else None."""
     if checkpointer is None or starting_epoch == 1:
         return None
     end = read_run_end(checkpointer.directory, starting_epoch - 1)
-    if end is None or not end.complete_for(config.num_epochs):
+    if end is None or not end.complete_for(config.num_epochs, config.max_steps):
         return None
     how = f"stopped early ({end.stop_reason})" if end.stop_reason else "reached its last epoch"
+    asked = f"num_epochs={end.num_epochs}"
+    more = f"more epochs (num_epochs({end.num_epochs + 1}) or more)"
+    if end.max_steps is not None:
+        asked += f", max_steps={end.max_steps}"
+        more += f" or more steps (max_steps({end.max_steps + 1}) or more)"
     log.warning(
-        "resume_latest(): the run in %s is complete: it %s after epoch %d of num_epochs=%d; "
-        "nothing is trained and its result is returned. To train on, ask for more epochs "
-        "(num_epochs(%d) or more); for a new run, use a new directory or overwrite()",
+        "resume_latest(): the run in %s is complete: it %s after epoch %d of %s; nothing is "
+        "trained and its result is returned. To train on, ask for %s; for a new run, use a "
+        "new directory or overwrite()",
         config.directory,
         how,
         end.epoch,
-        end.num_epochs,
-        end.num_epochs + 1,
+        asked,
+        more,
     )
     return end
 

@@ -222,7 +222,9 @@ def _launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
                 summary = _write_summary(config, learner, store, result)
             ended = result.complete and async_processor.error is None
             if main and checkpointer is not None and ended:
-                end = RunEnd(result.last_epoch, config.num_epochs, result.stop_reason)
+                end = RunEnd(
+                    result.last_epoch, config.num_epochs, result.stop_reason, config.max_steps
+                )
                 end.write(checkpointer.directory)
         except Exception as caught:  # reported in the result, never lost
             error = caught

@@ -214,12 +214,13 @@ def _rng_of(state: Mapping[str, Any], rank: int, epoch: int) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class RunEnd:
-    """How a finished run ended: its last epoch, the ``num_epochs`` it was asked for, and the
-    early-stopping reason (None: ``num_epochs`` was reached)."""
+    """How a finished run ended: its last epoch (round), the ``num_epochs`` and ``max_steps``
+    it was asked for, and the early-stopping reason (None: its duration was reached)."""
 
     epoch: int
     num_epochs: int
     stop_reason: str | None = None
+    max_steps: int | None = None
 
     def write(self, directory: Path) -> None:
         """Record this end in ``directory`` (the checkpoint directory), atomically."""
@@ -228,12 +229,17 @@ class RunEnd:
             "epoch": self.epoch,
             "num_epochs": self.num_epochs,
             "stop_reason": self.stop_reason,
+            "max_steps": self.max_steps,
         }
         atomic_write(directory / RUN_END, (json.dumps(data, indent=2) + "\n").encode("utf-8"))
 
-    def complete_for(self, num_epochs: int) -> bool:
-        """Whether a resume asking for ``num_epochs`` has nothing left to train."""
-        return num_epochs <= self.num_epochs
+    def complete_for(self, num_epochs: int, max_steps: int | None = None) -> bool:
+        """Whether a resume asking for ``num_epochs`` (and ``max_steps``) has nothing left to
+        train: it asks for no more epochs and no more steps than this run was."""
+        more_steps = max_steps is not None and (
+            self.max_steps is None or max_steps > self.max_steps
+        )
+        return num_epochs <= self.num_epochs and not more_steps
 
 
 def read_run_end(directory: Path, latest: int | None) -> RunEnd | None:
@@ -246,14 +252,16 @@ def read_run_end(directory: Path, latest: int | None) -> RunEnd | None:
     if not isinstance(data, dict) or data.get("format") != _END_FORMAT:
         return None
     epoch, num_epochs, reason = data.get("epoch"), data.get("num_epochs"), data.get("stop_reason")
+    max_steps = data.get("max_steps")  # absent in records of runs without max_steps
     if (
         not isinstance(epoch, int)
         or epoch != latest
         or not isinstance(num_epochs, int)
         or not isinstance(reason, str | None)
+        or not isinstance(max_steps, int | None)
     ):
         return None
-    return RunEnd(epoch, num_epochs, reason)
+    return RunEnd(epoch, num_epochs, reason, max_steps)
 
 
 def clear_run_end(directory: Path) -> None:
