@@ -201,8 +201,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer epochs and pairs")
     parser.add_argument("--gpus", type=int, default=0, help="N processes on N GPUs (nccl)")
+    parser.add_argument("--epochs", type=int, help="epochs a run (default 2; 1 with --quick)")
+    parser.add_argument("--pairs", type=int, help="alternated pairs (default 7; 3 with --quick)")
     options = parser.parse_args()
     epochs, pairs = (1, 3) if options.quick else (2, 7)
+    epochs, pairs = options.epochs or epochs, options.pairs or pairs
     processes, backend = (options.gpus, "nccl") if options.gpus else (2, "gloo")
     load = os.getloadavg()[0]
     print(
