@@ -32,6 +32,7 @@ does not have is a :class:`~ember.CheckpointError` naming it.
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,13 +41,6 @@ from typing import Any, Protocol, cast, runtime_checkable
 import safetensors.torch
 import torch
 from torch import nn
-from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions,
-    get_state_dict,
-    set_state_dict,
-)
-from torch.distributed.tensor import DTensor, Replicate
-from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
 from ember._errors import CheckpointError
 from ember.train._checkpoint.file import (
@@ -73,7 +67,6 @@ __all__ = [
 ]
 
 FORMAT = "ember.sharded"
-_OPTIONS = StateDictOptions(full_state_dict=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,7 +170,10 @@ def _states(
     model: nn.Module, optim: torch.optim.Optimizer
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The model's and the optimizer's states, keyed by parameter name, DTensors unsharded."""
-    model_state, optim_state = get_state_dict(model, optim, options=_OPTIONS)
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+    options = StateDictOptions(full_state_dict=False)
+    model_state, optim_state = get_state_dict(model, optim, options=options)
     return dict(model_state), cast(dict[str, Any], optim_state)
 
 
@@ -192,6 +188,9 @@ def _single_optimizer(learner: Learner[Any]) -> torch.optim.Optimizer:
 def _local_piece(value: torch.Tensor, rank: int) -> tuple[torch.Tensor, list[int]] | None:
     """This rank's piece of ``value`` and its offsets in the global tensor, or None when
     another rank writes it (a replica's) or it is empty."""
+    from torch.distributed.tensor import DTensor, Replicate
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
     if isinstance(value, DTensor):
         mesh = value.device_mesh
         coordinate = list(mesh.get_coordinate() or ())
@@ -244,6 +243,9 @@ class _Pieces:
     def fill(self, name: str, like: torch.Tensor | None) -> torch.Tensor:
         """The region of tensor ``name`` that ``like`` (a DTensor: its local shard; a plain
         tensor or None: the whole tensor) holds, assembled from the pieces overlapping it."""
+        from torch.distributed.tensor import DTensor
+        from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
         entry = self._index[name]
         shape = tuple(entry["shape"])
         if like is not None and tuple(like.shape) != shape:
@@ -331,6 +333,8 @@ def _overlap(
 
 def _like(template: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
     """``local`` placed as ``template`` is: a DTensor shard on its mesh, or a plain tensor."""
+    from torch.distributed.tensor import DTensor
+
     local = local.to(template.device)
     if isinstance(template, DTensor):
         return DTensor.from_local(
@@ -349,6 +353,9 @@ def load_shards(
 ) -> None:
     """Load a sharded checkpoint's model and optimizer into ``learner`` (sharded or not), each
     rank its own regions (see the module doc)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+    from torch.distributed.tensor import DTensor
+
     optim = _single_optimizer(learner)
     model_state, _ = _states(learner.model, optim)
     model = _Pieces(directory, epoch, model_record.metadata.get("tensors", {}), "model/")
@@ -382,7 +389,7 @@ def load_shards(
             optim,
             model_state_dict=cast(Any, loaded),
             optim_state_dict=cast(Any, {"state": state, "param_groups": groups}),
-            options=_OPTIONS,
+            options=StateDictOptions(full_state_dict=False),
         )
     except (RuntimeError, ValueError, KeyError) as error:
         raise CheckpointError(
@@ -409,4 +416,8 @@ def consolidate(directory: Path, epoch: int, record: Record) -> Record:
 
 def has_shards(module: nn.Module) -> bool:
     """Whether ``module`` has sharded (DTensor) parameters."""
-    return any(isinstance(param, DTensor) for param in module.parameters())
+    module_of_dtensor = sys.modules.get("torch.distributed.tensor")
+    if module_of_dtensor is None:  # not imported (it costs a second): no tensor is a DTensor
+        return False
+    dtensor = module_of_dtensor.DTensor
+    return any(isinstance(param, dtensor) for param in module.parameters())

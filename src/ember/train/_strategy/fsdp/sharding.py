@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import TypeAlias, cast
+from typing import TYPE_CHECKING, TypeAlias, cast
 
 import torch
 from torch import nn
-from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+
+if TYPE_CHECKING:  # torch's FSDP costs most of a second to import: only a sharded run pays it
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy
 
 from ember.train._precision import Precision
 
@@ -64,6 +66,8 @@ def _is_module_class(value: object) -> bool:
 def device_mesh(device: torch.device, world: int, *, hybrid: bool) -> DeviceMesh:
     """The run's mesh: ``("shard",)`` of ``world`` ranks, or with ``hybrid``
     ``("replicate", "shard")`` of (nodes, ``LOCAL_WORLD_SIZE`` ranks per node)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
     if not hybrid:
         return init_device_mesh(device.type, (world,), mesh_dim_names=("shard",))
     local = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
@@ -80,6 +84,8 @@ def device_mesh(device: torch.device, world: int, *, hybrid: bool) -> DeviceMesh
 def mixed_precision(precision: Precision) -> MixedPrecisionPolicy:
     """FSDP's policy for ember's precision: compute in the mixed dtype (parameters all-gathered
     in it), reduce gradients and keep the sharded parameters in float32."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
     dtype = _DTYPES.get(precision)
     if dtype is None:
         return MixedPrecisionPolicy()
@@ -89,6 +95,8 @@ def mixed_precision(precision: Precision) -> MixedPrecisionPolicy:
 def plan_units(model: nn.Module, policy: WrapPolicy) -> list[str]:
     """The names of the submodules ``policy`` picks, top-down; ValueError when the model is
     sharded already or the policy picks no submodule (checked before any process joins)."""
+    from torch.distributed.fsdp import FSDPModule
+
     already = [
         name or "the model" for name, m in model.named_modules() if isinstance(m, FSDPModule)
     ]
@@ -121,6 +129,8 @@ def shard_model(
 ) -> None:
     """Apply ``fully_shard`` to the ``units`` (:func:`plan_units`), children first, then to
     ``model`` (it holds the parameters no unit took)."""
+    from torch.distributed.fsdp import fully_shard
+
     modules = dict(model.named_modules())
     for name in reversed(units):  # named_modules is top-down: children are sharded first
         fully_shard(
