@@ -66,6 +66,22 @@ def test_overwrite_removes_only_what_ember_wrote(run_dir: Path) -> None:
     assert not (run_dir / "checkpoint" / "manifest-3.json").exists()
 
 
+def test_a_sharded_run_s_files_and_the_best_export_count_as_ember_s(run_dir: Path) -> None:
+    """An FSDP run's shard files mark the directory as used, and overwrite() removes them and
+    the best epoch's export; a user's safetensors file of another name stays."""
+    run_dir.mkdir()
+    (run_dir / "checkpoint").mkdir()
+    (run_dir / "checkpoint" / "shards-rank1-2.safetensors").write_bytes(b"x")
+    (run_dir / "model.safetensors").write_bytes(b"x")
+    (run_dir / "checkpoint" / "mine.safetensors").write_bytes(b"mine")
+    with pytest.raises(RunDirectoryError, match=r"checkpoint/ \(1 checkpoint files\)"):
+        training(run_dir, epochs=1).launch(learner())
+    training(run_dir, epochs=1).overwrite().launch(learner())
+    assert not (run_dir / "checkpoint" / "shards-rank1-2.safetensors").exists()
+    assert not (run_dir / "model.safetensors").exists()
+    assert (run_dir / "checkpoint" / "mine.safetensors").read_bytes() == b"mine"
+
+
 def test_overwrite_with_a_resume_is_refused(run_dir: Path) -> None:
     """overwrite() and resume_latest() contradict each other: the message says to drop one."""
     with pytest.raises(ValueError, match=r"overwrite\(\) starts the run afresh.*drop one"):

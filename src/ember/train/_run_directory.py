@@ -47,11 +47,20 @@ LOCK = ".ember.lock"
 RUNS = ("train", "valid", "test")
 """The split log directories: their presence means a run was logged here."""
 
-OWNED = (*RUNS, "experiment.log", "evaluation.log", "config.json", "summary.json", "metrics.png")
+OWNED = (
+    *RUNS,
+    "experiment.log",
+    "evaluation.log",
+    "config.json",
+    "summary.json",
+    "metrics.png",
+    "model.safetensors",  # the best epoch's export, when a logger asks for it
+)
 """What ember writes directly in a run directory (beside the checkpoint directory)."""
 
 _CHECKPOINT_FILE = re.compile(
-    rf"manifest-[1-9][0-9]*\.json|(?:{'|'.join(NAMES)})-[1-9][0-9]*{re.escape(SUFFIX)}"
+    rf"manifest-[1-9][0-9]*\.json|(?:{'|'.join(NAMES)}|shards-rank[0-9]+)-[1-9][0-9]*"
+    rf"{re.escape(SUFFIX)}"
     rf"|{re.escape(RUN_END)}|\..+\.tmp"
 )
 
