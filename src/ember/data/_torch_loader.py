@@ -36,7 +36,7 @@ from ember.data._device import DeviceLike, as_device, move_to_device
 from ember.data._loader import DataLoader, DataLoaderIterator
 from ember.data._pass import PassIterator, PassTracker, check_state
 
-__all__ = ["TORCH_STATE_KIND", "TorchDataLoader", "as_ember_loader"]
+__all__ = ["TORCH_STATE_KIND", "TorchDataLoader", "as_ember_loader", "torch_loader_like"]
 
 BatchT = TypeVar("BatchT")
 
@@ -161,24 +161,14 @@ class TorchDataLoader(PassTracker, Generic[BatchT]):
                 loader.generator.initial_seed(), spawn_key=(start, end)
             ).generate_state(1, np.uint64)[0]
             generator = torch.Generator(loader.generator.device).manual_seed(int(seed))
-        options: dict[str, Any] = {}
-        if hasattr(loader, "in_order"):  # torch >= 2.6
-            options["in_order"] = loader.in_order
-        sliced: TorchLoader[Any] = TorchLoader(
+        sliced = torch_loader_like(
+            loader,
             Subset(loader.dataset, range(start, end)),
             batch_size=loader.batch_size,
             shuffle=isinstance(sampler, RandomSampler),
-            num_workers=loader.num_workers,
             collate_fn=loader.collate_fn,
-            pin_memory=loader.pin_memory,
             drop_last=loader.drop_last,
-            timeout=loader.timeout,
-            worker_init_fn=loader.worker_init_fn,
-            multiprocessing_context=loader.multiprocessing_context,
             generator=generator,
-            prefetch_factor=loader.prefetch_factor,
-            persistent_workers=loader.persistent_workers,
-            **options,
         )
         return TorchDataLoader(sliced, device=self._device)
 
@@ -237,3 +227,25 @@ def as_ember_loader(loader: Any, what: str) -> DataLoader[Any]:
         return TorchDataLoader(loader)
     check_protocol(loader, DataLoader, what)
     return cast(DataLoader[Any], loader)
+
+
+def torch_loader_like(loader: TorchLoader[Any], dataset: Any, **batching: Any) -> TorchLoader[Any]:
+    """A torch ``DataLoader`` over ``dataset`` with ``loader``'s worker settings (workers,
+    pinning, timeout, init function, context, prefetch, persistence, order) and the sampling
+    and collation of ``batching`` (``DataLoader``'s own keywords): one slice, or one rank's
+    share, of the user's loader, read as the user set it up."""
+    options: dict[str, Any] = {}
+    if hasattr(loader, "in_order"):  # torch >= 2.6
+        options["in_order"] = loader.in_order
+    return TorchLoader(
+        dataset,
+        num_workers=loader.num_workers,
+        pin_memory=loader.pin_memory,
+        timeout=loader.timeout,
+        worker_init_fn=loader.worker_init_fn,
+        multiprocessing_context=loader.multiprocessing_context,
+        prefetch_factor=loader.prefetch_factor,
+        persistent_workers=loader.persistent_workers,
+        **options,
+        **batching,
+    )

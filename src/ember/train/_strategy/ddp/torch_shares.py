@@ -33,6 +33,7 @@ from torch.utils.data import DataLoader as TorchLoader
 from ember.data import Progress, TorchDataLoader
 from ember.data._device import DeviceLike
 from ember.data._shard import share_bounds
+from ember.data._torch_loader import torch_loader_like
 
 __all__ = ["SharesIterator", "TorchShares"]
 
@@ -151,22 +152,12 @@ class TorchShares:
                 "every rank must draw the same order of global batches"
             )
         self._sampler = _ShareSampler(torch_loader, rank, world, self._pass_index)
-        options: dict[str, Any] = {}
-        if hasattr(torch_loader, "in_order"):  # torch >= 2.6
-            options["in_order"] = torch_loader.in_order
-        rebuilt: TorchLoader[Any] = TorchLoader(
+        rebuilt = torch_loader_like(
+            torch_loader,
             torch_loader.dataset,
             batch_sampler=self._sampler,
-            num_workers=torch_loader.num_workers,
             collate_fn=_NoneWhenEmpty(torch_loader.collate_fn),
-            pin_memory=torch_loader.pin_memory,
-            timeout=torch_loader.timeout,
-            worker_init_fn=torch_loader.worker_init_fn,
-            multiprocessing_context=torch_loader.multiprocessing_context,
             generator=torch_loader.generator,
-            prefetch_factor=torch_loader.prefetch_factor,
-            persistent_workers=torch_loader.persistent_workers,
-            **options,
         )
         self._loader: TorchDataLoader[Any] = TorchDataLoader(rebuilt, device=loader.device)
         self._loader.load_state_dict({**loader.state_dict(), **_identity(self._loader)})
