@@ -14,8 +14,10 @@ batch through the same ``ShardedDataLoader`` ember uses. Both
 run **in the same processes, alternated** (ember, torch, torch, ember, ...) after a warm-up
 run of each, so a pair sees the same machine load; the figure is the median of the pairs'
 ratios. Every process uses one intra-op thread; the time is measured inside the processes from
-a barrier to the end of training. The machine's load average is printed before and after:
-on a shared machine the ratios are the figure to read, not the samples/s.
+a barrier to the end of training, and includes each side's set-up of its engine (torch's
+``DistributedDataParallel`` wrapper and optimizer; ember's ``launch``, which builds its
+reducer). The machine's load average is printed before and after: on a shared machine the
+ratios are the figure to read, not the samples/s.
 
     python benchmarks/ddp.py [--quick] [--gpus N]     # --gpus: N processes, nccl, cuda:rank
 """
@@ -147,11 +149,8 @@ def torch_run(name: str, epochs: int) -> float:
     width, batch, batches, _ = MODELS[name]
     torch.manual_seed(0)
     device = _device()
-    model = nn.parallel.DistributedDataParallel(
-        Mlp(width).to(device), device_ids=[device] if device.type == "cuda" else None
-    )
+    plain = Mlp(width).to(device)
     rank, world = dist.get_rank(), dist.get_world_size()
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     # the same shares as ember's, read by the same sharded loader: only the engines differ
     loader = ShardedDataLoader(
         DataLoaderBuilder(stack_batcher)
@@ -164,6 +163,11 @@ def torch_run(name: str, epochs: int) -> float:
     )
     dist.barrier()
     start = _synchronized(device)
+    # timed like ember's launch, which sets up its reducer and optimizer inside the timing
+    model = nn.parallel.DistributedDataParallel(
+        plain, device_ids=[device] if device.type == "cuda" else None
+    )
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     for _ in range(epochs):
         losses = []
         for x, y in loader:
