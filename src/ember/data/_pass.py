@@ -9,13 +9,13 @@ its ``Progress``; ``check_state`` refuses a state saved by another loader.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 
 from ember._checks import check_int
+from ember._closing import ClosesOnExit
 from ember._errors import DataLoaderError
 
 __all__ = ["PassIterator", "PassTracker", "Progress", "check_state"]
@@ -61,7 +61,7 @@ def check_state(state: Mapping[str, Any], own: Mapping[str, Any], identity: Sequ
             )
 
 
-class PassTracker(ABC):
+class PassTracker(ClosesOnExit):
     """The position every ember loader keeps, and the rules that move it.
 
     ``epoch`` counts the passes started (each ``iter()`` starts the next one) and
@@ -134,17 +134,6 @@ class PassTracker(ABC):
         """Mark the loader closed: its live iterator stops and it cannot be iterated again."""
         self._closed = True
         self._pass = None
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 class PassIterator(Generic[BatchT]):

@@ -32,12 +32,12 @@ batcher, are not. A ``TorchDataLoader`` has no plan to share (use torch's
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 
 import torch
 
 from ember._checks import check_int
+from ember._closing import ClosesOnExit
 from ember.data._device import DeviceLike
 from ember.data._loader import BatchingLoader
 from ember.data._pass import PassIterator, Progress
@@ -105,7 +105,7 @@ class _Share(Generic[BatchT]):
         return (self._build(share) if share else None), share_sizes(len(chunk), self._world_size)
 
 
-class ShardedDataLoader(Generic[BatchT]):
+class ShardedDataLoader(ClosesOnExit, Generic[BatchT]):
     """``rank``'s share of every global batch of ``loader`` (see the module docstring).
 
     It starts where ``loader`` stands (its epoch, seed, stream and position) on a copy of it,
@@ -171,17 +171,6 @@ class ShardedDataLoader(Generic[BatchT]):
     def close(self) -> None:
         """Stop the copy's worker threads; the live iterator stops. Idempotent."""
         self._loader.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return (

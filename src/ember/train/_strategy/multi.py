@@ -50,12 +50,12 @@ import logging
 import queue
 import threading
 from collections.abc import Iterator, Sequence
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import torch
 from torch import nn
 
+from ember._closing import ClosesOnExit
 from ember.data import DataLoader, DataLoaderError, DataLoaderIterator, DeviceLike, Progress
 from ember.data._device import as_device
 from ember.train._first_batch import check_train_output
@@ -279,7 +279,7 @@ _Result = tuple[Any, BaseException | None]  # (train_step's output, None) or (No
 _Task = tuple[Any, StepContext | None]  # a batch and the step context to run it in
 
 
-class _DeviceThreads:
+class _DeviceThreads(ClosesOnExit):
     """One thread per device, named ``train-device-{i}``, running ``replicas[i].train_step``.
 
     Each thread takes batches from its own queue and puts ``(output, error)`` on its own result
@@ -341,17 +341,6 @@ class _DeviceThreads:
                 inputs.put(None)
         for thread in self._threads:
             thread.join()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def _work(
