@@ -29,7 +29,7 @@ from ember.train._renderer.base import MetricsRenderer
 from ember.train._result import LearningResult, metric_names
 from ember.train._summary import LearnerSummary
 
-__all__ = ["finished_result", "finished_run"]
+__all__ = ["finished_result", "finished_run", "run_result"]
 
 M = TypeVar("M", bound=nn.Module)
 log = logging.getLogger("ember.train")
@@ -85,14 +85,32 @@ def finished_result(
         data = json.loads(path.read_text(encoding="utf-8"))
         summary = LearnerSummary.from_json(data) if isinstance(data, dict) else None
     store = EventStore(run_loggers(config))  # read only: nothing is started or written
+    return run_result(
+        config, model, renderer, None, summary, end.stop_reason, end.epoch, listing, store
+    )
+
+
+def run_result(
+    config: TrainingConfig,
+    model: M,
+    renderer: MetricsRenderer,
+    error: BaseException | None,
+    summary: LearnerSummary | None,
+    stop_reason: str | None,
+    last_epoch: int,
+    listing: tuple[dict[int, Path], int | None],
+    store: EventStore,
+) -> LearningResult[M]:
+    """The ``LearningResult`` of ``config``'s run, trained now or finished before: its outcome,
+    and what every result of a run reads back (directory, checkpoints, best epoch, logs)."""
     checkpoints, best = listing
     return LearningResult(
         model,
         renderer,
-        None,
+        error,
         summary,
-        end.stop_reason,
-        end.epoch,
+        stop_reason,
+        last_epoch,
         directory=config.directory,
         best_epoch=best,
         checkpoints=checkpoints,

@@ -68,7 +68,7 @@ from ember.train._checkpoint.strategy import (
 )
 from ember.train._config import DEFAULT_CHECKPOINTERS, TrainingConfig
 from ember.train._events import End
-from ember.train._finished import finished_result, finished_run
+from ember.train._finished import finished_result, finished_run, run_result
 from ember.train._gradient_checkpointing import checkpointed_modules
 from ember.train._hooks import TrainingHooks
 from ember.train._launch_checks import check_metric_names, check_monitor, check_tests
@@ -89,7 +89,7 @@ from ember.train._processor import (
 from ember.train._renderer.base import EvaluationRenderer, MetricsRenderer, WarningRenderer
 from ember.train._renderer.cli import CliMetricsRenderer
 from ember.train._renderer.default import default_renderer
-from ember.train._result import LearningResult, metric_names
+from ember.train._result import LearningResult
 from ember.train._run_config import run_configuration
 from ember.train._run_directory import claim_for_run
 from ember.train._schedule import Schedule, check_schedule
@@ -237,20 +237,16 @@ def _launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
     if application_log is not None and application_log.error is not None:
         error = _Outcome(error).add(application_log.error)
     learner.model.eval()
-    checkpoints, best = _checkpoints(checkpointer)
-    learning = LearningResult(
+    learning = run_result(
+        config,
         learner.model,
         renderer,
         error,
         summary,
         result.stop_reason,
         result.last_epoch,
-        directory=config.directory,
-        best_epoch=best,
-        checkpoints=checkpoints,
-        strategy=config.strategy,
-        reader=store if store.readers else None,
-        metric_names=metric_names(config.metrics),
+        _checkpoints(checkpointer),
+        store,
     )
     return _test(config, learning) if config.tests and error is None else learning
 
