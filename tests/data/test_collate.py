@@ -126,3 +126,27 @@ def test_only_default_collate_over_a_tensor_dataset_takes_the_gather_path() -> N
     assert (
         gather_path(InMemDataset(tensor_rows(4)[i] for i in range(4)), default_collate, CPU) is None
     )
+
+
+@given(
+    st.one_of(
+        st.lists(st.floats(allow_nan=False), min_size=1, max_size=40),
+        st.lists(st.integers(-(2**63), 2**63 - 1), min_size=1, max_size=40),
+    )
+)
+def test_numbers_collate_as_torchs(numbers: list[Any]) -> None:
+    """Python floats become float64 and ints int64 tensors with the same values as torch's
+    collate gives, also as a tuple column."""
+    assert same(default_collate(numbers, CPU), torch_collate(numbers))
+    pairs = [(torch.tensor([1.0]), number) for number in numbers]
+    ours, theirs = default_collate(pairs, CPU), torch_collate(pairs)
+    assert same(ours[1], theirs[1])
+
+
+def test_items_of_another_structure_are_named() -> None:
+    """A tuple of another length is refused with the lengths; a column's own error (an inner
+    tuple of another length) names the inner structure."""
+    with pytest.raises(ValueError, match=r"first is a tuple of 2, another has \[2, 3\] entries"):
+        default_collate([(1, 2.0), (1, 2.0, 3)], CPU)
+    with pytest.raises(ValueError, match=r"first is a tuple of 1, another has \[1, 2\] entries"):
+        default_collate([(1, (2,)), (1, (2, 3))], CPU)

@@ -293,3 +293,37 @@ def test_per_sample_training_losses_log_their_mean_weighted_by_samples() -> None
     assert logger.values[("Loss", Split.TRAIN, 1)] == ["3,3"]
     with pytest.raises(NonFiniteLossError, match="iteration 2"):
         processor.process_chunk([(Split.TRAIN, item(2, torch.tensor([1.0, float("nan")])))])
+
+
+class CountingLogger(InMemoryMetricLogger):
+    """Counts the calls of ``log`` and the values each brought."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[int] = []
+
+    def log(self, values: Sequence[Any]) -> None:
+        self.calls.append(len(values))
+        super().log(values)
+
+
+def test_consecutive_items_of_a_split_reach_each_logger_in_one_call_in_order() -> None:
+    """A chunk's run of items of one split is logged in one call per logger, in order; split
+    events between runs keep their place (the valid run is logged after the train epoch
+    value)."""
+    metrics = MetricsTraining()
+    metrics.register(Split.TRAIN, LossMetric())
+    metrics.register(Split.VALID, LossMetric())
+    logger = CountingLogger()
+    processor = FullEventProcessorTraining(
+        metrics, CliMetricsRenderer(io.StringIO()), EventStore([logger])
+    )
+    processor.process_chunk(
+        [*epoch_events(1, 4), (Split.VALID, StartSplit(1, 2))]
+        + [(Split.VALID, item(i)) for i in (5, 6)]
+        + [(Split.VALID, EndSplit(1))]
+    )
+    assert logger.calls == [4, 1, 2, 1]  # train items, train epoch value, valid items, value
+    assert logger.values[("Loss", Split.TRAIN, 1)] == ["1,1", "2,1", "3,1", "4,1", "2.5,final"]
+    assert logger.values[("Loss", Split.VALID, 1)] == ["5,1", "6,1", "5.5,final"]
+    assert [value.step for value in logger.numbers[:4]] == [0, 0, 0, 0]

@@ -41,14 +41,13 @@ def _collate(items: list[Any], device: torch.device) -> Any:
     # made on the device, or moved there column by column: no second walk over the batch
     first = items[0]
     if isinstance(first, torch.Tensor):
-        stacked = torch.stack(items)
-        return stacked if stacked.device == device else stacked.to(device)
+        return _on(torch.stack(items), device)
     if isinstance(first, np.ndarray | np.number):
-        return torch.as_tensor(np.stack(items)).to(device)
-    if isinstance(first, float):
-        return torch.tensor(items, dtype=torch.float64, device=device)
+        return _on(torch.as_tensor(np.stack(items)), device)
+    if isinstance(first, float):  # through numpy: a third of torch.tensor(list)'s time
+        return _on(torch.from_numpy(np.array(items, dtype=np.float64)), device)
     if isinstance(first, int) and not isinstance(first, bool):
-        return torch.tensor(items, dtype=torch.int64, device=device)
+        return _on(torch.from_numpy(np.array(items, dtype=np.int64)), device)
     if dataclasses.is_dataclass(first) and not isinstance(first, type):
         names = [field.name for field in dataclasses.fields(first) if field.init]
         values = {name: _collate([getattr(item, name) for item in items], device) for name in names}
@@ -56,18 +55,25 @@ def _collate(items: list[Any], device: torch.device) -> Any:
     if isinstance(first, Mapping):
         return {key: _collate([item[key] for item in items], device) for key in first}
     if isinstance(first, tuple | list):
-        if any(len(item) != len(first) for item in items):
+        try:
+            columns = [_collate(list(column), device) for column in zip(*items, strict=True)]
+        except ValueError as error:
+            lengths = sorted({len(item) for item in items})
+            if len(lengths) == 1:
+                raise  # a column's own error, not the structure's
             raise ValueError(
                 f"the items of a batch must have the same structure: the first is a "
-                f"{type(first).__name__} of {len(first)}, another has "
-                f"{sorted({len(item) for item in items})} entries; give DataLoaderBuilder a "
-                "batcher for items of varying length"
-            )
-        columns = [_collate(list(column), device) for column in zip(*items, strict=True)]
+                f"{type(first).__name__} of {len(first)}, another has {lengths} entries; give "
+                "DataLoaderBuilder a batcher for items of varying length"
+            ) from error
         if isinstance(first, list):
             return columns
         return type(first)(*columns) if hasattr(first, "_fields") else tuple(columns)
     return list(items)
+
+
+def _on(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    return tensor if tensor.device == device else tensor.to(device)
 
 
 def gather_path(

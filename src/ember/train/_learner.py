@@ -115,6 +115,9 @@ class Learner(Generic[M]):
         self._built: dict[str, torch.optim.Optimizer] | None = None
         self._optimizes = isinstance(model, OptimizeStep)
         self._per_group = isinstance(self._scheduler, GroupLrScheduler)
+        self._per_epoch: EpochLrScheduler | None = (
+            self._scheduler if isinstance(self._scheduler, EpochLrScheduler) else None
+        )  # asked at every epoch's end
         self._lr_current: float | None = None
         self._first_step = True  # the first train_step is checked (_first_batch.py)
 
@@ -243,14 +246,13 @@ class Learner(Generic[M]):
     def end_epoch(self, value: float | None = None) -> None:
         """An epoch ended: advance a per-epoch scheduler (``value``: its monitored metric's
         validation value)."""
-        if isinstance(self._scheduler, EpochLrScheduler):
-            self._scheduler.end_epoch(value)
+        if self._per_epoch is not None:
+            self._per_epoch.end_epoch(value)
 
     @property
     def monitor(self) -> str | None:
         """The validation metric the scheduler is stepped with after each epoch, or None."""
-        scheduler = self._scheduler
-        return scheduler.monitor if isinstance(scheduler, EpochLrScheduler) else None
+        return None if self._per_epoch is None else self._per_epoch.monitor
 
     def _group_ratios(self) -> list[float]:
         if self._ratios is None:

@@ -158,41 +158,62 @@ class FullEventProcessorTraining:
         self.process_chunk([(Split.VALID, event)])
 
     def process_chunk(self, chunk: Sequence[tuple[Split, Event]]) -> None:
-        """Handle events in order (``docs/design.md``, "The metrics thread"), the chunk's losses
-        read back together first (see ``_host_values``)."""
-        items = [
-            _synced(event.item.item) if type(event) is ProcessedItem else None for _, event in chunk
-        ]
-        losses = self._read_losses(items)
-        for (split, event), item, loss in zip(chunk, items, losses, strict=True):
-            if type(event) is ProcessedItem:
-                self._process_item(split, event.item, item, loss)
-            else:
+        """Handle events in order (``docs/design.md``, "The metrics thread"): each run of
+        consecutive items of one split together, their losses read back at once (see
+        ``_host_values``), their values handed to each logger in one call."""
+        start, count = 0, len(chunk)
+        while start < count:
+            split, event = chunk[start]
+            if type(event) is not ProcessedItem:
                 self._process_event(split, event)
+                start += 1
+                continue
+            end = start + 1
+            while end < count and type(chunk[end][1]) is ProcessedItem and chunk[end][0] is split:
+                end += 1
+            self._process_items(split, [e.item for _, e in chunk[start:end]])  # type: ignore[union-attr]  # ProcessedItem
+            start = end
 
-    def _process_item(
-        self, split: Split, training_item: Any, item: Any, loss: LossInput | None
-    ) -> None:
-        iteration = training_item.iteration
-        self._step = training_item.step
+    def _process_items(self, split: Split, training_items: Sequence[Any]) -> None:
+        """Update the metrics with consecutive items of ``split``, log and render them."""
+        items = [_synced(training_item.item) for training_item in training_items]
+        losses = self._read_losses(items)
+        update, renderer = self.metrics.update, self.renderer
+        show = renderer.update_train if split is Split.TRAIN else renderer.update_valid
+        logged: list[tuple[Sequence[MetricState], int]] = []
+        for training_item, item, loss in zip(training_items, items, losses, strict=True):
+            if split is Split.TRAIN and loss is not None:
+                loss = self._checked(loss, training_item.iteration)
+            metadata = MetricMetadata(
+                training_item.progress, training_item.iteration, training_item.lr,
+                training_item.grad_norm,
+            )  # fmt: skip
+            states = update(split, item, metadata, loss)
+            if states:
+                logged.append((states, training_item.step))
+                for state in states:
+                    show(state)
+        last = training_items[-1]
+        self._step = last.step
         span = self._iterations.get(split)
-        first = (self._epoch, iteration) if span is None else span[:2]
-        self._iterations[split] = (*first, self._epoch, iteration)
-        if split is Split.TRAIN and loss is not None:
-            value = loss.host_value()
-            if loss.value is None:  # a per-sample loss: its mean, once for the check and the metric
-                loss = LossInput(loss.tensor, value)
-            if not math.isfinite(value):
-                raise NonFiniteLossError(
-                    f"the training loss is not finite at epoch {self._epoch}, iteration "
-                    f"{iteration} ({value}); training stopped and no checkpoint was "
-                    "written from these weights"
-                )
-        metadata = MetricMetadata(
-            training_item.progress, iteration, training_item.lr, training_item.grad_norm
-        )
-        self._publish(split, self.metrics.update(split, item, metadata, loss))
-        self.renderer.update_split(training_item.progress.items_processed)
+        first = (self._epoch, training_items[0].iteration) if span is None else span[:2]
+        self._iterations[split] = (*first, self._epoch, last.iteration)
+        if logged:
+            self.store.log_many(split, logged)
+        renderer.update_split(last.progress.items_processed)
+
+    def _checked(self, loss: LossInput, iteration: int) -> LossInput:
+        """The training loss, refused when it is not finite (no checkpoint is written then)."""
+        value = loss.host_value()
+        if loss.value is None:  # a per-sample loss: its mean, once for the check and the metric
+            loss = LossInput(loss.tensor, value)
+        if not math.isfinite(value):
+            raise NonFiniteLossError(
+                f"the training loss is not finite at epoch {self._epoch}, iteration "
+                f"{iteration} ({value}); training stopped and no checkpoint was "
+                "written from these weights"
+            )
+        return loss
 
     def _process_event(self, split: Split, event: Event) -> None:
         renderer = self.renderer
@@ -224,13 +245,14 @@ class FullEventProcessorTraining:
         """The loss of every item that has one, one-element ones read to the host together
         ("finite only" checks them)."""
         tensors: list[torch.Tensor | None] = []
+        without = self._without_loss
         for item in items:
             tensor = None
-            if item is not None and type(item) not in self._without_loss:
+            if type(item) not in without:
                 try:
                     tensor = adapt(item, LossInput).tensor
                 except TypeError:
-                    self._without_loss.add(type(item))  # an output without a loss
+                    without.add(type(item))  # an output without a loss
             tensors.append(tensor)
         scalars = [t for t in tensors if t is not None and t.numel() == 1]
         values = iter(_host_values(scalars) if scalars else [])

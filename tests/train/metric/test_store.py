@@ -186,6 +186,32 @@ def test_file_logger_restarts_a_rerun_epoch(tmp_path: Path) -> None:
     assert (tmp_path / "train" / "epoch-2" / "Loss.log").read_text() == "1,1\n"
 
 
+class ManualClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_file_logger_hands_a_new_file_to_the_writer_with_its_first_line(tmp_path: Path) -> None:
+    """A new epoch's file is made while training goes on: its first line goes to the writer at
+    once, later lines only when the interval has passed (or at a sync)."""
+    clock = ManualClock()
+    logger = FileMetricLogger(tmp_path, interval=10.0, clock=clock)
+    path = tmp_path / "train" / "epoch-1" / "Loss.log"
+    logger.log([metric_value("Loss", NumericEntry(1.0, 1), 1)])
+    logger._writer.sync()  # what was handed over is written; nothing else is handed over
+    assert path.read_text() == "1,1\n"
+    logger.log([metric_value("Loss", NumericEntry(2.0, 1), 1)])
+    logger._writer.sync()
+    assert path.read_text() == "1,1\n"  # held until the interval passes
+    clock.now = 10.0
+    logger.log([metric_value("Loss", NumericEntry(3.0, 1), 1)])
+    logger.close()
+    assert path.read_text() == "1,1\n2,1\n3,1\n"
+
+
 @given(st.lists(st.floats(allow_infinity=False), min_size=1, max_size=40), st.integers(1, 5))
 def test_find_epoch_asked_every_epoch_matches_a_full_scan(values: list[float], every: int) -> None:
     """find_epoch keeps only its best so far, yet answers as a scan of every epoch would, NaN

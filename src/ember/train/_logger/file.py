@@ -12,9 +12,11 @@ millisecond on a busy disk, more than a small model's whole epoch; so the files 
 thread of their own (``metric-writer``, as Burn's ``AsyncLogger``) and the metrics thread never
 waits for the disk. Lines are handed to it in blocks, at least every ``interval`` seconds, so a
 file is at most that far behind training, and the writer opens, appends and closes each file
-per block (no file stays open). Reading a value back and closing first write everything logged
-before them; a write error is raised by the next of those calls or by the next ``log`` (so a
-logger that cannot write stops training at once, like any error of the metrics thread).
+per block (no file stays open). A new file is handed over with its first line: its directory
+and the file are made while training goes on, not all at the end of the run. Reading a value
+back and closing first write everything logged before them; a write error is raised by the
+next of those calls or by the next ``log`` (so a logger that cannot write stops training at
+once, like any error of the metrics thread).
 """
 
 from __future__ import annotations
@@ -133,6 +135,7 @@ class FileMetricLogger:
         self._pending: dict[str, list[str]] = {}
         self._started: set[str] = set()
         self._ended: list[str] = []  # paths of ended splits, forgotten after the next block
+        self._new_file = False  # a file not handed to the writer yet: hand it over now
         self._interval = interval
         self._clock = clock
         self._last_hand_off = clock()
@@ -173,10 +176,11 @@ class FileMetricLogger:
             path = self._paths[key] = self._file(name, epoch, split)
             self._pending[path] = []
             self._started.discard(path)
+            self._new_file = True
         self._pending[path].append(line)
 
     def _maybe_hand_off(self) -> None:
-        if self._clock() - self._last_hand_off >= self._interval:
+        if self._new_file or self._clock() - self._last_hand_off >= self._interval:
             self._hand_off()
 
     def end_split(self, epoch: int, split: Split) -> None:
@@ -223,6 +227,7 @@ class FileMetricLogger:
 
     def _hand_off(self) -> None:
         self._last_hand_off = self._clock()
+        self._new_file = False
         blocks = []
         for path, lines in self._pending.items():
             if lines:

@@ -78,32 +78,38 @@ class EventStore:
         A metric that is not numeric but logs a number is logged as one; text goes to the
         loggers that keep text. Entries without a value (``N/A``) are not logged.
         """
+        self.log_many(split, [(states, step)])
+
+    def log_many(self, split: Split, batches: Sequence[tuple[Sequence[MetricState], int]]) -> None:
+        """:meth:`log` for several batches' values in order: one call per logger for all."""
         epoch = self._epoch.get(split, 1)
         values: list[MetricValue] = []
         texts: list[MetricText] = []
-        for state in states:
-            entry = state.entry
-            if not entry.is_available:
-                continue
-            numeric = state.numeric
-            if numeric is None:
-                try:
-                    numeric = NumericEntry.parse(entry.serialized)
-                except ValueError:
-                    texts.append(MetricText(entry.name, split, epoch, step, entry.serialized))
+        for states, step in batches:
+            for state in states:
+                entry = state.entry
+                if not entry.is_available:
                     continue
-            values.append(
-                MetricValue(
-                    entry.name,
-                    split,
-                    epoch,
-                    step,
-                    numeric.value,
-                    numeric.weight,
-                    numeric.final,
-                    entry.serialized,
+                serialized = entry.serialized
+                numeric = state.numeric
+                if numeric is None:
+                    try:
+                        numeric = NumericEntry.parse(serialized)
+                    except ValueError:
+                        texts.append(MetricText(entry.name, split, epoch, step, serialized))
+                        continue
+                values.append(
+                    MetricValue(
+                        entry.name,
+                        split,
+                        epoch,
+                        step,
+                        numeric.value,
+                        numeric.weight,
+                        numeric.final,
+                        serialized,
+                    )
                 )
-            )
         if values:
             for logger in self.loggers:
                 logger.log(values)

@@ -231,10 +231,10 @@ class CliMetricsRenderer:
         left = max(total - done, 0) / rate
         if split is Split.TEST:
             return [*speed, f"ETA {_duration(left)}"]
-        later = [Split.VALID] if split is Split.TRAIN else []  # the rest of this epoch
-        passes = later + [Split.TRAIN, Split.VALID] * max(self._total_epochs - self._epoch, 0)
-        known = [pace for pace in map(self._pace.get, passes) if pace is not None]
-        run = left + sum(items * seconds for items, seconds in known)
+        seconds = {s: items * each for s, (items, each) in self._pace.items()}  # a pass of each
+        rest = seconds.get(Split.VALID, 0.0) if split is Split.TRAIN else 0.0  # of this epoch
+        per_epoch = seconds.get(Split.TRAIN, 0.0) + seconds.get(Split.VALID, 0.0)
+        run = left + rest + per_epoch * max(self._total_epochs - self._epoch, 0)
         return [*speed, f"ETA {_duration(left)}, run {_duration(run)}"]
 
 
