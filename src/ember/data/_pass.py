@@ -17,6 +17,7 @@ from typing import Any, Generic, Self, TypeVar
 from ember._checks import check_int
 from ember._closing import ClosesOnExit
 from ember._errors import DataLoaderError
+from ember._frozen import set_field
 
 __all__ = ["PassIterator", "PassTracker", "Progress", "check_state"]
 
@@ -25,7 +26,7 @@ BatchT = TypeVar("BatchT")
 _ENDED = object()  # the token of an iterator whose pass ended with an error
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Progress:
     """How far a pass has got: items consumed so far out of the pass's total.
 
@@ -36,6 +37,13 @@ class Progress:
     items_processed: int
     items_total: int | None
     unit: str | None = "items"
+
+    def __init__(  # written out: one per batch (ember/_frozen.py)
+        self, items_processed: int, items_total: int | None, unit: str | None = "items"
+    ) -> None:
+        set_field(self, "items_processed", items_processed)
+        set_field(self, "items_total", items_total)
+        set_field(self, "unit", unit)
 
     @property
     def is_completed(self) -> bool:

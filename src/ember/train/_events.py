@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from ember._frozen import set_field
 from ember.data import Progress
 
 __all__ = [
@@ -42,7 +43,7 @@ __all__ = [
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class TrainingItem(Generic[T]):
     """One batch's output with where it came from and the learning rate it was trained with.
 
@@ -58,6 +59,22 @@ class TrainingItem(Generic[T]):
     grad_norm: Any = None
     """The total gradient norm of the optimizer step this batch closed (a tensor, read on the
     metrics thread), when the run measures it (clipping by norm, ``GradNormMetric``)."""
+
+    def __init__(  # written out: one per batch (ember/_frozen.py)
+        self,
+        item: T,
+        progress: Progress,
+        iteration: int,
+        lr: float | None,
+        step: int = 0,
+        grad_norm: Any = None,
+    ) -> None:
+        set_field(self, "item", item)
+        set_field(self, "progress", progress)
+        set_field(self, "iteration", iteration)
+        set_field(self, "lr", lr)
+        set_field(self, "step", step)
+        set_field(self, "grad_norm", grad_norm)
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,8 @@ from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 import torch
 from torch import nn
 
+from ember._frozen import set_field
+
 __all__ = [
     "GradientsAccumulator",
     "GradientsParams",
@@ -65,7 +67,7 @@ def trained_parameters(
     return params
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class StepContext:
     """Where the loop is while a training step runs (read with :func:`current_step`).
 
@@ -89,6 +91,28 @@ class StepContext:
     scaler: torch.amp.GradScaler | None = None
     autocast: tuple[str, torch.dtype] | None = None
     closing: bool = True
+
+    def __init__(  # written out: one per batch (ember/_frozen.py)
+        self,
+        epoch: int,
+        iteration: int,
+        optimizer_steps: int,
+        batch: Any,
+        accumulating: bool = False,
+        loss_factor: float | None = None,
+        scaler: torch.amp.GradScaler | None = None,
+        autocast: tuple[str, torch.dtype] | None = None,
+        closing: bool = True,
+    ) -> None:
+        set_field(self, "epoch", epoch)
+        set_field(self, "iteration", iteration)
+        set_field(self, "optimizer_steps", optimizer_steps)
+        set_field(self, "batch", batch)
+        set_field(self, "accumulating", accumulating)
+        set_field(self, "loss_factor", loss_factor)
+        set_field(self, "scaler", scaler)
+        set_field(self, "autocast", autocast)
+        set_field(self, "closing", closing)
 
 
 _CURRENT: contextvars.ContextVar[StepContext | None] = contextvars.ContextVar(

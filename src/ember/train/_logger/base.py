@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from ember._frozen import set_field
 from ember.train._metric.base import NumericEntry
 from ember.train._vocabulary import Split
 
@@ -42,7 +43,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class MetricValue:
     """One number a metric logged: a batch value (with its weight, when the metric gives one) or,
     with ``final``, the epoch value at the end of the split.
@@ -61,6 +62,26 @@ class MetricValue:
     weight: float | None = None
     final: bool = False
     text: str = ""
+
+    def __init__(  # written out: one per batch (ember/_frozen.py)
+        self,
+        name: str,
+        split: Split,
+        epoch: int,
+        step: int,
+        value: float,
+        weight: float | None = None,
+        final: bool = False,
+        text: str = "",
+    ) -> None:
+        set_field(self, "name", name)
+        set_field(self, "split", split)
+        set_field(self, "epoch", epoch)
+        set_field(self, "step", step)
+        set_field(self, "value", value)
+        set_field(self, "weight", weight)
+        set_field(self, "final", final)
+        set_field(self, "text", text)
 
     @property
     def entry(self) -> NumericEntry:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from ember._frozen import set_field
 from ember.data import Progress
 
 __all__ = [
@@ -59,7 +60,7 @@ def format_number(value: float) -> str:
     return text[:-2] if text.endswith(".0") else text
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class MetricMetadata:
     """What a metric knows about the batch besides the output: where it is and at which lr."""
 
@@ -68,6 +69,14 @@ class MetricMetadata:
     lr: float | None
     grad_norm: Any = None
     """The gradient norm of the optimizer step the batch closed (a 0-dim tensor), or None."""
+
+    def __init__(  # written out: one per batch (ember/_frozen.py)
+        self, progress: Progress, iteration: int | None, lr: float | None, grad_norm: Any = None
+    ) -> None:
+        set_field(self, "progress", progress)
+        set_field(self, "iteration", iteration)
+        set_field(self, "lr", lr)
+        set_field(self, "grad_norm", grad_norm)
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +144,7 @@ class MetricEntry:
         return self.serialized not in ("", self.NOT_AVAILABLE)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class NumericEntry:
     """A number in a metric log: a plain value, a value with its weight, or an epoch value.
 
@@ -145,6 +154,13 @@ class NumericEntry:
     value: float
     weight: float | None = None
     final: bool = False
+
+    def __init__(  # written out: one per batch (ember/_frozen.py)
+        self, value: float, weight: float | None = None, final: bool = False
+    ) -> None:
+        set_field(self, "value", value)
+        set_field(self, "weight", weight)
+        set_field(self, "final", final)
 
     def serialize(self) -> str:
         """The log-file text of this entry."""

@@ -7,13 +7,14 @@ from typing import Any
 
 import torch
 
+from ember._frozen import set_field
 from ember.train._metric.base import MetricEntry, MetricMetadata
 from ember.train._metric.state import MeanMetric
 
 __all__ = ["LossInput", "LossMetric"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class LossInput:
     """A loss tensor: a reduced scalar, or one value per sample for sample weighting.
 
@@ -23,6 +24,10 @@ class LossInput:
 
     tensor: torch.Tensor
     value: float | None = None
+
+    def __init__(self, tensor: torch.Tensor, value: float | None = None) -> None:
+        set_field(self, "tensor", tensor)  # written out: one per batch (ember/_frozen.py)
+        set_field(self, "value", value)
 
     def host_value(self) -> float:
         """The mean loss as a Python float (read from the tensor unless already known)."""

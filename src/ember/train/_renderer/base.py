@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from ember._frozen import set_field
 from ember.train._metric.base import MetricDefinition, MetricEntry, NumericEntry
 from ember.train._vocabulary import Split
 
@@ -33,12 +34,16 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class MetricState:
     """A metric's entry for the renderer; ``numeric`` is set for numeric metrics."""
 
     entry: MetricEntry
     numeric: NumericEntry | None = None
+
+    def __init__(self, entry: MetricEntry, numeric: NumericEntry | None = None) -> None:
+        set_field(self, "entry", entry)  # written out: one per batch (ember/_frozen.py)
+        set_field(self, "numeric", numeric)
 
 
 @runtime_checkable
