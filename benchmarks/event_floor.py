@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import torch
@@ -44,7 +44,7 @@ from torch.utils.data import TensorDataset
 from ember.app.demo import Mlp, make_samples
 from ember.data import BatchDataLoader, InMemDataset, default_collate
 from ember.train import RegressionOutput, TrainOutput
-from learner_overhead import learner_run, medium_workload, raw_loop, seed_workload
+from learner_overhead import disk_probe, learner_run, medium_workload, raw_loop, seed_workload
 
 
 def pairs(contenders: dict[str, Callable[[], float]], repeats: int) -> dict[str, list[float]]:
@@ -78,20 +78,32 @@ def busy_core() -> Iterator[None]:
 
 
 def learner_vs_raw(name: str, make: Any, epochs: int, repeats: int, targets: tuple[str, str]):
-    """Learner (metric files) against the raw loop over the same loaders, quiet then busy."""
+    """Learner (metric files) against the raw loop over the same loaders, quiet then busy; and,
+    for where the time goes, the Learner logging to memory (no files) beside them."""
 
     def raw() -> float:
         model, loss_fn, train, valid = make()
         return raw_loop(model, loss_fn, train, valid, epochs)
 
-    def learner() -> float:
-        model, _, train, valid = make()
-        return learner_run(model, train, valid, epochs, in_memory=False)
+    def learner(in_memory: bool) -> Callable[[], float]:
+        def run() -> float:
+            model, _, train, valid = make()
+            return learner_run(model, train, valid, epochs, in_memory=in_memory)
 
-    contenders = {"raw": raw, "learner": learner}
-    report(f"{name}, quiet", pairs(contenders, repeats), "raw", "learner", targets[0])
-    with busy_core():
-        report(f"{name}, busy core", pairs(contenders, repeats), "raw", "learner", targets[1])
+        return run
+
+    contenders = {"raw": raw, "learner": learner(False), "in memory": learner(True)}
+    for condition, target in (("quiet", targets[0]), ("busy core", targets[1])):
+        with busy_core() if condition == "busy core" else nullcontext():
+            times = pairs(contenders, repeats)
+        report(f"{name}, {condition}", times, "raw", "learner", target)
+        report(
+            "  the same, metrics in memory (no files; for reference)",
+            times,
+            "raw",
+            "in memory",
+            "-",
+        )
 
 
 class TupleMlp(Mlp):
@@ -222,6 +234,10 @@ def main() -> None:
     torch.set_num_threads(1)
     repeats = 5 if args.quick else 9
     print(f"start: {uptime()} ({os.cpu_count()} CPUs)")
+    print(
+        f"this disk: {disk_probe():.0f} µs to make an epoch directory and its file (the seed "
+        "workload makes two of each an epoch; ~40 µs on a quiet local disk)"
+    )
     learner_vs_raw(
         "seed workload (97-param MLP), metric files",
         seed_workload,

@@ -4,8 +4,11 @@ Two models: the MLP 784-256-256-10 (batch 128) and a small convolutional net on 
 (batch 64). For each, the raw loop runs the forward under ``torch.autocast(bfloat16)`` (or
 calls a model compiled with ``nn.Module.compile``), and the Learner gets
 ``.precision("bf16-mixed")`` (or ``.compile()``). Compilation happens in an untimed warm-up
-epoch on both sides; the timed runs alternate raw and Learner, medians reported. One intra-op
-thread. Not a test: it prints (target: <= 1.02x).
+epoch on both sides; the timed runs (two epochs of 100 steps for the MLP, of 50 for the
+convolutional net) alternate raw and Learner, and the median of the pairs' ratios is reported.
+A launch's fixed cost (run directory, lock, ``config.json``, logs, threads) is printed on its
+own, from one-step runs: it is paid once per run, whatever its length. One intra-op thread; the
+load average is printed first and last. Not a test: it prints (target: <= 1.02x).
 
     python benchmarks/precision.py [--quick]
 """
@@ -121,9 +124,10 @@ def compare(
     make: Callable[[], nn.Module],
     shape: tuple[int, ...],
     batch: int,
+    steps: int,
     args: argparse.Namespace,
 ) -> None:
-    train = loader(shape, batch * args.steps, batch, 1)
+    train = loader(shape, batch * steps, batch, 1)
     valid = loader(shape, batch, batch, 2)
     for variant in ("bf16-mixed", "compile"):
         bf16, compiled = variant == "bf16-mixed", variant == "compile"
@@ -140,25 +144,47 @@ def compare(
             raws.append(r)
             embers.append(e)
             ratios.append(e / r)
-        steps = args.steps * args.epochs
+        total = steps * args.epochs
         print(
-            f"{name}, {variant}: raw {statistics.median(raws) / steps * 1e6:.0f} µs/step, "
-            f"learner {statistics.median(embers) / steps * 1e6:.0f} µs/step, ratio "
+            f"{name}, {variant}: raw {statistics.median(raws) / total * 1e6:.0f} µs/step, "
+            f"learner {statistics.median(embers) / total * 1e6:.0f} µs/step, ratio "
             f"{statistics.median(ratios):.3f}x (pairs {min(ratios):.3f}-{max(ratios):.3f}; "
-            "target <= 1.02x)",
+            f"{total} steps a run; target <= 1.02x)",
             flush=True,
         )
+
+
+def fixed_cost(pairs: int) -> None:
+    """A launch's fixed cost: one-step runs of the MLP, Learner minus raw loop."""
+    train, valid = loader((784,), 128, 128, 1), loader((784,), 128, 128, 2)
+    extra = []
+    for _ in range(pairs):
+        r = raw(MediumMlp(), train, valid, 1, False)
+        extra.append(learner(MediumMlp(), train, valid, 1, False) - r)
+    print(
+        f"launch's fixed cost: {statistics.median(extra) * 1e3:.1f} ms a run (median of {pairs}; "
+        f"{min(extra) * 1e3:.1f}-{max(extra) * 1e3:.1f} ms)",
+        flush=True,
+    )
+
+
+def load() -> str:
+    with open("/proc/loadavg") as file:
+        return "load average " + " ".join(file.read().split()[:3])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer steps and pairs")
     args = parser.parse_args()
-    args.steps, args.epochs, args.pairs = (20, 1, 3) if args.quick else (50, 2, 5)
+    scale, args.epochs, args.pairs = (0.3, 1, 3) if args.quick else (1.0, 2, 7)
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    compare("MLP 784-256-256-10, batch 128", MediumMlp, (784,), 128, args)
-    compare("small conv 1x28x28, batch 64", SmallConv, (1, 28, 28), 64, args)
+    print(f"start: {load()}", flush=True)
+    fixed_cost(args.pairs)
+    compare("MLP 784-256-256-10, batch 128", MediumMlp, (784,), 128, int(100 * scale), args)
+    compare("small conv 1x28x28, batch 64", SmallConv, (1, 28, 28), 64, int(50 * scale), args)
+    print(f"end: {load()}")
 
 
 if __name__ == "__main__":
