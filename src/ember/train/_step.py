@@ -320,7 +320,8 @@ def default_optimize(
     module: nn.Module, optim: torch.optim.Optimizer, grads: GradientsParams
 ) -> None:
     """The default optimizer step: load ``grads`` into ``.grad``, step, then clear ``.grad``."""
-    grads.assign_to(module)
+    if grads.owner is not module:  # else they were taken from these very slots
+        grads.assign_to(module)
     optim.step()
     for _, param in trained_parameters(module):
         param.grad = None
