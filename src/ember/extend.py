@@ -59,6 +59,7 @@ from ember.train._metric.hamming import HammingScoreInput
 from ember.train._metric.loss import LossInput
 from ember.train._metric.perplexity import PerplexityInput
 from ember.train._metric.query import MetricQuery
+from ember.train._metric.resumable import StatefulMetric
 from ember.train._metric.state import MeanMetric
 from ember.train._metric.top_k import TopKAccuracyInput
 from ember.train._outputs import ItemLazy
@@ -136,6 +137,7 @@ __all__ = [
     "StartSplit",
     "StartTest",
     "Stateful",
+    "StatefulMetric",
     "StepContext",
     "StrategyRun",
     "SupervisedLearningStrategy",
