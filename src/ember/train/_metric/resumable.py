@@ -48,7 +48,7 @@ class StatefulMetric(Protocol):
 def has_metric_state(metric: object) -> bool:
     """Whether ``metric`` saves its running state (its own ``state_dict``, not the one every
     ``nn.Module`` has)."""
-    if not isinstance(metric, StatefulMetric):
+    if not isinstance(metric, StatefulMetric) or not callable(metric.state_dict):
         return False
     return not isinstance(metric, torch.nn.Module) or (
         type(metric).state_dict is not torch.nn.Module.state_dict

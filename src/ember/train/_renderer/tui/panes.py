@@ -151,6 +151,11 @@ def _status_pane(frame: Frame) -> Panel:
     rows = [
         ("Mode", frame.mode),
         ("Tests" if frame.evaluating else "Epochs", f"{frame.epoch}/{frame.total_epochs}"),
+        *(
+            [("Steps", f"{frame.step}/{frame.total_steps}")]
+            if frame.total_steps is not None
+            else []
+        ),
         ("Items", _items(frame)),
         ("Iteration", str(frame.iteration)),
         ("Items/s", ips),
@@ -198,8 +203,12 @@ def _progress_pane(frame: Frame) -> Panel:
             complete_style="yellow",
             finished_style="yellow",
         ),
-        f"epoch {frame.epoch}/{frame.total_epochs} {int(100 * frame.run_fraction):>3}% "
-        f"(ETA {frame.eta})",
+        (
+            f"epoch {frame.epoch}/{frame.total_epochs}"
+            if frame.total_steps is None
+            else f"step {frame.step}/{frame.total_steps}"
+        )
+        + f" {int(100 * frame.run_fraction):>3}% (ETA {frame.eta})",
     )
     body: RenderableType = grid
     if frame.stopping is not None:
