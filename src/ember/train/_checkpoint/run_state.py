@@ -173,7 +173,8 @@ def restore_run(
         records = checkpointer.restore_mid_round(epoch, point.step)
     else:
         raise CheckpointError(
-            f"{checkpointer!r} cannot restore the checkpoint of {where}: it has no mid-round checkpoints"
+            f"{checkpointer!r} cannot restore the checkpoint of {where}: it has no mid-round "
+            "checkpoints"
         )
     state = records.state.metadata
     if (
@@ -189,8 +190,9 @@ def restore_run(
         load_shards(directory, epoch, learner, records.model, records.optim)
     elif has_shards(learner.model):
         raise CheckpointError(
-            f"the checkpoint of {where} is not sharded: a FullyShardedDataParallel run resumes from a sharded "
-            "checkpoint (load the weights into the plain model before the run instead)"
+            f"the checkpoint of {where} is not sharded: a FullyShardedDataParallel run resumes "
+            "from a sharded checkpoint (load the weights into the plain model before the run "
+            "instead)"
         )
     else:
         load_model_record(learner.model, records.model)
@@ -208,7 +210,8 @@ def restore_run(
             loader.load_state_dict(saved_loaders[name])
         except ValueError as error:
             raise CheckpointError(
-                f"the checkpoint of {where} holds a {name} loader state this run cannot load: {error}"
+                f"the checkpoint of {where} holds a {name} loader state this run cannot load: "
+                f"{error}"
             ) from error
     if early_stopping is not None and "early_stopping" in state:
         early_stopping.load_state_dict(state["early_stopping"])
@@ -217,7 +220,8 @@ def restore_run(
         for name, stateful in user.items():
             if name not in saved:
                 raise CheckpointError(
-                    f"the checkpoint of {where} holds no state named {name!r} (it has {sorted(saved)})"
+                    f"the checkpoint of {where} holds no state named {name!r} (it has "
+                    f"{sorted(saved)})"
                 )
             stateful.load_state_dict(saved[name])
     try:
