@@ -256,3 +256,23 @@ def test_mid_round_checkpoints_in_the_run_directory_and_for_export(tmp_path: Pat
         launch(training(directory))
     launch(training(directory).overwrite())
     assert not (directory / "checkpoint" / "step-14").exists()
+
+
+def test_the_renderer_is_told_the_steps_and_where_a_resumed_split_starts(tmp_path: Path) -> None:
+    """A run bounded by max_steps shows its steps; resumed inside a round, the renderer hears
+    the steps taken before and the items of the pass already done."""
+    stream = io.StringIO()
+    directory = tmp_path / "run"
+    launch(training(directory, max_steps=8).renderer(CliMetricsRenderer(stream)), stop_at=5)
+    assert "[epoch 1/1] train step 6/8 (75%) · 24/40 items (60%)" in stream.getvalue()
+    stream = io.StringIO()
+    resumed = training(directory, max_steps=8).resume_latest()
+    launch(resumed.renderer(CliMetricsRenderer(stream, interval=0.0)))
+    lines = stream.getvalue().splitlines()
+    assert lines[:4] == [
+        "Starting training for 1 epoch.",
+        "Resuming at step 6 of 8.",
+        "Starting split 'train' with 40 items.",
+        "Resuming after 24 items.",
+    ]
+    assert lines[4].startswith("[epoch 1/1] train step 7/8 (87%) · 28/40 items (70%)")

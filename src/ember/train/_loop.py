@@ -11,7 +11,8 @@ up the run directory, the logs, the renderer and ``train-worker`` around it. The
         checkpointing strategy from the checkpoint of epoch r
     if resuming at step k inside round r + 1 (a mid-round checkpoint): the same, plus the
         round's counters and lr; the main process: each train metric's running state, and the
-        train logs of round r + 1 cut back to where the checkpoint left them (_loop_state.py)
+        train logs of round r + 1 cut back to where the checkpoint left them (the loop's
+        checkpoints: _loop_checkpoints.py; what they keep of the loop: _loop_state.py)
     Start(rounds, r + 1, total steps when max_steps bounds the run, steps taken)
     for epoch = r + 1, ... until the schedule ends:     # a round ("epoch"): an epoch, or N
                                                         # steps or N epochs (_schedule.py)
@@ -69,7 +70,6 @@ metrics thread does.
 from __future__ import annotations
 
 import logging
-import time
 from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -77,26 +77,19 @@ from typing import Any
 import torch
 
 from ember.data import Progress
-from ember.train._checkpoint.learning import (
-    MidRoundCheckpointer,
-    RunCheckpointer,
-    TrainingRecords,
-)
-from ember.train._checkpoint.mid_round import ResumePoint, point_directory
-from ember.train._checkpoint.rng import rng_state
-from ember.train._checkpoint.run_state import restore_run, snapshot_run
-from ember.train._checkpoint.sharded import ShardingRun
+from ember.train._checkpoint.mid_round import ResumePoint
 from ember.train._early_stopping import EarlyStoppingStrategy
 from ember.train._events import EndEpoch, EndSplit, ProcessedItem, Start, StartSplit, TrainingItem
 from ember.train._gradient_checkpointing import checkpointed
 from ember.train._interrupter import Interrupter
 from ember.train._learner import Learner
+from ember.train._loop_checkpoints import LoopCheckpoints
 from ember.train._loop_plan import LoopPlan, LoopResult, same_training_facts
-from ember.train._loop_state import LoopCounters, restore_counters, restore_round_logs_and_metrics
+from ember.train._loop_state import LoopCounters
 from ember.train._metric.store import EventStore
 from ember.train._precision import autocast_of, grad_scaler
 from ember.train._processor import EventProcessor
-from ember.train._schedule import RoundMarks, Schedule, steps_per_pass
+from ember.train._schedule import Schedule, steps_per_pass
 from ember.train._step import step_context
 from ember.train._strategy.base import StrategyRun, model_device
 from ember.train._vocabulary import Split
@@ -146,10 +139,11 @@ class TrainingLoop:
         self.schedule = plan.schedule or Schedule(max_epochs=plan.num_epochs)
         self._units: Iterator[Any] | None = None  # the train pass under way, kept across rounds
         self._count = LoopCounters(passes=plan.starting_epoch - 1)  # restored on resume
-        self._marks = RoundMarks(0, 0, 0.0)  # the last checkpoint's, for checkpoint_every
+        self._checkpoints = LoopCheckpoints(
+            plan, self.schedule, learner, run, self.window, self._count, store, main=main
+        )
         # each reported item's stamp (progress, lr, step, norm) until the run hands it back
         self._stamps: deque[tuple[Progress, float | None, int, torch.Tensor | None]] = deque()
-        self._last_saved: tuple[int, TrainingRecords] | None = None
         self._stopping: int | None = None  # asked to stop: the rank, until the window closes
         self._stop_reason: str | None = None
         self._early_stopped = False
@@ -159,16 +153,16 @@ class TrainingLoop:
         plan, processor, schedule, count = self.plan, self.processor, self.schedule, self._count
         self._check_same()
         if plan.resume_step is not None:
-            self._restore(ResumePoint(plan.starting_epoch, plan.resume_step))
+            self._checkpoints.restore(ResumePoint(plan.starting_epoch, plan.resume_step))
         elif plan.starting_epoch > 1:
-            self._restore(ResumePoint(plan.starting_epoch - 1))
+            self._checkpoints.restore(ResumePoint(plan.starting_epoch - 1))
         per_pass = steps_per_pass(self.run.loaders["train"], plan.grads_accumulation)
         steps = self.window.optimizer_steps
         total_steps = schedule.total_steps(per_pass)
         processor.process_train(
             Start(schedule.rounds(per_pass), plan.starting_epoch, total_steps, steps)
         )
-        self._marks = RoundMarks(steps, count.passes, time.monotonic())
+        self._checkpoints.start()
         with checkpointed(plan.gradient_checkpointing, *self.run.replicas):
             epoch = plan.starting_epoch
             while count.resumed or not schedule.ran_out(self.window.optimizer_steps, count.passes):
@@ -187,7 +181,8 @@ class TrainingLoop:
                     break
                 epoch += 1
         if self._stop_reason is not None and not self._early_stopped:
-            self._keep_last_epoch()
+            if self.processor.error is None:  # never from weights a failed thread saw go bad
+                self._checkpoints.keep_last_round()
             processor.flush()  # the epoch lines, written by the metrics thread, come first
             log.info("Training interrupted: %s", self._stop_reason)
         complete = self._stop_reason is None or self._early_stopped
@@ -269,7 +264,8 @@ class TrainingLoop:
                 self._log_train(run.report((), False)[0])
             if round_ends:
                 return False
-            if stepped and self._mid_round_due(step) and not self._checkpoint_mid_round(epoch):
+            due = stepped and self._checkpoints.mid_round_due(step)
+            if due and not self._checkpoint_mid_round(epoch):
                 return False  # the metrics thread failed: the run ends (launch reports it)
             if ended:
                 return True
@@ -307,6 +303,19 @@ class TrainingLoop:
         self._units = None
         for _ in units:  # a complete pass yields nothing more; this only ends its generator
             break
+
+    def _checkpoint_mid_round(self, epoch: int, *, trained: bool = False) -> bool:
+        """Checkpoint at this optimizer step inside round ``epoch`` (``trained``: the round's
+        training is over, as at a stop on its last step), once every item the run holds is
+        logged and processed; False when the metrics thread failed (nothing is written, the
+        run ends)."""
+        self._log_train(self.run.report((), False)[0])  # what the run still holds comes first
+        self.processor.flush()  # every train metric has seen every item logged
+        if self.run.decide(self.processor.error is not None):
+            self._stopped_by(0)  # launch reports the metrics thread's error
+            return False
+        self._checkpoints.mid_round(epoch, trained=trained, pass_open=self._units is not None)
+        return True
 
     def _valid_pass(self, epoch: int) -> None:
         if self.plan.validate:  # train only: no valid split, no valid events
@@ -369,14 +378,7 @@ class TrainingLoop:
             mine = self.store.find_metric(monitor, epoch, Split.VALID) if self.main else None
             value = run.decide(mine)
         learner.end_epoch(value)  # the scheduler's new state goes into this epoch's checkpoint
-        steps, passes = self.window.optimizer_steps, self._count.passes
-        if plan.checkpointer is not None:
-            due = self._marks.take(self.schedule, steps, passes)
-            interval = self.schedule.checkpoint
-            if interval is not None and interval.unit == "seconds":
-                due = run.decide(due)  # the processes' clocks differ: the main process's says
-            if due:
-                self._checkpoint(plan.checkpointer, epoch)
+        self._checkpoints.round_end(epoch, pass_open=self._units is not None)
         if plan.early_stopping is None:
             return False
         reason = self._ask_early_stopping(plan.early_stopping, epoch) if self.main else None
@@ -390,75 +392,6 @@ class TrainingLoop:
         if not strategy.should_stop(epoch, self.store):
             return None
         return strategy.reason or f"early stopping after epoch {epoch}"
-
-    def _checkpoint(self, checkpointer: RunCheckpointer, epoch: int) -> None:
-        records = self._snapshot(checkpointer, ResumePoint(epoch))
-        if records is not None:
-            self._last_saved = (epoch, checkpointer.checkpoint(epoch, records, self.store))
-
-    def _mid_round_due(self, step: int) -> bool:
-        """After optimizer step ``step`` inside a round: whether ``checkpoint_every(steps=N |
-        seconds=T)`` asks for a checkpoint here (the main process's clock decides seconds)."""
-        interval = self.schedule.checkpoint
-        if interval is None or interval.unit == "epochs" or self.plan.mid_round_blocker:
-            return False
-        if interval.unit == "steps":
-            return self._marks.due(interval, step, 0, 0.0)
-        return self.run.decide(self._marks.due(interval, step, 0, time.monotonic()))
-
-    def _checkpoint_mid_round(self, epoch: int, *, trained: bool = False) -> bool:
-        """Checkpoint at this optimizer step inside round ``epoch`` (``trained``: the round's
-        training is over, as at a stop on its last step); False when the metrics thread failed
-        (nothing is written, the run ends)."""
-        run, count = self.run, self._count
-        self._log_train(run.report((), False)[0])  # what the run still holds comes first
-        self.processor.flush()  # every train metric has seen every item logged
-        if run.decide(self.processor.error is not None):
-            self._stopped_by(0)  # launch reports the metrics thread's error
-            return False
-        checkpointer = self.plan.checkpointer
-        assert isinstance(checkpointer, MidRoundCheckpointer)  # else mid_round_blocker is set
-        step = self.window.optimizer_steps
-        round_state = None
-        if self.main:
-            logs = self.store.log_positions(Split.TRAIN, epoch)
-            round_state = count.round_state(trained, self.plan.train_metrics, logs)
-        records = self._snapshot(checkpointer, ResumePoint(epoch, step), round_state)
-        if records is not None:
-            checkpointer.checkpoint_mid_round(epoch, step, records)
-        self._marks = RoundMarks(step, count.passes, time.monotonic())
-        return True
-
-    def _snapshot(
-        self,
-        checkpointer: RunCheckpointer,
-        point: ResumePoint,
-        round_state: dict[str, Any] | None = None,
-    ) -> TrainingRecords | None:
-        """The records of ``point`` on the main process (None elsewhere): every process's RNG
-        state gathered, a sharded model's shards written by every rank, the logs synced."""
-        run, plan = self.run, self.plan
-        states = run.gather(rng_state())
-        shards = (
-            run.write_shards(point_directory(checkpointer.directory, point), point.epoch)
-            if isinstance(run, ShardingRun)
-            else None
-        )
-        if not self.main or states is None:
-            return None
-        self.store.sync()  # the logs up to here reach the disk before the checkpoint commits
-        loop = self._count.loop_state(self.window, self.learner, self._units is not None)
-        return snapshot_run(
-            point,
-            self.learner,
-            run.loaders,
-            states,
-            plan.early_stopping,
-            loop,
-            plan.stateful,
-            shards,
-            round_state,
-        )
 
     # --- stops and resume ---------------------------------------------------------------------
 
@@ -486,35 +419,6 @@ class TrainingLoop:
         own = stopper == self.run.rank and self.interrupter.should_stop()
         reason = self.interrupter.message if own else f"rank {stopper} stopped training"
         self._stop_reason = reason or "interrupted"
-
-    def _keep_last_epoch(self) -> None:
-        """After a stop: make sure the last complete epoch's checkpoint is on disk, even if the
-        strategy had not kept it, so a resume reruns the abandoned epoch and ends exactly as an
-        uninterrupted run."""
-        checkpointer = self.plan.checkpointer
-        if checkpointer is None or self._last_saved is None or self.processor.error is not None:
-            return
-        checkpointer.save(*self._last_saved)
-
-    def _restore(self, point: ResumePoint) -> None:
-        checkpointer = self.plan.checkpointer
-        if checkpointer is None:
-            raise ValueError(f"resuming from the checkpoint of {point} needs checkpointers")
-        run = self.run
-        restored = restore_run(
-            checkpointer,
-            point,
-            self.learner,
-            run.loaders,
-            self.plan.early_stopping,
-            run.rank,
-            self.plan.stateful,
-        )
-        where = f"the checkpoint of {point} in {point_directory(checkpointer.directory, point)}"
-        restore_counters(restored, self._count, self.window, self.learner, where, point.epoch)
-        if self.main:
-            metrics, store = self.plan.train_metrics, self.store
-            restore_round_logs_and_metrics(restored, metrics, store, point.epoch, where)
 
     def _check_same(self) -> None:
         """Every process must run the same training; a difference would hang a collective."""

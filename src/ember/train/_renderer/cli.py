@@ -104,6 +104,8 @@ class CliMetricsRenderer:
         """Show training in optimizer steps out of ``total_steps`` (``StepProgressLogger``)."""
         self._total_steps, self._step = total_steps, starting_step
         self._steps_since = (starting_step, self._clock())
+        if starting_step:
+            self._print(f"Resuming at step {starting_step} of {total_steps}.")
 
     def update_step(self, step: int) -> None:
         """The optimizer steps taken so far."""

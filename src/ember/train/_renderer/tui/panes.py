@@ -146,7 +146,7 @@ def _metrics_pane(frame: Frame) -> Panel:
 
 
 def _status_pane(frame: Frame) -> Panel:
-    """Mode, epochs, items, iteration, items/s and ETA."""
+    """Mode, epochs, steps (when they bound the run), items, iteration, items/s and ETA."""
     ips = f"{frame.items_per_second:.1f}" if frame.items_per_second is not None else "---"
     rows = [
         ("Mode", frame.mode),
@@ -242,7 +242,7 @@ def render_frame(frame: Frame) -> RenderableType:
     layout["left"].split_column(
         Layout(_controls_pane(), size=5),
         Layout(_metrics_pane(frame), ratio=1, minimum_size=6),
-        Layout(_status_pane(frame), size=8),
+        Layout(_status_pane(frame), size=8 if frame.total_steps is None else 9),
     )
     if frame.popup:
         return _Overlay(layout, _quit_popup(), 44, 6)
