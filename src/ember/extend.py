@@ -8,8 +8,9 @@ travel with them. A plain class with the protocol's members is an extension; see
 
 from ember.data._pass import Progress
 from ember.train._checkpoint.file import Checkpointer, CheckpointFile
-from ember.train._checkpoint.learning import RunCheckpointer, TrainingRecords
+from ember.train._checkpoint.mid_round import ResumePoint
 from ember.train._checkpoint.record import Record
+from ember.train._checkpoint.run import MidRoundCheckpointer, RunCheckpointer, TrainingRecords
 from ember.train._checkpoint.strategy import (
     CheckpointingAction,
     CheckpointingStrategy,
@@ -39,6 +40,7 @@ from ember.train._logger.base import (
     MetricReader,
     MetricText,
     MetricValue,
+    ResumableLogger,
     TextLogger,
 )
 from ember.train._metric.accuracy import AccuracyInput
@@ -70,6 +72,8 @@ from ember.train._renderer.base import (
     MetricsRendererEvaluation,
     MetricsRendererTraining,
     MetricState,
+    ResumedSplitLogger,
+    StepProgressLogger,
     TrainingProgressLogger,
 )
 from ember.train._step import StepContext, current_step
@@ -123,12 +127,16 @@ __all__ = [
     "MetricsRenderer",
     "MetricsRendererEvaluation",
     "MetricsRendererTraining",
+    "MidRoundCheckpointer",
     "Numeric",
     "NumericEntry",
     "PerplexityInput",
     "ProcessedItem",
     "Progress",
     "Record",
+    "ResumableLogger",
+    "ResumePoint",
+    "ResumedSplitLogger",
     "RunCheckpointer",
     "Save",
     "Split",
@@ -139,6 +147,7 @@ __all__ = [
     "Stateful",
     "StatefulMetric",
     "StepContext",
+    "StepProgressLogger",
     "StrategyRun",
     "SupervisedLearningStrategy",
     "TextLogger",

@@ -25,8 +25,9 @@ from ember.train import (
     SingleDevice,
     SupervisedTraining,
 )
-from ember.train._checkpoint.learning import LearningCheckpointer, TrainingRecords
+from ember.train._checkpoint.learning import LearningCheckpointer
 from ember.train._checkpoint.mid_round import ResumePoint
+from ember.train._checkpoint.run import TrainingRecords
 from ember.train._events import EndEpoch, ProcessedItem, Start, StartSplit
 from ember.train._metric.base import MetricEntry, MetricMetadata
 from ember.train._metric.query import MetricQuery

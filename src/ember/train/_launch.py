@@ -58,10 +58,11 @@ from ember._errors import CheckpointError, TrainingError
 from ember.train._application_log import experiment_log, warnings_to
 from ember.train._checkpoint.export import best_epoch, model_checkpoints
 from ember.train._checkpoint.file import atomic_write
-from ember.train._checkpoint.learning import LearningCheckpointer, RunCheckpointer
+from ember.train._checkpoint.learning import LearningCheckpointer
 from ember.train._checkpoint.manifest import manifest_path
 from ember.train._checkpoint.mid_round import ResumePoint
 from ember.train._checkpoint.resume import resume_latest_point
+from ember.train._checkpoint.run import RunCheckpointer
 from ember.train._checkpoint.run_state import RunEnd, clear_run_end
 from ember.train._checkpoint.strategy import (
     KeepLastNCheckpoints,

@@ -13,13 +13,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ember.train._checkpoint.learning import (
-    MidRoundCheckpointer,
-    RunCheckpointer,
-    TrainingRecords,
-)
 from ember.train._checkpoint.mid_round import ResumePoint, point_directory
 from ember.train._checkpoint.rng import rng_state
+from ember.train._checkpoint.run import MidRoundCheckpointer, RunCheckpointer, TrainingRecords
 from ember.train._checkpoint.run_state import restore_run, snapshot_run
 from ember.train._checkpoint.sharded import ShardingRun
 from ember.train._learner import Learner

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ember.data import DataLoader
-from ember.train._checkpoint.learning import MidRoundCheckpointer, RunCheckpointer
+from ember.train._checkpoint.run import MidRoundCheckpointer, RunCheckpointer
 from ember.train._early_stopping import EarlyStoppingStrategy
 from ember.train._hooks import Stateful, TrainingHooks
 from ember.train._metric.base import Metric

@@ -47,11 +47,6 @@ import torch
 from ember._errors import CheckpointError
 from ember.data import DataLoader
 from ember.train._checkpoint.file import atomic_write
-from ember.train._checkpoint.learning import (
-    MidRoundCheckpointer,
-    RunCheckpointer,
-    TrainingRecords,
-)
 from ember.train._checkpoint.mid_round import ResumePoint, point_directory
 from ember.train._checkpoint.record import (
     Record,
@@ -66,6 +61,7 @@ from ember.train._checkpoint.record import (
     state_record,
 )
 from ember.train._checkpoint.rng import set_rng_state
+from ember.train._checkpoint.run import MidRoundCheckpointer, RunCheckpointer, TrainingRecords
 from ember.train._checkpoint.sharded import ShardedRecords, has_shards, is_sharded, load_shards
 from ember.train._early_stopping import EarlyStoppingStrategy
 from ember.train._hooks import Stateful
