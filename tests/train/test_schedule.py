@@ -413,3 +413,26 @@ def test_sigkill_at_random_steps_then_resume(tmp_path: Path) -> None:
     for name, tensor in reference.model.state_dict().items():
         assert torch.equal(tensor, got[name]), name
     assert step_logs(directory) == step_logs(tmp_path / "full")
+
+
+def test_a_seconds_interval_checkpoints_at_the_first_step_after_it(tmp_path: Path) -> None:
+    """checkpoint_every(seconds=T) is read at every optimizer step: with T tiny, every step
+    inside a round is a mid-round checkpoint and every round end is checkpointed."""
+    checkpoints = SpyCheckpointer(tmp_path)
+    run_loop(
+        SingleDevice(),
+        learner(),
+        loader(10, 2),
+        loader(3, 2),
+        SpyProcessor(),
+        2,
+        schedule=Schedule(2, None, Every("epochs", 1), Every("seconds", 1e-9)),
+        checkpointer=checkpoints,
+        mid_round_blocker=None,
+    )
+    assert checkpoints.taken == [
+        *[("mid", 1, step) for step in range(1, 5)],
+        ("end", 1, 5),
+        *[("mid", 2, step) for step in range(6, 10)],
+        ("end", 2, 10),
+    ]

@@ -37,21 +37,15 @@ from ember.train._events import (
     StartSplit,
 )
 from ember.train._metric.base import (
-    MetricDefinition,
     MetricMetadata,
     adapt,
-    metric_definition,
 )
 from ember.train._metric.loss import LossInput
 from ember.train._metric.registered import MetricsTraining
 from ember.train._metric.store import EventStore
 from ember.train._outputs import ItemLazy
-from ember.train._renderer.base import (
-    MetricsRenderer,
-    MetricState,
-    ResumedSplitLogger,
-    StepProgressLogger,
-)
+from ember.train._renderer.base import MetricsRenderer, MetricState
+from ember.train._renderer.progress import announce_split, announce_start, items_progress
 from ember.train._vocabulary import Split
 
 __all__ = [
@@ -153,7 +147,7 @@ class FullEventProcessorTraining:
         self._started: dict[Split, tuple[int, int]] = {}
         self._without_loss: set[type[Any]] = set()
         self._step = 0  # the run's optimizer steps at the last item: the loggers' global step
-        self._show_steps = False  # the renderer shows steps (max_steps bounds the run)
+        self._show_progress = items_progress(renderer)  # in steps too once Start says so
 
     def process_train(self, event: LearnerEvent) -> None:
         """Handle an event of the training split."""
@@ -198,9 +192,7 @@ class FullEventProcessorTraining:
             training_item.progress, iteration, training_item.lr, training_item.grad_norm
         )
         self._publish(split, self.metrics.update(split, item, metadata, loss))
-        if self._show_steps and split is Split.TRAIN:
-            self.renderer.update_step(training_item.step)  # type: ignore[attr-defined]
-        self.renderer.update_split(training_item.progress.items_processed)
+        self._show_progress(split, training_item)
 
     def _process_event(self, split: Split, event: Event) -> None:
         renderer = self.renderer
@@ -209,9 +201,7 @@ class FullEventProcessorTraining:
             started = self._started.get(split)
             self._started[split] = (event.epoch if started is None else started[0], event.epoch)
             self.store.start_split(split, event.epoch)
-            renderer.start_split(split, event.total_items)
-            if event.items_done and isinstance(renderer, ResumedSplitLogger):
-                renderer.resume_split(event.items_done)
+            announce_split(renderer, split, event)
         elif isinstance(event, EndSplit):
             self._publish(split, self.metrics.end_epoch(split))
             self.store.end_split(split)
@@ -219,17 +209,7 @@ class FullEventProcessorTraining:
         elif isinstance(event, EndEpoch):
             renderer.update_epoch(event.epoch)
         elif isinstance(event, Start):
-            definitions: dict[str, MetricDefinition] = {}
-            for s in (Split.TRAIN, Split.VALID):
-                for metric in self.metrics.metrics(s):
-                    definitions.setdefault(metric.name, metric_definition(metric))
-            for definition in definitions.values():
-                renderer.register_metric(definition)
-            renderer.start(event.total_epochs, event.starting_epoch)
-            steps = event.total_steps
-            self._show_steps = steps is not None and isinstance(renderer, StepProgressLogger)
-            if steps is not None and isinstance(renderer, StepProgressLogger):
-                renderer.start_steps(steps, event.starting_step)
+            self._show_progress = announce_start(renderer, event, self.metrics)
         elif isinstance(event, End):
             renderer.end()
             renderer.on_train_end(event.summary)
