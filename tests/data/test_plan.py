@@ -235,3 +235,30 @@ def test_an_older_state_in_the_middle_of_a_long_shuffled_pass_is_refused() -> No
 def test_a_state_of_an_unknown_version_is_refused() -> None:
     with pytest.raises(ValueError, match="its version is 9; this ember reads versions 1 and 2"):
         build(200, 32, 7, 0).load_state_dict({**OLD_STATE, "version": 9})
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    n=st.integers(rng.FULL_PERMUTATION_ITEMS + 1, 3 * rng.FULL_PERMUTATION_ITEMS),
+    batch_size=st.integers(1, 700),
+    seed=st.integers(0, 2**63),
+    data=st.data(),
+)
+def test_a_long_pass_lazy_order_gives_the_same_batches_for_any_worker_count(
+    n: int, batch_size: int, seed: int, data: st.DataObject
+) -> None:
+    """A pass long enough for the lazy order, resumed at any batch: 0, 1 and 3 worker threads
+    yield the batches of its plan, which are slices of one permutation of the items."""
+    plan = BatchDataLoader(range(n), item_batcher, batch_size=batch_size, seed=seed).epoch_plan(2)
+    first = data.draw(st.integers(0, len(plan) - 1))
+    expected = plan[first : first + 3]
+    seen = [index for batch in plan[first : first + 3] for index in batch]
+    assert len(set(seen)) == len(seen) and all(0 <= index < n for index in seen)
+    for workers in (0, 1, 3):
+        loader = build(n, batch_size, seed, workers)
+        with loader:
+            state = {**loader.state_dict(), "epoch": 2, "batches_consumed": first}
+            loader.load_state_dict(state)
+            iterator = iter(loader)
+            got = [next(iterator)[0] for _ in range(len(expected))]
+        assert got == expected, workers
