@@ -153,15 +153,16 @@ class Schedule:
 
 @dataclass(slots=True)
 class RoundMarks:
-    """Where the last checkpoint was taken: steps, passes and the clock, to tell when the next
-    one is due under ``checkpoint_every``."""
+    """Where the last checkpoint (of either kind) was taken: steps, passes and the clock, to tell
+    when the next one is due under ``checkpoint_every``."""
 
     steps: int
     passes: int
     time: float
 
     def due(self, interval: Every | None, steps: int, passes: int, now: float) -> bool:
-        """Whether a checkpoint is due at this round end (not counting the run's last)."""
+        """Whether a checkpoint is due here, at a round end or after an optimizer step inside a
+        round (not counting the run's last round)."""
         if interval is None:
             return True
         if interval.unit == "seconds":
