@@ -8,8 +8,9 @@ travel with them. A plain class with the protocol's members is an extension; see
 
 from ember.data._pass import Progress
 from ember.train._checkpoint.file import Checkpointer, CheckpointFile
-from ember.train._checkpoint.learning import RunCheckpointer, TrainingRecords
+from ember.train._checkpoint.mid_round import ResumePoint
 from ember.train._checkpoint.record import Record
+from ember.train._checkpoint.run import MidRoundCheckpointer, RunCheckpointer, TrainingRecords
 from ember.train._checkpoint.strategy import (
     CheckpointingAction,
     CheckpointingStrategy,
@@ -39,6 +40,7 @@ from ember.train._logger.base import (
     MetricReader,
     MetricText,
     MetricValue,
+    ResumableLogger,
     TextLogger,
 )
 from ember.train._metric.accuracy import AccuracyInput
@@ -59,6 +61,7 @@ from ember.train._metric.hamming import HammingScoreInput
 from ember.train._metric.loss import LossInput
 from ember.train._metric.perplexity import PerplexityInput
 from ember.train._metric.query import MetricQuery
+from ember.train._metric.resumable import StatefulMetric
 from ember.train._metric.state import MeanMetric
 from ember.train._metric.top_k import TopKAccuracyInput
 from ember.train._outputs import ItemLazy
@@ -69,6 +72,8 @@ from ember.train._renderer.base import (
     MetricsRendererEvaluation,
     MetricsRendererTraining,
     MetricState,
+    ResumedSplitLogger,
+    StepProgressLogger,
     TrainingProgressLogger,
 )
 from ember.train._step import StepContext, current_step
@@ -122,12 +127,16 @@ __all__ = [
     "MetricsRenderer",
     "MetricsRendererEvaluation",
     "MetricsRendererTraining",
+    "MidRoundCheckpointer",
     "Numeric",
     "NumericEntry",
     "PerplexityInput",
     "ProcessedItem",
     "Progress",
     "Record",
+    "ResumableLogger",
+    "ResumePoint",
+    "ResumedSplitLogger",
     "RunCheckpointer",
     "Save",
     "Split",
@@ -136,7 +145,9 @@ __all__ = [
     "StartSplit",
     "StartTest",
     "Stateful",
+    "StatefulMetric",
     "StepContext",
+    "StepProgressLogger",
     "StrategyRun",
     "SupervisedLearningStrategy",
     "TextLogger",

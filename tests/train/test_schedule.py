@@ -20,11 +20,17 @@ from ember.train import (
     CliMetricsRenderer,
     KeepLastNCheckpoints,
     Learner,
+    LearningRateMetric,
     LossMetric,
     SingleDevice,
     SupervisedTraining,
 )
+from ember.train._checkpoint.learning import LearningCheckpointer
+from ember.train._checkpoint.mid_round import ResumePoint
+from ember.train._checkpoint.run import TrainingRecords
 from ember.train._events import EndEpoch, ProcessedItem, Start, StartSplit
+from ember.train._metric.base import MetricEntry, MetricMetadata
+from ember.train._metric.query import MetricQuery
 from ember.train._schedule import Every, RoundMarks, Schedule
 from ember.train._step import current_step
 from tests.train.fixtures import SpyProcessor, TinyRegressor, loader, read_lines, run_loop
@@ -36,6 +42,22 @@ def builder(directory: Path, items: int = 40) -> SupervisedTraining:
         .renderer(CliMetricsRenderer(io.StringIO()))
         .metrics(LossMetric())
     )
+
+
+class Batches:
+    """A user's metric without a saved state (no state_dict / load_state_dict)."""
+
+    name = "Batches"
+    input_type = object
+
+    def update(self, item: object, metadata: MetricMetadata) -> MetricEntry:
+        return MetricEntry(self.name, "1", "1")
+
+    def compute(self) -> MetricEntry:
+        return MetricEntry(self.name, "1", "1")
+
+    def clear(self) -> None:
+        pass
 
 
 def learner() -> Learner[TinyRegressor]:
@@ -91,10 +113,34 @@ def test_checkpoint_interval_without_checkpointers_is_refused_at_launch(tmp_path
         training.launch(learner())
 
 
+def test_checkpoints_inside_rounds_need_every_train_metric_to_save_its_state(
+    tmp_path: Path,
+) -> None:
+    """A step interval that falls inside rounds is refused at launch when a train metric has no
+    state_dict(); one that is a whole number of rounds only checkpoints round ends: allowed."""
+
+    training = (
+        builder(tmp_path)
+        .metric_train(Batches())
+        .validate_every(steps=2)
+        .max_steps(4)
+        .with_default_checkpointers()
+    )
+    with pytest.raises(ValueError, match="checkpoints inside rounds") as refused:
+        training.checkpoint_every(steps=3).launch(learner())
+    assert str(refused.value).startswith(
+        "checkpoint_every(steps=3) checkpoints inside rounds, and a checkpoint there holds every "
+        "train metric's running state, but the train metric 'Batches' (Batches) cannot save "
+        "its running state: give it state_dict() and load_state_dict()"
+    )
+    result = training.checkpoint_every(steps=4).launch(learner())
+    assert result.error is None and result.last_epoch == 2
+
+
 def test_checkpoint_marks() -> None:
     marks = RoundMarks(steps=0, passes=0, time=10.0)
     assert not marks.due(Every("steps", 4), 3, 0, 10.0)
-    assert marks.due(Every("steps", 4), 5, 0, 10.0)  # the first round end at or after 4
+    assert marks.due(Every("steps", 4), 5, 0, 10.0)  # a step at or after 4
     assert not marks.due(Every("seconds", 2.0), 9, 9, 11.5)
     assert marks.due(Every("seconds", 2.0), 9, 9, 12.0)
     assert marks.due(Every("epochs", 2), 0, 2, 10.0)
@@ -116,32 +162,101 @@ def expected_rounds(
     return [min(total, every * (k + 1)) for k in range(math.ceil(total / every))]
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def expected_checkpoints(points: list[int], every: int | None) -> list[tuple[str, int, int]]:
+    """Where a run checkpoints, as docs/training.md states it: ``("end", round, step)`` after
+    a validation, ``("mid", round, step)`` inside a round. Without checkpoint_every every round
+    end; with ``steps=N`` every multiple of N (at the round's end when it ends a round) and the
+    last round."""
+    if every is None:
+        return [("end", k + 1, step) for k, step in enumerate(points)]
+    taken: list[tuple[str, int, int]] = []
+    mark = 0
+    for step in range(1, points[-1] + 1):
+        round_number = next(k for k, end in enumerate(points, start=1) if end >= step)
+        if step in points:
+            if step // every > mark // every or step == points[-1]:
+                taken.append(("end", round_number, step))
+                mark = step
+        elif step % every == 0:
+            taken.append(("mid", round_number, step))
+            mark = step
+    return taken
+
+
+class SpyCheckpointer:
+    """A run checkpointer that takes mid-round checkpoints too and records where each one is
+    taken (nothing is written)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.taken: list[tuple[str, int, int]] = []
+
+    def checkpoint(
+        self, epoch: int, records: TrainingRecords, query: MetricQuery
+    ) -> TrainingRecords:
+        self.taken.append(("end", epoch, records.state.metadata["loop"]["optimizer_steps"]))
+        return records
+
+    def checkpoint_mid_round(self, epoch: int, step: int, records: TrainingRecords) -> None:
+        assert records.state.metadata["step"] == step
+        self.taken.append(("mid", epoch, step))
+
+    def save(self, epoch: int, records: TrainingRecords) -> None:
+        raise AssertionError("no stop: nothing to keep")
+
+    def restore(self, epoch: int) -> TrainingRecords:
+        raise AssertionError("not resumed")
+
+    def restore_mid_round(self, epoch: int, step: int) -> TrainingRecords:
+        raise AssertionError("not resumed")
+
+    def complete_epochs(self) -> list[int]:
+        return []
+
+    def latest_complete_epoch(self) -> int | None:
+        return None
+
+    def latest_complete_point(self) -> ResumePoint | None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     items=st.integers(1, 14),
     epochs=st.one_of(st.none(), st.integers(1, 3)),
     max_steps=st.one_of(st.none(), st.integers(1, 12)),
     every=st.one_of(st.none(), st.integers(1, 5)),
+    checkpoint=st.one_of(st.none(), st.integers(1, 4)),
     accumulation=st.integers(1, 3),
     workers=st.sampled_from([0, 2]),
     shuffle=st.booleans(),
 )
-def test_event_sequence_steps_and_validation_points(
+def test_event_sequence_steps_validation_and_checkpoint_points(
     items: int,
     epochs: int | None,
     max_steps: int | None,
     every: int | None,
+    checkpoint: int | None,
     accumulation: int,
     workers: int,
     shuffle: bool,
 ) -> None:
+    """The validations, the optimizer steps and the checkpoints (round ends and mid-round) are
+    where the docs say, for any durations, intervals, accumulation, workers and shuffling."""
     if epochs is None and max_steps is None:
         epochs = 1
     batches = math.ceil(items / 2)
     schedule = Schedule(
-        epochs, max_steps, Every("epochs", 1) if every is None else Every("steps", every)
+        epochs,
+        max_steps,
+        Every("epochs", 1) if every is None else Every("steps", every),
+        None if checkpoint is None else Every("steps", checkpoint),
     )
     spy = SpyProcessor()
+    checkpoints = SpyCheckpointer(Path("unused"))
     seen: list[int] = []
     model = TinyRegressor()
     model.on_train_step = lambda _: seen.append(current_step().optimizer_steps)  # type: ignore[union-attr]
@@ -154,6 +269,8 @@ def test_event_sequence_steps_and_validation_points(
         epochs or 1,
         grads_accumulation=accumulation,
         schedule=schedule,
+        checkpointer=checkpoints,
+        mid_round_blocker=None,
     )
     points = expected_rounds(batches, accumulation, epochs, max_steps, every)
     valid_steps = []
@@ -168,7 +285,7 @@ def test_event_sequence_steps_and_validation_points(
     assert result.last_epoch == len(points)
     assert result.stop_reason is None
     starts = [e for _, e in spy.events if isinstance(e, Start)]
-    assert starts == [Start(len(points), 1)]
+    assert starts == [Start(len(points), 1, None if max_steps is None else points[-1], 0)]
     ends = [e.epoch for _, e in spy.events if isinstance(e, EndEpoch)]
     assert ends == list(range(1, len(points) + 1))
     # every batch trained is counted once and the steps taken are the last point's
@@ -176,21 +293,29 @@ def test_event_sequence_steps_and_validation_points(
         points
     )
     assert seen[-1] + 1 >= points[-1] >= seen[-1]
+    assert checkpoints.taken == expected_checkpoints(points, checkpoint)
 
 
 # --- exact resume ------------------------------------------------------------------------------
 
 
 def step_run(
-    directory: Path, *, resume: bool = False, stop_at: int | None = None, kill_at: int = -1
+    directory: Path,
+    *,
+    resume: bool = False,
+    stop_at: int | None = None,
+    kill_at: int = -1,
+    checkpoint: int = 3,
 ) -> Any:
-    """A run validating and checkpointing every 3 steps over 2.5 shuffled passes."""
+    """A run validating every 3 steps over 2.5 shuffled passes and checkpointing every
+    ``checkpoint`` steps (at round ends for 3, also inside rounds for 2)."""
     training = (
         builder(directory, items=36)
+        .metric_train_numeric(LearningRateMetric())
         .num_epochs(3)
         .max_steps(25)
         .validate_every(steps=3)
-        .checkpoint_every(steps=3)
+        .checkpoint_every(steps=checkpoint)
         .with_checkpointing_strategy(KeepLastNCheckpoints(2))
         .with_default_checkpointers()
         .summary()
@@ -248,33 +373,66 @@ def test_interrupted_step_run_resumes_bit_identical(tmp_path: Path, stop_at: int
     assert step_logs(directory) == step_logs(tmp_path / "full")
 
 
-def killed_run(directory: str, out: str, kill_at: int) -> None:
+def killed_run(directory: str, out: str, kill_at: int, checkpoint: int) -> None:
     """In a child process: resume the step run, SIGKILL itself at optimizer step ``kill_at``
     (or finish, ``kill_at < 0``, and save the weights to ``out``)."""
     from safetensors.torch import save_file
 
-    _, trainer = step_run(Path(directory), resume=True, kill_at=kill_at)
+    _, trainer = step_run(Path(directory), resume=True, kill_at=kill_at, checkpoint=checkpoint)
     save_file({k: v.contiguous() for k, v in trainer.model.state_dict().items()}, out)
 
 
 @pytest.mark.slow
 def test_sigkill_at_random_steps_then_resume(tmp_path: Path) -> None:
     """SIGKILL at 20 seeded random steps in a chain of resumes: the weights and metric logs
-    end bit-identical to one uninterrupted run. The processes are forked from a server that
-    imported torch once, so 21 of them cost seconds, not 21 imports."""
+    end bit-identical to one uninterrupted run. Checkpoints are taken every 2 steps with a
+    validation every 3: at round ends (steps 6, 12, ...) and inside rounds (2, 4, 8, ...), so
+    the chain resumes from both kinds, and a resume from a mid-round one cuts the partial
+    round's logs back. The processes are forked from a server that imported torch once, so 21
+    of them cost seconds, not 21 imports."""
     from safetensors.torch import load_file
 
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["tests.train.test_schedule"])
-    _, reference = step_run(tmp_path / "full")
+    _, reference = step_run(tmp_path / "full", checkpoint=2)
     directory, out = tmp_path / "killed", tmp_path / "out.safetensors"
     kills = sorted(random.Random(13).sample(range(25), 20))
+    resumed_from: set[str] = set()
     for kill_at in [*kills, -1]:
-        process = context.Process(target=killed_run, args=(str(directory), str(out), kill_at))
+        checkpoints = LearningCheckpointer(directory / "checkpoint", KeepLastNCheckpoints(2))
+        with checkpoints:
+            point = checkpoints.latest_complete_point()
+        if point is not None:
+            resumed_from.add("round end" if point.step is None else "mid-round")
+        process = context.Process(target=killed_run, args=(str(directory), str(out), kill_at, 2))
         process.start()
         process.join(timeout=120)
         assert process.exitcode == (-signal.SIGKILL if kill_at >= 0 else 0), kill_at
+    assert resumed_from == {"round end", "mid-round"}
     got = load_file(out)
     for name, tensor in reference.model.state_dict().items():
         assert torch.equal(tensor, got[name]), name
     assert step_logs(directory) == step_logs(tmp_path / "full")
+
+
+def test_a_seconds_interval_checkpoints_at_the_first_step_after_it(tmp_path: Path) -> None:
+    """checkpoint_every(seconds=T) is read at every optimizer step: with T tiny, every step
+    inside a round is a mid-round checkpoint and every round end is checkpointed."""
+    checkpoints = SpyCheckpointer(tmp_path)
+    run_loop(
+        SingleDevice(),
+        learner(),
+        loader(10, 2),
+        loader(3, 2),
+        SpyProcessor(),
+        2,
+        schedule=Schedule(2, None, Every("epochs", 1), Every("seconds", 1e-9)),
+        checkpointer=checkpoints,
+        mid_round_blocker=None,
+    )
+    assert checkpoints.taken == [
+        *[("mid", 1, step) for step in range(1, 5)],
+        ("end", 1, 5),
+        *[("mid", 2, step) for step in range(6, 10)],
+        ("end", 2, 10),
+    ]

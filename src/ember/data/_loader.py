@@ -10,8 +10,8 @@ builds them on the caller's thread; ``MultiThreadDataLoader`` (``_multithread.py
   worker threads (``_threads``), and any builder of a chunk (a data-parallel view's) can
   follow the same pass;
 * the epoch plan of ``BatchDataLoader``: pass ``k`` reads the loader's item range in order, or
-  shuffled by ``rng.epoch_permutation(seed, stream, k)``, cut into batches of ``batch_size``
-  with one short tail batch, each index list sliced from the permutation when it is planned
+  shuffled by ``rng.epoch_order(seed, stream, k, n)``, cut into batches of ``batch_size``
+  with one short tail batch, each index list taken from the order when it is planned
   (``_plan.EpochPlan``), so neither a pass's start nor a resume at batch ``k`` costs anything
   per batch before it; ``to_device`` keeps the stream and position ("stable stream"),
   ``slice`` forks the stream, ``load_state_dict`` restores the position ("exact resume").
@@ -52,7 +52,11 @@ BatchT_co = TypeVar("BatchT_co", covariant=True)
 STATE_KIND = "ember.data._loader"
 """The ``kind`` tag of the state of ``BatchDataLoader`` and ``MultiThreadDataLoader``."""
 
-_STATE_VERSION = 1
+_STATE_VERSION = 2
+"""2: a shuffled pass of more than ``rng.FULL_PERMUTATION_ITEMS`` items follows the lazy
+``rng.FeistelOrder``. 1 (ember before it): it followed numpy's full permutation, another order,
+so a version-1 state of such a pass left mid-way cannot go on with the batches it began with
+and is refused; any other version-1 state loads as it is (its order did not change)."""
 
 
 class DataLoaderIterator(Iterator[BatchT_co], Protocol[BatchT_co]):
@@ -218,14 +222,15 @@ class BatchDataLoader(BatchingLoader[ItemT, BatchT]):
 
     State (``state_dict``/``load_state_dict``; ``MultiThreadDataLoader`` has the same)::
 
-        {"kind": "ember.data._loader", "version": 1, "num_items": int, "batch_size": int,
+        {"kind": "ember.data._loader", "version": 2, "num_items": int, "batch_size": int,
          "seed": int | None, "stream": [int, ...], "epoch": int, "batches_consumed": int}
 
     A loader restored from a state yields exactly the batches the saved loader would have
     yielded next: if its pass was unfinished, the next ``iter()`` resumes that epoch at the next
     batch (the skipped items count as processed in ``progress()``; they are neither read nor
     batched); otherwise it starts the next epoch. A state from another dataset length, batch
-    size, seed or stream is refused.
+    size, seed or stream is refused, and so is a version-1 state (an older ember's) of a
+    shuffled pass of more than 65,536 items left mid-way: its order was another one.
     """
 
     def __init__(
@@ -257,15 +262,11 @@ class BatchDataLoader(BatchingLoader[ItemT, BatchT]):
 
     def epoch_plan(self, epoch: int) -> EpochPlan:
         """The dataset indexes of every batch of pass ``epoch`` (1-based), as ``iter()`` reads
-        them: a lazy sequence (only the epoch's permutation is computed). Pure, it moves
+        them: a lazy sequence (nothing is computed before a batch is asked for). Pure, it moves
         nothing."""
         epoch = check_int("epoch", epoch, minimum=1)
         n = self._end - self._start
-        order = (
-            None
-            if self._seed is None
-            else rng.epoch_permutation(self._seed, self._stream, epoch, n)
-        )
+        order = None if self._seed is None else rng.epoch_order(self._seed, self._stream, epoch, n)
         return EpochPlan(order, self._start, n, self._batch_size)
 
     def _chunks(self, first: int) -> Iterator[Chunk]:
@@ -319,9 +320,21 @@ class BatchDataLoader(BatchingLoader[ItemT, BatchT]):
 
         A live iterator of this loader stops.
         """
-        check_state(
-            state,
-            self.state_dict(),
-            ("kind", "version", "num_items", "batch_size", "seed", "stream"),
-        )
+        check_state(state, self.state_dict(), ("kind", "num_items", "batch_size", "seed", "stream"))
+        version, consumed = state["version"], state["batches_consumed"]
+        if version not in (1, _STATE_VERSION):
+            raise ValueError(
+                f"cannot load loader state: its version is {version!r}; this ember reads "
+                f"versions 1 and {_STATE_VERSION}"
+            )
+        mid_pass = isinstance(consumed, int) and 0 < consumed < len(self)
+        lazy = self._seed is not None and self.num_items() > rng.FULL_PERMUTATION_ITEMS
+        if version == 1 and lazy and mid_pass:
+            raise ValueError(
+                f"cannot load loader state: it was saved by an older ember (state version 1) "
+                f"in the middle of shuffled pass {state['epoch']} (after batch {consumed}), and "
+                "this ember shuffles in another order, so the pass cannot go on with the batches "
+                "it began with; resume from a state saved at the end of a pass (an epoch "
+                "checkpoint), or start the pass again"
+            )
         self._load_position(state)

@@ -5,10 +5,12 @@ map-style loader's batch, or the items a streaming loader read for it. The worke
 data-parallel views and the loaders themselves all consume the same chunks, so they build the
 same batches.
 
-:class:`EpochPlan` is a map-style pass: its order (the epoch's permutation, or none for the
-items in order) is the only thing computed up front, and the index list of batch ``j`` is a
-slice of it taken when batch ``j`` is planned. Starting a pass of ten million items, or resuming
-one at its five-millionth item, costs the permutation and nothing per batch before the position.
+:class:`EpochPlan` is a map-style pass: its order (``_rng.epoch_order``: a permutation drawn
+whole for a pass of up to 65,536 items, a lazy bijection beyond; or none for the items in
+order) is read a block of positions at a time (about :data:`BLOCK_ITEMS` items: whole
+batches), when the first batch of the block is planned. Starting a pass of ten million items,
+or resuming one at its five-millionth item, costs one block and nothing per batch before the
+position.
 """
 
 from __future__ import annotations
@@ -17,9 +19,15 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, overload
 
 if TYPE_CHECKING:
-    import numpy as np
+    from ember.data._rng import Order
 
-__all__ = ["Chunk", "EpochPlan"]
+__all__ = ["BLOCK_ITEMS", "Chunk", "EpochPlan"]
+
+BLOCK_ITEMS = 4096
+"""Positions of a shuffled order evaluated together: one numpy call per block costs about what
+one per batch would (a lazy order's rounds are a few dozen array operations), so a block of
+batches makes the order cost a few microseconds a batch, and the first batch about a
+millisecond."""
 
 
 class Chunk(NamedTuple):
@@ -36,20 +44,24 @@ class Chunk(NamedTuple):
 
 
 class EpochPlan(Sequence[list[int]]):
-    """The dataset indexes of every batch of one map-style pass, sliced from its order on demand.
+    """The dataset indexes of every batch of one map-style pass, taken from its order on demand.
 
-    Batch ``j`` is ``order[j * batch_size:(j + 1) * batch_size] + offset`` (``range`` without an
-    order); every batch is full except a shorter last one.
+    Batch ``j`` is ``order.take(j * batch_size, (j + 1) * batch_size) + offset`` (``range``
+    without an order); every batch is full except a shorter last one. The order is evaluated a
+    block of whole batches at a time, and the latest block is kept (one list; a thread that
+    plans another block replaces it, never changes it).
     """
 
-    __slots__ = ("_batch_size", "_count", "_items", "_offset", "_order")
+    __slots__ = ("_batch_size", "_block", "_block_batches", "_count", "_items", "_offset", "_order")
 
-    def __init__(self, order: np.ndarray | None, offset: int, items: int, batch_size: int) -> None:
+    def __init__(self, order: Order | None, offset: int, items: int, batch_size: int) -> None:
         self._order = order
         self._offset = offset
         self._items = items
         self._batch_size = batch_size
         self._count = -(-items // batch_size)
+        self._block_batches = max(1, BLOCK_ITEMS // batch_size)
+        self._block: tuple[int, list[int]] = (-1, [])  # (block number, its dataset indexes)
 
     def __len__(self) -> int:
         return self._count
@@ -72,10 +84,17 @@ class EpochPlan(Sequence[list[int]]):
         high = min(low + self._batch_size, self._items)
         if self._order is None:
             return list(range(self._offset + low, self._offset + high))
-        indexes: list[int] = self._order[low:high].tolist()
-        if self._offset:
-            indexes = [index + self._offset for index in indexes]
-        return indexes
+        number, indexes = self._block
+        block = j // self._block_batches
+        if number != block:
+            first = block * self._block_batches * self._batch_size
+            last = min(first + self._block_batches * self._batch_size, self._items)
+            indexes = self._order.take(first, last).tolist()
+            if self._offset:
+                indexes = [index + self._offset for index in indexes]
+            self._block = (block, indexes)
+        start = low - block * self._block_batches * self._batch_size
+        return indexes[start : start + high - low]
 
     def chunks(self, first: int) -> Iterator[Chunk]:
         """The chunks of batches ``first, first + 1, ...``, each planned when it is pulled."""

@@ -27,7 +27,7 @@ from ember._checks import check_positive_int, check_protocol, check_real
 from ember.data import DataLoader
 from ember.data._torch_loader import as_ember_loader
 from ember.train._checkpoint.export import CheckpointEpoch, check_checkpoint_epoch
-from ember.train._checkpoint.learning import RunCheckpointer
+from ember.train._checkpoint.run import RunCheckpointer
 from ember.train._checkpoint.strategy import CheckpointingStrategy
 from ember.train._config import DEFAULT_CHECKPOINTERS, TrainingConfig
 from ember.train._early_stopping import EarlyStoppingStrategy

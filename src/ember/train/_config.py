@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from ember.data import DataLoader
 from ember.train._checkpoint.export import CheckpointEpoch
-from ember.train._checkpoint.learning import RunCheckpointer
+from ember.train._checkpoint.run import RunCheckpointer
 from ember.train._checkpoint.strategy import CheckpointingStrategy
 from ember.train._early_stopping import EarlyStoppingStrategy
 from ember.train._hooks import Stateful, TrainingHooks

@@ -79,19 +79,28 @@ class TrainingItem(Generic[T]):
 
 @dataclass(frozen=True, slots=True)
 class Start:
-    """Training begins (or resumes at ``starting_epoch``)."""
+    """Training begins (or resumes at ``starting_epoch``).
+
+    When ``max_steps`` bounds the run, ``total_steps`` is the number of optimizer steps it will
+    have (None otherwise) and ``starting_step`` the steps taken before (a resume): the progress
+    is then shown in steps.
+    """
 
     total_epochs: int
     starting_epoch: int
+    total_steps: int | None = None
+    starting_step: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class StartSplit:
     """A split (train or valid pass) of ``epoch`` begins over ``total_items`` items (None when
-    unknown: a streaming loader)."""
+    unknown: a streaming loader, or a round of steps). ``items_done``: the items of its pass
+    processed before it started, when it goes on from a mid-round checkpoint."""
 
     epoch: int
     total_items: int | None
+    items_done: int = 0
 
 
 @dataclass(frozen=True, slots=True)

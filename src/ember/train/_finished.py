@@ -18,8 +18,8 @@ from typing import TypeVar
 
 from torch import nn
 
-from ember.train._checkpoint.learning import RunCheckpointer
 from ember.train._checkpoint.record import load_model_record
+from ember.train._checkpoint.run import RunCheckpointer
 from ember.train._checkpoint.run_state import RunEnd, read_run_end
 from ember.train._config import TrainingConfig
 from ember.train._learner import Learner

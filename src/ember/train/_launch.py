@@ -58,9 +58,11 @@ from ember._errors import CheckpointError, TrainingError
 from ember.train._application_log import experiment_log, warnings_to
 from ember.train._checkpoint.export import best_epoch, model_checkpoints
 from ember.train._checkpoint.file import atomic_write
-from ember.train._checkpoint.learning import LearningCheckpointer, RunCheckpointer
+from ember.train._checkpoint.learning import LearningCheckpointer
 from ember.train._checkpoint.manifest import manifest_path
-from ember.train._checkpoint.resume import resume_latest_epoch
+from ember.train._checkpoint.mid_round import ResumePoint
+from ember.train._checkpoint.resume import resume_latest_point
+from ember.train._checkpoint.run import RunCheckpointer
 from ember.train._checkpoint.run_state import RunEnd, clear_run_end
 from ember.train._checkpoint.strategy import (
     KeepLastNCheckpoints,
@@ -75,7 +77,7 @@ from ember.train._launch_checks import check_metric_names, check_monitor, check_
 from ember.train._learner import Learner
 from ember.train._logger.run import run_artifacts, run_loggers, wanted_artifacts
 from ember.train._loop import TrainingLoop
-from ember.train._loop_plan import LoopPlan, LoopResult
+from ember.train._loop_plan import LoopPlan, LoopResult, mid_round_blocker
 from ember.train._metric.base import Numeric
 from ember.train._metric.grad_norm import GradNormMetric
 from ember.train._metric.registered import MetricsTraining
@@ -92,7 +94,7 @@ from ember.train._renderer.default import default_renderer
 from ember.train._result import LearningResult
 from ember.train._run_config import run_configuration
 from ember.train._run_directory import claim_for_run
-from ember.train._schedule import Schedule, check_schedule
+from ember.train._schedule import Schedule, check_schedule, steps_per_pass
 from ember.train._signals import graceful_stop
 from ember.train._strategy.base import PrecisionStrategy, StrategyRun
 from ember.train._strategy.single import SingleDevice
@@ -128,7 +130,7 @@ def _launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
     loggers = run_loggers(config)
     checkpointer = _checkpointer(config)
     if config.resume != "latest":
-        starting_epoch = _starting_epoch(config, checkpointer)
+        resume = _resume_point(config, checkpointer)
     if config.compile_options is not None:
         learner.model.compile(**config.compile_options)
     check_tests(config, checkpointer)
@@ -138,7 +140,10 @@ def _launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
         config.validate_every,
         config.checkpoint_every,
     )
-    check_schedule(schedule, config.valid, checkpointer is not None)
+    metrics = _metrics(config)
+    blocker = mid_round_blocker(checkpointer, metrics.metrics(Split.TRAIN))
+    per_pass = steps_per_pass(config.train, config.grads_accumulation)
+    check_schedule(schedule, config.valid, checkpointer is not None, blocker, per_pass)
     checkpointing = config.gradient_checkpointing
     if checkpointing is not None:
         checkpointing = checkpointed_modules(learner.model, checkpointing or None)
@@ -152,8 +157,14 @@ def _launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
         show = renderer.on_warning if main and isinstance(renderer, WarningRenderer) else None
         with warnings_to(show):  # skipped checkpoints: in experiment.log and on the screen
             if config.resume == "latest":
-                starting_epoch = _starting_epoch(config, checkpointer)
-                end = finished_run(config, checkpointer, starting_epoch)
+                resume = _resume_point(config, checkpointer)
+                end = (  # a run that stopped inside a round is never a finished one
+                    None
+                    if resume is not None and resume.step is not None
+                    else finished_run(
+                        config, checkpointer, 1 if resume is None else resume.epoch + 1
+                    )
+                )
                 if end is not None and checkpointer is not None:
                     renderer.close()
                     listing = _checkpoints(checkpointer)
@@ -161,8 +172,9 @@ def _launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
         store = EventStore(loggers if main else [])
         if main:
             _start_loggers(config, learner, store)
+        starting_epoch = 1 if resume is None else resume.starting_epoch
         async_processor = AsyncProcessorTraining(
-            FullEventProcessorTraining(_metrics(config), renderer, store),
+            FullEventProcessorTraining(metrics, renderer, store),
             on_error=lambda error: interrupter.stop(f"metrics thread failed: {error!r}"),
         )
         processor: EventProcessor = async_processor if main else SilentProcessor()
@@ -183,6 +195,9 @@ def _launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
             stateful=dict(config.stateful),
             validate=config.valid is not None,
             schedule=schedule,
+            resume_step=None if resume is None else resume.step,
+            train_metrics=metrics.metrics(Split.TRAIN),
+            mid_round_blocker=blocker,
         )
         error: BaseException | None = None
         result = LoopResult(starting_epoch - 1)
@@ -309,23 +324,26 @@ def _checkpointer(config: TrainingConfig) -> RunCheckpointer | None:
     return checkpointer
 
 
-def _starting_epoch(config: TrainingConfig, checkpointer: RunCheckpointer | None) -> int:
-    """The first epoch to train; checks a requested checkpoint exists before anything runs."""
+def _resume_point(
+    config: TrainingConfig, checkpointer: RunCheckpointer | None
+) -> ResumePoint | None:
+    """Where training resumes (None: afresh); checks a requested checkpoint exists before
+    anything runs."""
     if config.resume is None:
-        return 1
+        return None
     if checkpointer is None:
         raise ValueError(
             "resuming needs checkpointers: call with_default_checkpointers() (or "
             "with_checkpointers(...)) before checkpoint(epoch) / resume_latest()"
         )
     if config.resume == "latest":
-        return resume_latest_epoch(checkpointer, fresh_if_unusable=config.fresh_if_unusable)
+        return resume_latest_point(checkpointer, fresh_if_unusable=config.fresh_if_unusable)
     if not manifest_path(checkpointer.directory, config.resume).exists():
         raise CheckpointError(
             f"no complete checkpoint of epoch {config.resume} in {checkpointer.directory}; "
             f"complete epochs: {checkpointer.complete_epochs()}"
         )
-    return config.resume + 1
+    return ResumePoint(config.resume)
 
 
 def _write_summary(

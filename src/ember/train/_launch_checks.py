@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ember.train._checkpoint.learning import LearningCheckpointer, RunCheckpointer
+from ember.train._checkpoint.learning import LearningCheckpointer
+from ember.train._checkpoint.run import RunCheckpointer
 from ember.train._checkpoint.strategy import (
     ComposedCheckpointingStrategy,
     MetricCheckpointingStrategy,

@@ -186,8 +186,13 @@ class Learner(Generic[M]):
 
     @property
     def lr_current(self) -> float | None:
-        """The lr of the last :meth:`lr_step`; None before the first one."""
+        """The lr of the last :meth:`lr_step`; None before the first one. A resumed run sets it
+        back to the checkpoint's, so batches before its first step log the lr they would have."""
         return self._lr_current
+
+    @lr_current.setter
+    def lr_current(self, lr: float | None) -> None:
+        self._lr_current = lr
 
     def fork(self, device: torch.device | str) -> None:
         """Move the model to ``device``, then build the optimizer if it came as a factory.

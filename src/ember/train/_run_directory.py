@@ -35,6 +35,7 @@ from pathlib import Path
 from ember._errors import RunDirectoryError
 from ember.train._checkpoint.file import SUFFIX
 from ember.train._checkpoint.learning import NAMES
+from ember.train._checkpoint.mid_round import step_directories
 from ember.train._checkpoint.run_state import RUN_END
 from ember.train._config import TrainingConfig
 from ember.train._strategy.single import SingleDevice
@@ -142,14 +143,24 @@ def _remove_run(directory: Path, checkpoints: Path | None) -> None:
             path.unlink()
     for path in _checkpoint_files(checkpoints):
         path.unlink()
-    if checkpoints is not None and checkpoints.is_dir() and not any(checkpoints.iterdir()):
-        checkpoints.rmdir()
+    if checkpoints is None:
+        return
+    for emptied in [*step_directories(checkpoints).values(), checkpoints]:
+        if emptied.is_dir() and not any(emptied.iterdir()):
+            emptied.rmdir()
 
 
 def _checkpoint_files(checkpoints: Path | None) -> list[Path]:
+    """ember's checkpoint files in ``checkpoints``, mid-round ones (in ``step-K/``) included."""
     if checkpoints is None or not checkpoints.is_dir():
         return []
-    return [path for path in checkpoints.iterdir() if _CHECKPOINT_FILE.fullmatch(path.name)]
+    directories = [checkpoints, *step_directories(checkpoints).values()]
+    return [
+        path
+        for directory in directories
+        for path in directory.iterdir()
+        if _CHECKPOINT_FILE.fullmatch(path.name)
+    ]
 
 
 def _shown(directory: Path, path: Path) -> str:

@@ -10,8 +10,11 @@ of the round in which ``max_steps`` optimizer steps are taken or the train loade
 (log directories, checkpoints, early-stopping patience, a per-epoch scheduler) counts rounds,
 that is validations, in a step run (``docs/training.md``, "Step-granular training").
 
-``checkpoint_every`` picks the round ends that are checkpointed: the first one at or after each
-multiple of N steps, N train passes, or T seconds since the last checkpoint; the run's last
+``checkpoint_every(steps=N)`` checkpoints at every multiple of N optimizer steps, and
+``checkpoint_every(seconds=T)`` at the first optimizer step T seconds or more after the last
+checkpoint: at the round's end (after its validation) when the step ends a round, else inside
+the round (a mid-round checkpoint, ``_checkpoint/mid_round.py``). ``checkpoint_every(epochs=N)``
+checkpoints the first round end at or after each multiple of N train passes. The run's last
 round is always checkpointed (without ``checkpoint_every``: every round, as before).
 """
 
@@ -104,6 +107,31 @@ class Schedule:
             passes = needed if passes is None else min(passes, needed)
         return max(1, math.ceil(passes / size)) if passes is not None else 1
 
+    def checkpoints_mid_round(self, steps_per_pass: int | None) -> bool:
+        """Whether ``checkpoint_every`` can fall inside a round: seconds, or a step interval
+        that is not a whole number of rounds (of a known length)."""
+        interval = self.checkpoint
+        if interval is None or interval.unit == "epochs":
+            return False
+        if interval.unit == "seconds":
+            return True
+        if self.by_steps:
+            round_steps: int | None = int(self.validate.value)
+        else:
+            round_steps = (
+                None if steps_per_pass is None else steps_per_pass * int(self.validate.value)
+            )
+        return round_steps is None or int(interval.value) % round_steps != 0
+
+    def total_steps(self, steps_per_pass: int | None) -> int | None:
+        """The optimizer steps the run will have when ``max_steps`` bounds it (fewer when its
+        epochs end it first), for the renderer's progress; None when it does not."""
+        if self.max_steps is None:
+            return None
+        if self.max_epochs is not None and steps_per_pass is not None:
+            return min(self.max_steps, self.max_epochs * steps_per_pass)
+        return self.max_steps
+
     def round_ends(
         self, steps: int, passes: int, round_passes: int, *, stepped: bool, pass_ended: bool
     ) -> bool:
@@ -125,15 +153,16 @@ class Schedule:
 
 @dataclass(slots=True)
 class RoundMarks:
-    """Where the last checkpoint was taken: steps, passes and the clock, to tell when the next
-    one is due under ``checkpoint_every``."""
+    """Where the last checkpoint (of either kind) was taken: steps, passes and the clock, to tell
+    when the next one is due under ``checkpoint_every``."""
 
     steps: int
     passes: int
     time: float
 
     def due(self, interval: Every | None, steps: int, passes: int, now: float) -> bool:
-        """Whether a checkpoint is due at this round end (not counting the run's last)."""
+        """Whether a checkpoint is due here, at a round end or after an optimizer step inside a
+        round (not counting the run's last round)."""
         if interval is None:
             return True
         if interval.unit == "seconds":
@@ -160,9 +189,16 @@ def steps_per_pass(loader: DataLoader[Any], accumulation: int | None) -> int | N
     return math.ceil(len(loader) / (accumulation or 1))
 
 
-def check_schedule(schedule: Schedule, valid: DataLoader[Any] | None, checkpointing: bool) -> None:
+def check_schedule(
+    schedule: Schedule,
+    valid: DataLoader[Any] | None,
+    checkpointing: bool,
+    mid_round_blocker: str | None = None,
+    steps_per_pass: int | None = None,
+) -> None:
     """Refuse at launch what the schedule cannot do: step validation without a valid loader or
-    over an empty one, a checkpoint interval without checkpointers."""
+    over an empty one, a checkpoint interval without checkpointers, or one that falls inside
+    rounds when no mid-round checkpoint can be taken (``mid_round_blocker`` says why)."""
     if schedule.by_steps and valid is None:
         raise ValueError(
             f"validate_every({schedule.validate}) validates over the valid loader, and this run "
@@ -180,4 +216,11 @@ def check_schedule(schedule: Schedule, valid: DataLoader[Any] | None, checkpoint
             f"checkpoint_every({schedule.checkpoint}) needs checkpointers: call "
             "with_default_checkpointers() (or with_checkpointers(...)) too, or drop "
             "checkpoint_every"
+        )
+    if checkpointing and mid_round_blocker and schedule.checkpoints_mid_round(steps_per_pass):
+        raise ValueError(
+            f"checkpoint_every({schedule.checkpoint}) checkpoints inside rounds, and a "
+            f"checkpoint there holds every train metric's running state, but {mid_round_blocker}; "
+            "or checkpoint at round ends only: checkpoint_every(epochs=N), or a step interval "
+            "that is a multiple of validate_every(steps=...)"
         )

@@ -151,3 +151,44 @@ def test_a_stream_prints_counts_without_a_total() -> None:
     lines = stream.getvalue().splitlines()
     assert lines[1] == "Starting split 'train' with a stream of items."
     assert lines[-1] == "[epoch 1/1] train 12 items"
+
+
+def test_a_run_bounded_by_steps_shows_steps_out_of_the_run_and_an_eta_from_them() -> None:
+    """max_steps bounds the run (a resume at step 100 of 400): training lines say the step out
+    of the run's and its percent, the items of the round (a stream of steps: no total), the
+    items/s and steps/s since the start, and the run's ETA from the steps left; a split resumed
+    mid-pass counts its earlier items as done, not in its speed."""
+    stream, clock = io.StringIO(), FakeClock()
+    renderer = CliMetricsRenderer(stream, interval=0.0, clock=clock)
+    renderer.start(8, 3)
+    renderer.start_steps(400, 100)
+    renderer.start_split(Split.TRAIN, None)
+    renderer.resume_split(3200)
+    clock.now = 10.0
+    renderer.update_step(150)
+    renderer.update_split(4800)
+    lines = stream.getvalue().splitlines()
+    assert lines[1] == "Resuming at step 100 of 400."
+    assert lines[-2] == "Resuming after 3200 items."
+    assert lines[-1] == (
+        "[epoch 3/8] train step 150/400 (37%) · 4800 items · 160 items/s · 5 steps/s "
+        "· ETA run 0:00:50"
+    )
+    renderer.end_split()
+    renderer.start_split(Split.VALID, 40)
+    clock.now = 12.0
+    renderer.update_split(40)
+    assert stream.getvalue().splitlines()[-1] == (
+        "[epoch 3/8] valid 40/40 items (100%) · 20 items/s · 4.17 steps/s · ETA run 0:01:00"
+    )
+
+
+def test_an_epoch_run_shows_items_not_steps() -> None:
+    """Without max_steps nothing changes: no step is shown."""
+    stream, clock = io.StringIO(), FakeClock()
+    renderer = CliMetricsRenderer(stream, interval=0.0, clock=clock)
+    renderer.start(1, 1)
+    renderer.start_split(Split.TRAIN, 10)
+    clock.now = 1.0
+    renderer.update_split(5)
+    assert "step" not in stream.getvalue()

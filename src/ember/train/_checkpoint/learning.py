@@ -9,6 +9,12 @@ Layout of ``directory`` (the builder passes ``{run_dir}/checkpoint``)::
                                 and "checkpointing_strategy" (added here, see below)
     manifest-{e}.json           written last: the epoch is complete once it exists and verifies
 
+Mid-round checkpoints (``mid_round.py``) are the same four files and a manifest in
+``step-{k}/`` (:meth:`LearningCheckpointer.checkpoint_mid_round`). The checkpointing strategy is
+not asked about them: they come with no validation value to rank them by. At most one is kept:
+each one removes the previous one once it is committed, and a round-end checkpoint that is saved
+removes those of its round and before (a resume starts from it instead).
+
 How the strategy's state is kept. :meth:`LearningCheckpointer.checkpoint` first asks the
 strategy for this epoch's actions, then adds ``"checkpointing_strategy":
 strategy.state_dict()`` to the state record's metadata. The saved state therefore already
@@ -24,15 +30,14 @@ import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
+from ember._checks import check_positive_int
 from ember._errors import CheckpointError
 from ember.train._checkpoint.asynchronous import BackgroundWriter
 from ember.train._checkpoint.file import (
-    CheckpointFile,
     FileCheckpointer,
     check_epoch,
     ensure_directory,
@@ -45,7 +50,15 @@ from ember.train._checkpoint.manifest import (
     read_manifest,
     write_manifest,
 )
+from ember.train._checkpoint.mid_round import (
+    ResumePoint,
+    delete_mid_round,
+    latest_complete_point,
+    mid_round_directory,
+    mid_round_points,
+)
 from ember.train._checkpoint.record import Record
+from ember.train._checkpoint.run import TrainingRecords
 from ember.train._checkpoint.sharded import delete_shards
 from ember.train._checkpoint.strategy import (
     CheckpointingAction,
@@ -55,64 +68,11 @@ from ember.train._checkpoint.strategy import (
 )
 from ember.train._metric.query import MetricQuery
 
-__all__ = ["STRATEGY_STATE_KEY", "LearningCheckpointer", "RunCheckpointer", "TrainingRecords"]
+__all__ = ["STRATEGY_STATE_KEY", "LearningCheckpointer"]
 
 STRATEGY_STATE_KEY = "checkpointing_strategy"
 NAMES = ("model", "optim", "scheduler", "state")
 _log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class TrainingRecords:
-    """Everything one checkpoint holds; build each with the functions of ``record.py``."""
-
-    model: Record
-    optim: Record
-    scheduler: Record
-    state: Record
-    shards: tuple[CheckpointFile, ...] = ()
-    """Files the ranks of a sharded run wrote already (``sharded.py``): the manifest lists them."""
-
-
-@runtime_checkable
-class RunCheckpointer(Protocol):
-    """What the training loop checkpoints a run through (``with_checkpointers``).
-
-    :class:`LearningCheckpointer` is ember's; another implementation (another store, another
-    layout) provides the same members.
-    """
-
-    @property
-    def directory(self) -> Path:
-        """Where the checkpoints are (named in messages)."""
-        ...
-
-    def checkpoint(
-        self, epoch: int, records: TrainingRecords, query: MetricQuery
-    ) -> TrainingRecords:
-        """Save or not, as the checkpointing strategy decides for ``epoch``; returns the records
-        as saved (what :meth:`save` takes)."""
-        ...
-
-    def save(self, epoch: int, records: TrainingRecords) -> None:
-        """Make sure ``epoch`` is saved, whatever the strategy decided."""
-        ...
-
-    def restore(self, epoch: int) -> TrainingRecords:
-        """The verified records of ``epoch``; :class:`~ember.CheckpointError` if it has none."""
-        ...
-
-    def complete_epochs(self) -> list[int]:
-        """Every epoch with a complete, verified checkpoint, in order."""
-        ...
-
-    def latest_complete_epoch(self) -> int | None:
-        """The newest complete epoch, or None."""
-        ...
-
-    def close(self) -> None:
-        """Finish pending writes; raise a pending write error once."""
-        ...
 
 
 class LearningCheckpointer:
@@ -147,7 +107,7 @@ class LearningCheckpointer:
     ) -> None:
         self._directory = ensure_directory(directory)
         self._strategy = strategy
-        self._files = {name: FileCheckpointer(self._directory, name) for name in NAMES}
+        self._files = _files(self._directory)
         self._writer = BackgroundWriter() if asynchronous else None
         self._closed = False
 
@@ -199,12 +159,7 @@ class LearningCheckpointer:
                 raise TypeError(f"{self._strategy!r} returned {action!r}, not Save or Delete")
             if isinstance(action, Delete):
                 check_epoch(action.epoch)
-        metadata = dict(records.state.metadata)
-        metadata[STRATEGY_STATE_KEY] = self._strategy.state_dict()
-        state = Record(tensors=dict(records.state.tensors), metadata=metadata)
-        records = TrainingRecords(
-            records.model, records.optim, records.scheduler, state, records.shards
-        )
+        records = self._with_strategy_state(records)
 
         def job() -> None:
             self._apply(epoch, records, actions)
@@ -214,6 +169,48 @@ class LearningCheckpointer:
         else:
             self._writer.submit(job)
         return records
+
+    def checkpoint_mid_round(self, epoch: int, step: int, records: TrainingRecords) -> None:
+        """Save the mid-round checkpoint at ``step`` of round ``epoch`` into ``step-{step}/``
+        (with the strategy's state, which it does not change), then remove every other mid-round
+        checkpoint; written on the writer thread as :meth:`checkpoint` writes."""
+        if self._closed:
+            raise CheckpointError(f"{self!r} is closed")
+        check_epoch(epoch)
+        check_positive_int("step", step)
+        if self._writer is not None:
+            self._writer.raise_pending()
+        records = self._with_strategy_state(records)
+        directory = mid_round_directory(self._directory, step)
+
+        def job() -> None:
+            self._save(epoch, records, _files(directory), directory)
+            for point in mid_round_points(self._directory):
+                if point.step is not None and point.step != step:
+                    self._delete_mid_round(point.step, f"step {step}")
+
+        if self._writer is None:
+            job()
+        else:
+            self._writer.submit(job)
+
+    def restore_mid_round(self, epoch: int, step: int) -> TrainingRecords:
+        """Wait for pending writes, verify the mid-round checkpoint at ``step`` of round
+        ``epoch`` and read it (the strategy's state is loaded as :meth:`restore` does)."""
+        check_epoch(epoch)
+        check_positive_int("step", step)
+        self._wait()
+        directory = mid_round_directory(self._directory, step)
+        if not manifest_path(directory, epoch).exists():
+            raise CheckpointError(
+                f"no complete mid-round checkpoint at step {step} of epoch {epoch} in {directory}"
+            )
+        return self._restore_from(epoch, _files(directory), directory)
+
+    def latest_complete_point(self) -> ResumePoint | None:
+        """The newest complete checkpoint of either kind (damaged ones are skipped), or None."""
+        self._wait()
+        return latest_complete_point(self._directory, NAMES)
 
     def save(self, epoch: int, records: TrainingRecords) -> None:
         """Make sure ``epoch`` is on disk, whatever the strategy decided for it.
@@ -229,7 +226,7 @@ class LearningCheckpointer:
 
         def job() -> None:
             if not manifest_path(self._directory, epoch).exists():
-                self._save(epoch, records)
+                self._save_round_end(epoch, records)
 
         if self._writer is None:
             job()
@@ -252,18 +249,32 @@ class LearningCheckpointer:
                 f"complete epochs: {self.complete_epochs()}"
             )
         try:
-            loaded = self._read(epoch)
+            return self._restore_from(epoch, self._files, self._directory)
         except CheckpointError as error:
             error.add_note(f"complete epochs in {self._directory}: {self.complete_epochs()}")
             raise
+
+    def _restore_from(
+        self, epoch: int, files: dict[str, FileCheckpointer], directory: Path
+    ) -> TrainingRecords:
+        loaded = self._read(epoch, files, directory)
         metadata = dict(loaded["state"].metadata)
         if STRATEGY_STATE_KEY not in metadata:
             raise CheckpointError(
-                f"checkpoint file {self._files['state'].path(epoch)} has no {STRATEGY_STATE_KEY!r}"
+                f"checkpoint file {files['state'].path(epoch)} has no {STRATEGY_STATE_KEY!r}"
             )
         self._load_strategy_state(epoch, metadata.pop(STRATEGY_STATE_KEY))
         state = Record(tensors=loaded["state"].tensors, metadata=metadata)
         return TrainingRecords(loaded["model"], loaded["optim"], loaded["scheduler"], state)
+
+    def _with_strategy_state(self, records: TrainingRecords) -> TrainingRecords:
+        """``records`` with the strategy's state added to the state record."""
+        metadata = dict(records.state.metadata)
+        metadata[STRATEGY_STATE_KEY] = self._strategy.state_dict()
+        state = Record(tensors=dict(records.state.tensors), metadata=metadata)
+        return TrainingRecords(
+            records.model, records.optim, records.scheduler, state, records.shards
+        )
 
     def complete_epochs(self) -> list[int]:
         """Epochs whose manifest lists all four files and every file verifies (reads them all)."""
@@ -289,14 +300,16 @@ class LearningCheckpointer:
         if self._writer is not None:
             self._writer.close()
 
-    def _read(self, epoch: int) -> dict[str, Record]:
-        manifest = read_manifest(self._directory, epoch)
+    def _read(
+        self, epoch: int, files: dict[str, FileCheckpointer], directory: Path
+    ) -> dict[str, Record]:
+        manifest = read_manifest(directory, epoch)
         loaded: dict[str, Record] = {}
-        for name, checkpointer in self._files.items():
+        for name, checkpointer in files.items():
             expected = manifest.file(checkpointer.path(epoch).name)
             if expected is None:
                 raise CheckpointError(
-                    f"checkpoint manifest {manifest_path(self._directory, epoch)} does not list "
+                    f"checkpoint manifest {manifest_path(directory, epoch)} does not list "
                     f"{checkpointer.path(epoch).name}"
                 )
             loaded[name] = checkpointer.restore(epoch, expected)
@@ -312,29 +325,53 @@ class LearningCheckpointer:
         self, epoch: int, records: TrainingRecords, actions: tuple[CheckpointingAction, ...]
     ) -> None:
         if any(isinstance(action, Save) for action in actions):
-            self._save(epoch, records)
+            self._save_round_end(epoch, records)
         for action in actions:
             if isinstance(action, Delete):
                 self._delete(action.epoch, epoch)
 
-    def _save(self, epoch: int, records: TrainingRecords) -> None:
-        manifest = manifest_path(self._directory, epoch)
+    def _save_round_end(self, epoch: int, records: TrainingRecords) -> None:
+        """Save round ``epoch``; then the mid-round checkpoints of it and before are older than
+        a checkpoint on disk, and are removed."""
+        self._save(epoch, records, self._files, self._directory)
+        for point in mid_round_points(self._directory):
+            if point.epoch <= epoch and point.step is not None:
+                self._delete_mid_round(point.step, f"epoch {epoch}")
+
+    def _save(
+        self,
+        epoch: int,
+        records: TrainingRecords,
+        checkpointers: dict[str, FileCheckpointer],
+        directory: Path,
+    ) -> None:
+        what = f"saving epoch {epoch}" + (
+            "" if directory == self._directory else f" in {directory.name}"
+        )
+        manifest = manifest_path(directory, epoch)
         # every file is checked before anything changes on disk: a record with a NaN (a NaN
         # gradient under a finite loss) leaves the older checkpoints as they are
         for name in NAMES:
-            self._files[name].refuse_non_finite(epoch, getattr(records, name))
+            checkpointers[name].refuse_non_finite(epoch, getattr(records, name))
         # an older checkpoint of this epoch (from a run resumed before it) must stop being
         # complete before its files are replaced
-        with _noting(f"saving epoch {epoch}", manifest):
-            delete_manifest(self._directory, epoch)
+        with _noting(what, manifest):
+            delete_manifest(directory, epoch)
         files = []
         for name in NAMES:
-            checkpointer = self._files[name]
-            with _noting(f"saving epoch {epoch}", checkpointer.path(epoch)):
+            checkpointer = checkpointers[name]
+            with _noting(what, checkpointer.path(epoch)):
                 files.append(checkpointer.write(epoch, getattr(records, name)))
         files.extend(records.shards)  # written and reported by every rank before this job
-        with _noting(f"saving epoch {epoch}", manifest):
-            write_manifest(self._directory, epoch, files)
+        with _noting(what, manifest):
+            write_manifest(directory, epoch, files)
+
+    def _delete_mid_round(self, step: int, current: str) -> None:
+        directory = mid_round_directory(self._directory, step)
+        with _noting(
+            f"deleting the mid-round checkpoint of step {step} after {current}", directory
+        ):
+            delete_mid_round(self._directory, step)
 
     def _delete(self, epoch: int, current: int) -> None:
         what = f"deleting epoch {epoch} after epoch {current}"
@@ -356,6 +393,11 @@ class LearningCheckpointer:
                 self._strategy,
                 error,
             )
+
+
+def _files(directory: Path) -> dict[str, FileCheckpointer]:
+    """The four files of a checkpoint in ``directory``, by name."""
+    return {name: FileCheckpointer(directory, name) for name in NAMES}
 
 
 @contextmanager

@@ -1,7 +1,8 @@
 """Where ``resume_latest()`` starts, and what it says about the checkpoints it cannot use.
 
-The newest complete epoch is resumed from. Every newer epoch that has checkpoint files but is
-damaged or incomplete is reported as a warning (on the ``ember`` logger, so in
+The newest complete checkpoint is resumed from: a round end, or a mid-round checkpoint
+(``mid_round.py``) when the checkpointer takes them. Every newer checkpoint that has files but
+is damaged or incomplete is reported as a warning (on the ``ember`` logger, so in
 ``experiment.log``), naming the file and what is wrong, and saying that the resumed run will
 write that epoch again. When checkpoints exist but none is usable, the run is refused
 (:class:`~ember.CheckpointError` listing each one) unless the user asked for a fresh run with
@@ -17,10 +18,12 @@ from pathlib import Path
 
 from ember._errors import CheckpointError
 from ember.train._checkpoint.file import SUFFIX
-from ember.train._checkpoint.learning import NAMES, RunCheckpointer
+from ember.train._checkpoint.learning import NAMES
 from ember.train._checkpoint.manifest import epoch_problem, manifest_epochs
+from ember.train._checkpoint.mid_round import ResumePoint, mid_round_directory, step_directories
+from ember.train._checkpoint.run import MidRoundCheckpointer, RunCheckpointer
 
-__all__ = ["resume_latest_epoch"]
+__all__ = ["resume_latest_point"]
 
 log = logging.getLogger("ember.train")
 _FILE_RE = re.compile(
@@ -28,29 +31,40 @@ _FILE_RE = re.compile(
 )
 
 
-def resume_latest_epoch(checkpointer: RunCheckpointer, *, fresh_if_unusable: bool) -> int:
-    """The first epoch to train for ``resume_latest()`` (see the module doc)."""
-    latest = checkpointer.latest_complete_epoch()
+def resume_latest_point(
+    checkpointer: RunCheckpointer, *, fresh_if_unusable: bool
+) -> ResumePoint | None:
+    """The checkpoint ``resume_latest()`` resumes from, None for a fresh run (see the module
+    doc)."""
     directory = checkpointer.directory
-    skipped = [e for e in _checkpointed_epochs(directory) if latest is None or e > latest]
-    problems = [_problem(directory, epoch) for epoch in skipped]
+    if isinstance(checkpointer, MidRoundCheckpointer):
+        latest = checkpointer.latest_complete_point()
+    else:
+        epoch = checkpointer.latest_complete_epoch()
+        latest = None if epoch is None else ResumePoint(epoch)
+    skipped = [
+        point
+        for point in _checkpointed_points(directory, isinstance(checkpointer, MidRoundCheckpointer))
+        if latest is None or point.order > latest.order
+    ]
+    problems = [_problem(directory, point) for point in skipped]
     committed = set(manifest_epochs(directory))  # files without a manifest: an interrupted save
     if latest is None and committed and not fresh_if_unusable:
         raise CheckpointError(
             f"resume_latest() found checkpoints in {directory} but none is usable:\n"
             + "\n".join(
-                f"  - epoch {e}: {problem}" for e, problem in zip(skipped, problems, strict=True)
+                f"  - {point}: {problem}" for point, problem in zip(skipped, problems, strict=True)
             )
             + "\nrepair or move them away, or call resume_latest(fresh_if_unusable=True) to "
             "train from epoch 1 (the new run then overwrites these epochs)"
         )
-    for epoch, problem in zip(skipped, problems, strict=True):
+    for point, problem in zip(skipped, problems, strict=True):
         log.warning(
-            "resume_latest() skips the checkpoint of epoch %d: %s; this run trains epoch %d "
+            "resume_latest() skips the checkpoint of %s: %s; this run trains epoch %d "
             "again and overwrites that checkpoint",
-            epoch,
+            point,
             problem,
-            epoch,
+            point.epoch,
         )
     if latest is None and committed:
         log.warning(
@@ -58,7 +72,16 @@ def resume_latest_epoch(checkpointer: RunCheckpointer, *, fresh_if_unusable: boo
             "starts at epoch 1",
             directory,
         )
-    return 1 if latest is None else latest + 1
+    return latest
+
+
+def _checkpointed_points(directory: Path, mid_round: bool) -> list[ResumePoint]:
+    """Checkpoints with any file in ``directory`` (a manifest or a record), of either kind."""
+    points = [ResumePoint(epoch) for epoch in _checkpointed_epochs(directory)]
+    if mid_round:
+        for step, path in step_directories(directory).items():
+            points += [ResumePoint(epoch, step) for epoch in _checkpointed_epochs(path)]
+    return sorted(points, key=lambda point: point.order)
 
 
 def _checkpointed_epochs(directory: Path) -> list[int]:
@@ -69,6 +92,7 @@ def _checkpointed_epochs(directory: Path) -> list[int]:
     return sorted({int(match.group(1) or match.group(2)) for match in names if match})
 
 
-def _problem(directory: Path, epoch: int) -> str:
-    problem = epoch_problem(directory, epoch, NAMES)
+def _problem(directory: Path, point: ResumePoint) -> str:
+    where = directory if point.step is None else mid_round_directory(directory, point.step)
+    problem = epoch_problem(where, point.epoch, NAMES)
     return "it is incomplete" if problem is None else str(problem)

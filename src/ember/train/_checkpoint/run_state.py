@@ -3,13 +3,22 @@
 Besides the model, the optimizer and the scheduler, ember saves what an exact resume needs and
 Burn does not keep: the RNG states of torch, numpy and Python (of every process of the run), every
 loader's position and shuffle stream, the early-stopping state and (through the checkpointer)
-the checkpointing strategy's state. A run resumed at an epoch boundary therefore ends with
-exactly the weights, optimizer state and metric logs of a run that was never interrupted.
+the checkpointing strategy's state. A run resumed at a round end, or at the optimizer step of a
+mid-round checkpoint, therefore ends with exactly the weights, optimizer state and metric logs
+of a run that was never interrupted.
 
 The state record's metadata::
 
     {"format": "ember.training-state", "epoch": e,
-     "loop": {"optimizer_steps": steps taken so far, "grad_scaler": <its state> (16-mixed)},
+     "step": k,                                       (a mid-round checkpoint: steps taken)
+     "loop": {"optimizer_steps": steps taken so far, "train_passes": passes completed,
+              "pass_items": items of the pass under way consumed, "lr": the last step's lr,
+              "grad_scaler": <its state> (16-mixed)},
+     "round": {"iteration": train items logged in the round,      (a mid-round checkpoint)
+               "round_passes": passes completed in the round,
+               "trained": whether the round's training is over,
+               "metrics": {name: <each train metric's state_dict()>},   (tensors in the record)
+               "logs": [{"logger": kind, "position": <its log_position()>}, ...]},
      "rng": <this process's RNG state>, "ranks_rng": [<rank 0's>, <rank 1's>, ...],
      "loaders": {"train": <state>, "valid": <state>, ...},
      "early_stopping": <its state_dict()>,            (when early stopping is set)
@@ -38,7 +47,7 @@ import torch
 from ember._errors import CheckpointError
 from ember.data import DataLoader
 from ember.train._checkpoint.file import atomic_write
-from ember.train._checkpoint.learning import RunCheckpointer, TrainingRecords
+from ember.train._checkpoint.mid_round import ResumePoint, point_directory
 from ember.train._checkpoint.record import (
     Record,
     decode,
@@ -52,6 +61,7 @@ from ember.train._checkpoint.record import (
     state_record,
 )
 from ember.train._checkpoint.rng import set_rng_state
+from ember.train._checkpoint.run import MidRoundCheckpointer, RunCheckpointer, TrainingRecords
 from ember.train._checkpoint.sharded import ShardedRecords, has_shards, is_sharded, load_shards
 from ember.train._early_stopping import EarlyStoppingStrategy
 from ember.train._hooks import Stateful
@@ -59,6 +69,7 @@ from ember.train._learner import Learner
 
 __all__ = [
     "RUN_END",
+    "RestoredRun",
     "RunEnd",
     "clear_run_end",
     "loop_count",
@@ -75,7 +86,7 @@ log = logging.getLogger("ember.train")
 
 
 def snapshot_run(
-    epoch: int,
+    point: ResumePoint,
     learner: Learner[Any],
     loaders: Mapping[str, DataLoader[Any]],
     rng_states: Sequence[dict[str, Any]],
@@ -83,26 +94,33 @@ def snapshot_run(
     loop: dict[str, Any],
     user: Mapping[str, Stateful],
     shards: ShardedRecords | None = None,
+    round_state: Mapping[str, Any] | None = None,
 ) -> TrainingRecords:
-    """The records of the run after ``epoch``; ``rng_states`` are every process's, in rank order.
-    ``shards``: a sharded model's index records and files, already written by every rank."""
+    """The records of the run at ``point``; ``rng_states`` are every process's, in rank order.
+    ``shards``: a sharded model's index records and files, already written by every rank;
+    ``round_state``: a mid-round checkpoint's partial round (metric states may hold tensors)."""
     state: dict[str, Any] = {
         "format": _FORMAT,
-        "epoch": epoch,
+        "epoch": point.epoch,
         "loop": loop,
         "rng": rng_states[0],
         "loaders": {name: loader.state_dict() for name, loader in loaders.items()},
     }
+    if point.step is not None:
+        state["step"] = point.step
     if len(rng_states) > 1:
         state["ranks_rng"] = list(rng_states)
     if early_stopping is not None:
         state["early_stopping"] = early_stopping.state_dict()
     record = state_record(state)
+    tensors: dict[str, torch.Tensor] = {}
+    metadata = dict(record.metadata)
+    if round_state is not None:
+        metadata["round"] = encode(dict(round_state), "round", tensors)
     if user:
-        tensors: dict[str, torch.Tensor] = {}
         states = {name: stateful.state_dict() for name, stateful in user.items()}
-        metadata = {**record.metadata, "user": encode(states, "user", tensors)}
-        record = Record(tensors=tensors, metadata=metadata)
+        metadata["user"] = encode(states, "user", tensors)
+    record = Record(tensors=tensors, metadata=metadata)
     scheduler = state_record(
         {} if learner.lr_scheduler is None else learner.lr_scheduler.state_dict()
     )
@@ -118,37 +136,59 @@ def snapshot_run(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class RestoredRun:
+    """What a restored checkpoint holds for the loop itself: its ``loop`` counters (``{}`` in a
+    checkpoint written before ember kept them) and, from a mid-round checkpoint, the partial
+    round (``round``, tensors decoded)."""
+
+    loop: dict[str, Any]
+    round: dict[str, Any] | None = None
+
+
 def restore_run(
     checkpointer: RunCheckpointer,
-    epoch: int,
+    point: ResumePoint,
     learner: Learner[Any],
     loaders: Mapping[str, DataLoader[Any]],
     early_stopping: EarlyStoppingStrategy | None,
     rank: int = 0,
     user: Mapping[str, Stateful] | None = None,
-) -> dict[str, Any]:
-    """Put the run back as it was after ``epoch`` (verified; never runs code); returns the
-    loop's own state saved with it (``{}`` for a checkpoint written before ember kept it).
+) -> RestoredRun:
+    """Put the run back as it was at ``point`` (verified; never runs code).
 
     ``rank`` picks this process's RNG state from a checkpoint of several processes; a
     checkpoint of fewer processes continues from rank 0's (a warning says the run then differs
     from an uninterrupted one).
     """
-    records = checkpointer.restore(epoch)
-    state = records.state.metadata
-    if state.get("format") != _FORMAT or state.get("epoch") != epoch:
+    epoch, directory = point.epoch, point_directory(checkpointer.directory, point)
+    where = f"{point} in {directory}"
+    if point.step is None:
+        records = checkpointer.restore(epoch)
+    elif isinstance(checkpointer, MidRoundCheckpointer):
+        records = checkpointer.restore_mid_round(epoch, point.step)
+    else:
         raise CheckpointError(
-            f"the state file of epoch {epoch} in {checkpointer.directory} is not an "
-            f"ember training state for that epoch (format {state.get('format')!r}, "
-            f"epoch {state.get('epoch')!r})"
+            f"{checkpointer!r} cannot restore the checkpoint of {where}: it has no mid-round "
+            "checkpoints"
+        )
+    state = records.state.metadata
+    if (
+        state.get("format") != _FORMAT
+        or state.get("epoch") != epoch
+        or state.get("step") != point.step
+    ):
+        raise CheckpointError(
+            f"the state file of {where} is not an ember training state for that point (format "
+            f"{state.get('format')!r}, epoch {state.get('epoch')!r}, step {state.get('step')!r})"
         )
     if is_sharded(records.model):  # any world size, into a sharded model or a plain one
-        load_shards(checkpointer.directory, epoch, learner, records.model, records.optim)
+        load_shards(directory, epoch, learner, records.model, records.optim)
     elif has_shards(learner.model):
         raise CheckpointError(
-            f"the checkpoint of epoch {epoch} in {checkpointer.directory} is not sharded: a "
-            "FullyShardedDataParallel run resumes from a sharded checkpoint (load the weights "
-            "into the plain model before the run instead)"
+            f"the checkpoint of {where} is not sharded: a FullyShardedDataParallel run resumes "
+            "from a sharded checkpoint (load the weights into the plain model before the run "
+            "instead)"
         )
     else:
         load_model_record(learner.model, records.model)
@@ -161,8 +201,14 @@ def restore_run(
     saved_loaders = state.get("loaders", {})
     for name, loader in loaders.items():
         if name not in saved_loaders:
-            raise CheckpointError(f"the checkpoint of epoch {epoch} has no {name} loader")
-        loader.load_state_dict(saved_loaders[name])
+            raise CheckpointError(f"the checkpoint of {where} has no {name} loader")
+        try:
+            loader.load_state_dict(saved_loaders[name])
+        except ValueError as error:
+            raise CheckpointError(
+                f"the checkpoint of {where} holds a {name} loader state this run cannot load: "
+                f"{error}"
+            ) from error
     if early_stopping is not None and "early_stopping" in state:
         early_stopping.load_state_dict(state["early_stopping"])
     if user:
@@ -170,23 +216,25 @@ def restore_run(
         for name, stateful in user.items():
             if name not in saved:
                 raise CheckpointError(
-                    f"the checkpoint of epoch {epoch} in {checkpointer.directory} holds no state "
-                    f"named {name!r} (it has {sorted(saved)})"
+                    f"the checkpoint of {where} holds no state named {name!r} (it has "
+                    f"{sorted(saved)})"
                 )
             stateful.load_state_dict(saved[name])
     try:
-        set_rng_state(_rng_of(state, rank, epoch))
+        set_rng_state(_rng_of(state, rank, point))
     except CheckpointError as error:
-        raise CheckpointError(
-            f"the state file of epoch {epoch} in {checkpointer.directory} holds a {error}"
-        ) from None
+        raise CheckpointError(f"the state file of {where} holds a {error}") from None
     loop = state.get("loop", {})
     if not isinstance(loop, dict):
         raise CheckpointError(
-            f"the state file of epoch {epoch} in {checkpointer.directory} holds a loop state "
-            f"that is not a mapping: {loop!r}"
+            f"the state file of {where} holds a loop state that is not a mapping: {loop!r}"
         )
-    return loop
+    partial = None
+    if point.step is not None:
+        partial = decode(state.get("round"), records.state.tensors, f"the round state of {where}")
+        if not isinstance(partial, dict):
+            raise CheckpointError(f"the state file of {where} holds no round state: {partial!r}")
+    return RestoredRun(loop, partial)
 
 
 def loop_count(loop: Mapping[str, Any], key: str, default: int, where: str) -> int:
@@ -198,14 +246,14 @@ def loop_count(loop: Mapping[str, Any], key: str, default: int, where: str) -> i
     return value
 
 
-def _rng_of(state: Mapping[str, Any], rank: int, epoch: int) -> Any:
+def _rng_of(state: Mapping[str, Any], rank: int, point: ResumePoint) -> Any:
     ranks = state.get("ranks_rng") or [state["rng"]]
     if rank < len(ranks):
         return ranks[rank]
     log.warning(
-        "the checkpoint of epoch %d holds the RNG states of %d processes, not of rank %d: it "
+        "the checkpoint of %s holds the RNG states of %d processes, not of rank %d: it "
         "continues from rank 0's (the run is not exactly the uninterrupted one)",
-        epoch,
+        point,
         len(ranks),
         rank,
     )

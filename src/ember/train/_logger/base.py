@@ -15,7 +15,10 @@ Loggers that keep values where they can be read again (files, memory, one CSV fi
 :class:`MetricReader`; checkpointing strategies, early stopping and the summary ask them. Ember's
 file logger also writes the text of metrics that log text, not numbers (:class:`TextLogger`).
 A logger that wants files the run does not write unasked (the best checkpoint's export, the
-curves PNG) names them (:class:`ArtifactLogger`), and gets their paths in ``end``.
+curves PNG) names them (:class:`ArtifactLogger`), and gets their paths in ``end``. A logger
+that keeps what it logged where a later process finds it (files) can be cut back to where a
+mid-round checkpoint left a split (:class:`ResumableLogger`), so a resumed run appends to the
+split's logs with no line lost or repeated.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ __all__ = [
     "MetricReader",
     "MetricText",
     "MetricValue",
+    "ResumableLogger",
     "TextLogger",
     "tracker_points",
 ]
@@ -170,6 +174,28 @@ class ArtifactLogger(Protocol):
 
     def wanted_artifacts(self) -> Collection[str]:
         """The names of the files wanted, of ``"model"`` and ``"curves"``."""
+        ...
+
+
+@runtime_checkable
+class ResumableLogger(Protocol):
+    """A logger whose logs of a split can be cut back to a saved position (``docs/design.md``,
+    "Mid-round checkpoints").
+
+    A mid-round checkpoint stores each such logger's :meth:`log_position` for the train split
+    under way; a run resumed from it calls :meth:`resume_split` before it logs anything, so the
+    lines the stopped run wrote after the checkpoint are dropped and the new ones follow on.
+    """
+
+    def log_position(self, epoch: int, split: Split) -> dict[str, Any]:
+        """Where the logs of ``split`` in ``epoch`` end now, as JSON; everything logged before
+        is written out first (it is where a resume finds it)."""
+        ...
+
+    def resume_split(self, epoch: int, split: Split, position: dict[str, Any]) -> None:
+        """Cut the logs of ``split`` in ``epoch`` back to ``position`` (and drop what was logged
+        after it) and append to them from there; ValueError naming what does not fit when the
+        logs are shorter than ``position`` (they were changed since)."""
         ...
 
 

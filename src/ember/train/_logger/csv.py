@@ -18,7 +18,9 @@ so this logger alone can serve checkpointing, early stopping and the summary.
 
 An existing file is continued, as a resumed run needs: when an epoch that the file already holds
 is logged again (the epoch after the checkpoint a run resumed from), that split's rows from the
-epoch on are dropped first, as the file logger starts a re-run epoch's files anew.
+epoch on are dropped first, as the file logger starts a re-run epoch's files anew. A run resumed
+from a mid-round checkpoint cuts the file back to the size the checkpoint recorded
+(:meth:`CsvMetricLogger.resume_split`) and goes on appending.
 """
 
 from __future__ import annotations
@@ -88,6 +90,37 @@ class CsvMetricLogger:
             self._write_rows()
             self._read_new_rows()
             return list(self._index.get((name, split, epoch), []))
+
+    def sync(self) -> None:
+        """Write the buffered rows to the file (before a checkpoint commits)."""
+        with self._lock:
+            self._write_rows()
+
+    def log_position(self, epoch: int, split: Split) -> dict[str, Any]:
+        """The file's size in bytes once every buffered row is written (``ResumableLogger``):
+        every row after it was logged after the checkpoint."""
+        with self._lock:
+            self._write_rows()
+            return {"bytes": self.path.stat().st_size if self.path.exists() else 0}
+
+    def resume_split(self, epoch: int, split: Split, position: dict[str, Any]) -> None:
+        """Cut the file back to ``position``'s size and continue ``split`` of ``epoch`` in it."""
+        size = position.get("bytes") if isinstance(position, dict) else None
+        with self._lock:
+            self._close_file()
+            actual = self.path.stat().st_size if self.path.exists() else 0
+            if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= actual:
+                raise ValueError(
+                    f"the CSV metric log {self.path} holds {actual} bytes, fewer than the "
+                    f"{size!r} the checkpoint recorded: it was changed since, so the resumed "
+                    "split cannot continue it"
+                )
+            if actual:
+                os.truncate(self.path, size)
+            self._index.clear()
+            self._read_up_to = 0
+            self._earlier = self._scan_existing() - {(split, epoch)}
+            self._started.add((split, epoch))  # its rows so far are this run's
 
     def end(self, summary: LearnerSummary | None, artifacts: Mapping[str, Path]) -> None:
         """Nothing to record: ``summary.json`` is written by the launch."""

@@ -5,7 +5,8 @@ spaces replaced by ``_``; with ``flat=True`` the files are ``{directory}/{Name}.
 epoch directory: an evaluation's logger for the test ``t`` is ``flat`` in ``{run}/test/t``, as
 Burn's ``FileMetricLogger::new_eval``). A numeric metric writes one ``value,weight`` line per
 batch and a last ``value,final`` line with the epoch value. A re-run epoch (after a resume)
-starts its files anew.
+starts its files anew; a split resumed from a mid-round checkpoint is cut back to the sizes the
+checkpoint recorded and continued (:meth:`FileMetricLogger.resume_split`).
 
 Creating a directory and a file per metric and epoch takes from tens of microseconds to over a
 millisecond on a busy disk, more than a small model's whole epoch; so the files are written on a
@@ -134,6 +135,7 @@ class FileMetricLogger:
         self._paths: dict[tuple[str, int, Split], str] = {}
         self._pending: dict[str, list[str]] = {}
         self._started: set[str] = set()
+        self._continued: set[str] = set()  # files of a resumed split: appended to, not new
         self._ended: list[str] = []  # paths of ended splits, forgotten after the next block
         self._new_file = False  # a file not handed to the writer yet: hand it over now
         self._interval = interval
@@ -175,8 +177,12 @@ class FileMetricLogger:
         if path is None:  # the split starts (again, after a resume): a new file
             path = self._paths[key] = self._file(name, epoch, split)
             self._pending[path] = []
-            self._started.discard(path)
-            self._new_file = True
+            if path in self._continued:  # a split resumed mid-way: its file goes on
+                self._continued.discard(path)
+                self._started.add(path)
+            else:
+                self._started.discard(path)
+                self._new_file = True
         self._pending[path].append(line)
 
     def _maybe_hand_off(self) -> None:
@@ -213,6 +219,41 @@ class FileMetricLogger:
         checkpoint commits: a resume from it must find those lines)."""
         self._hand_off()
         self._writer.sync()
+
+    def log_position(self, epoch: int, split: Split) -> dict[str, Any]:
+        """The size in bytes of each file of ``split`` in ``epoch``, after writing out every
+        line logged so far (``ResumableLogger``)."""
+        self.sync()
+        directory = os.path.dirname(self._file("-", epoch, split))
+        try:
+            entries = list(os.scandir(directory))
+        except FileNotFoundError:
+            return {"sizes": {}}
+        sizes = {entry.name: entry.stat().st_size for entry in entries if entry.is_file()}
+        return {"sizes": dict(sorted(sizes.items()))}
+
+    def resume_split(self, epoch: int, split: Split, position: dict[str, Any]) -> None:
+        """Cut each file of ``split`` in ``epoch`` back to its size in ``position``, remove the
+        files it does not list (begun after it), and append to them from there."""
+        sizes = position.get("sizes") if isinstance(position, dict) else None
+        if not isinstance(sizes, dict):
+            raise ValueError(f"a file-log position holds {{'sizes': ...}}, got {position!r}")
+        directory = os.path.dirname(self._file("-", epoch, split))
+        present = set(os.listdir(directory)) if os.path.isdir(directory) else set()
+        for name, size in sizes.items():
+            path = os.path.join(directory, name)
+            actual = os.path.getsize(path) if name in present else 0
+            if not isinstance(size, int) or not 0 <= size <= actual:
+                raise ValueError(
+                    f"the metric log {path} holds {actual} bytes, fewer than the {size!r} the "
+                    "checkpoint recorded: it was changed since, so the resumed split cannot "
+                    "continue it"
+                )
+            if name in present:
+                os.truncate(path, size)
+                self._continued.add(path)
+        for name in present - set(sizes):
+            os.unlink(os.path.join(directory, name))  # a file begun after the checkpoint
 
     def end(self, summary: LearnerSummary | None, artifacts: Mapping[str, Path]) -> None:
         """Nothing to record: ``summary.json`` is written by the launch."""

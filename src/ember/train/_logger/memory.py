@@ -55,6 +55,24 @@ class InMemoryMetricLogger:
         """The parsed entries; lines that are not numeric raise ``ValueError``."""
         return [NumericEntry.parse(text) for text in self.values.get((name, split, epoch), [])]
 
+    def log_position(self, epoch: int, split: Split) -> dict[str, Any]:
+        """How many lines each metric of ``split`` in ``epoch`` holds, and how many values were
+        logged in all (``ResumableLogger``)."""
+        lines = {
+            name: len(texts)
+            for (name, s, e), texts in self.values.items()
+            if (s, e) == (split, epoch)
+        }
+        return {"lines": lines, "numbers": len(self.numbers)}
+
+    def resume_split(self, epoch: int, split: Split, position: dict[str, Any]) -> None:
+        """Drop the split's lines and the values kept after ``position`` (a logger given to the
+        resumed launch again); a fresh logger holds nothing to drop."""
+        lines, numbers = position.get("lines", {}), position.get("numbers", 0)
+        for key in [key for key in self.values if (key[1], key[2]) == (split, epoch)]:
+            del self.values[key][lines.get(key[0], 0) :]
+        del self.numbers[numbers:]
+
     def end(self, summary: LearnerSummary | None, artifacts: Mapping[str, Path]) -> None:
         """Remember the summary and the artifacts."""
         self.summary = summary

@@ -16,6 +16,7 @@ import torch
 
 from ember.train._metric.base import MetricAttributes, MetricEntry, MetricMetadata, NumericEntry
 from ember.train._metric.confusion import ClassReduction, ConfusionStatsInput
+from ember.train._metric.resumable import check_state_fields, state_count, state_tensor
 from ember.train._metric.state import format_value
 
 __all__ = ["AurocMetric", "auroc_per_class"]
@@ -92,6 +93,9 @@ class AurocMetric:
                 f"{self.name} got {scores.shape[1]} classes after {self._scores[0].shape[1]} "
                 "in the same epoch"
             )
+        if self._scores and self._scores[0].device != scores.device:  # restored on the CPU
+            self._scores = [kept.to(scores.device) for kept in self._scores]
+            self._targets = [kept.to(scores.device) for kept in self._targets]
         self._scores.append(scores)
         self._targets.append(targets.bool())
         self._samples += scores.shape[0]
@@ -121,6 +125,24 @@ class AurocMetric:
         self._scores.clear()
         self._targets.clear()
         self._samples = 0
+        self._final = math.nan
+
+    def state_dict(self) -> dict[str, Any]:
+        """The epoch's scores and targets so far, each as one tensor (``StatefulMetric``)."""
+        return {
+            "scores": torch.cat(self._scores) if self._scores else None,
+            "targets": torch.cat(self._targets) if self._targets else None,
+            "samples": self._samples,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue the epoch from a :meth:`state_dict`."""
+        checked = check_state_fields(self, state, ("scores", "targets", "samples"))
+        scores = state_tensor(checked, self, "scores")
+        targets = state_tensor(checked, self, "targets")
+        self._scores = [] if scores is None else [scores]
+        self._targets = [] if targets is None else [targets.bool()]
+        self._samples = state_count(checked, self, "samples")
         self._final = math.nan
 
     def value(self) -> NumericEntry | None:

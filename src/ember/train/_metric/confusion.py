@@ -29,6 +29,12 @@ from ember.train._metric.base import (
     NumericEntry,
     format_number,
 )
+from ember.train._metric.resumable import (
+    check_state_fields,
+    state_count,
+    state_float,
+    state_tensor,
+)
 from ember.train._metric.state import format_value
 
 __all__ = [
@@ -174,6 +180,8 @@ class _ConfusionMetric:
                 f"{self.name} got {counts.shape[1]} classes after {self._totals.shape[1]} "
                 "in the same epoch"
             )
+        if self._totals is not None and self._totals.device != counts.device:
+            self._totals = self._totals.to(counts.device)  # restored on the CPU (a resume)
         self._totals = counts if self._totals is None else self._totals + counts
         # one read-back for the batch value and the epoch value so far
         current, running = torch.stack([self._reduce(counts), self._reduce(self._totals)]).tolist()
@@ -202,6 +210,26 @@ class _ConfusionMetric:
         self._samples = 0
         self._current = self._running = math.nan
         self._current_samples = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        """The epoch's summed counts and values so far (``StatefulMetric``)."""
+        return {
+            "totals": None if self._totals is None else self._totals.clone(),
+            "samples": self._samples,
+            "current": self._current,
+            "current_samples": self._current_samples,
+            "running": self._running,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue the epoch from a :meth:`state_dict`."""
+        fields = ("totals", "samples", "current", "current_samples", "running")
+        checked = check_state_fields(self, state, fields)
+        self._totals = state_tensor(checked, self, "totals")
+        self._samples = state_count(checked, self, "samples")
+        self._current = state_float(checked, self, "current")
+        self._current_samples = state_count(checked, self, "current_samples")
+        self._running = state_float(checked, self, "running")
 
     def value(self) -> NumericEntry | None:
         """The last batch's value and its number of samples."""

@@ -17,9 +17,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from ember._checks import check_real
 from ember.train._metric.base import MetricEntry, MetricMetadata, NumericEntry
+from ember.train._metric.resumable import check_state_fields, state_count
 from ember.train._metric.state import MeanMetric
 
 __all__ = [
@@ -136,6 +138,19 @@ class _SystemMetric(MeanMetric):
         self._last = None
         self._readings = 0
 
+    def state_dict(self) -> dict[str, Any]:
+        """The epoch's readings so far (``StatefulMetric``)."""
+        return {**super().state_dict(), "readings": self._readings}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue the epoch's mean; the next batch takes a reading (a reading measures this
+        machine now, so none is carried across a resume)."""
+        super().load_state_dict(state)
+        self._readings = state_count(
+            check_state_fields(self, state, ("readings",)), self, "readings"
+        )
+        self._last = None
+
     def value(self) -> NumericEntry | None:
         """The latest reading, or None before the first."""
         return self._state.value() if self._readings else None
@@ -202,6 +217,11 @@ class CpuUse(_SystemMetric):
     def clear(self) -> None:
         """Start a new epoch with a fresh baseline."""
         super().clear()
+        self._baseline = None
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue the epoch's mean; the next batch takes a new baseline."""
+        super().load_state_dict(state)
         self._baseline = None
 
     def __repr__(self) -> str:

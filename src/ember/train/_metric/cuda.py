@@ -18,6 +18,7 @@ import torch
 
 from ember._checks import check_real
 from ember.train._metric.base import MetricEntry, MetricMetadata
+from ember.train._metric.resumable import check_state_fields
 
 __all__ = ["CudaMetric", "GpuReading", "read_cuda"]
 
@@ -144,6 +145,17 @@ class CudaMetric:
         """Start a new epoch: its first batch reads and logs."""
         self._last = None
         self._text = None
+
+    def state_dict(self) -> dict[str, Any]:
+        """The latest text logged (``StatefulMetric``)."""
+        return {"text": self._text}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from the latest text logged; the next batch reads the GPUs again."""
+        text = check_state_fields(self, state, ("text",))["text"]
+        if text is not None and not isinstance(text, str):
+            raise ValueError(f"the saved state of metric 'Cuda' holds text={text!r}, not a str")
+        self._text, self._last = text, None
 
     def __repr__(self) -> str:
         return "CudaMetric()"

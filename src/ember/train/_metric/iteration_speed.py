@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from ember.train._metric.base import MetricEntry, MetricMetadata
+from ember.train._metric.resumable import check_state_fields, state_count, state_float
 from ember.train._metric.state import MeanMetric
 
 __all__ = ["IterationSpeedMetric"]
@@ -43,3 +45,17 @@ class IterationSpeedMetric(MeanMetric):
         super().clear()
         self._start = None
         self._batches = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        """The batches and seconds of the epoch so far (``StatefulMetric``)."""
+        elapsed = None if self._start is None else self._clock() - self._start
+        return {**super().state_dict(), "batches": self._batches, "elapsed": elapsed}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue the epoch: its clock goes on from the seconds saved (the time between the
+        checkpoint and the resume is not counted)."""
+        super().load_state_dict(state)
+        checked = check_state_fields(self, state, ("batches", "elapsed"))
+        self._batches = state_count(checked, self, "batches")
+        elapsed = None if checked["elapsed"] is None else state_float(checked, self, "elapsed")
+        self._start = None if elapsed is None else self._clock() - elapsed

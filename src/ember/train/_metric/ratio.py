@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 from ember.train._metric.base import MetricEntry, NumericEntry, format_number
+from ember.train._metric.resumable import check_state_fields, state_count, state_float
 from ember.train._metric.state import NumericMetricBase, format_value
 
 __all__ = ["RatioMetric"]
@@ -67,6 +69,26 @@ class RatioMetric(NumericMetricBase):
         self._batches = 0
         self._current = math.nan
         self._current_weight = 0.0
+
+    def state_dict(self) -> dict[str, Any]:
+        """The sums of the epoch so far (``StatefulMetric``)."""
+        return {
+            "numerator": self._numerator,
+            "denominator": self._denominator,
+            "batches": self._batches,
+            "current": self._current,
+            "current_weight": self._current_weight,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue the epoch from a :meth:`state_dict`."""
+        fields = ("numerator", "denominator", "batches", "current", "current_weight")
+        checked = check_state_fields(self, state, fields)
+        self._numerator = state_float(checked, self, "numerator")
+        self._denominator = state_float(checked, self, "denominator")
+        self._batches = state_count(checked, self, "batches")
+        self._current = state_float(checked, self, "current")
+        self._current_weight = state_float(checked, self, "current_weight")
 
     def value(self) -> NumericEntry | None:
         """The last batch's value, weighted by its denominator."""

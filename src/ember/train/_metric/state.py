@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ember.train._metric.base import MetricAttributes, MetricEntry, NumericEntry, format_number
+from ember.train._metric.resumable import check_state_fields, state_float
 
 __all__ = ["MeanMetric", "NumericMetricBase", "NumericMetricState", "format_value"]
 
@@ -63,6 +64,22 @@ class NumericMetricState:
     def final_value(self) -> NumericEntry:
         """The epoch value."""
         return NumericEntry(self._mean(), final=True)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The sums so far: ``{"sum", "count", "current", "current_count"}``."""
+        return {
+            "sum": self._sum,
+            "count": self._count,
+            "current": self._current,
+            "current_count": self._current_count,
+        }
+
+    def load_state_dict(self, state: dict[str, Any], owner: object) -> None:
+        """Continue from a :meth:`state_dict` of ``owner`` (named in a ValueError)."""
+        fields = ("sum", "count", "current", "current_count")
+        state = dict(check_state_fields(owner, state, fields))
+        values = [state_float(state, owner, field) for field in fields]
+        self._sum, self._count, self._current, self._current_count = values
 
     def reset(self) -> None:
         """Start a new epoch."""
@@ -142,6 +159,14 @@ class MeanMetric(NumericMetricBase):
     def final_value(self) -> NumericEntry:
         """The epoch value."""
         return self._state.final_value()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The epoch's running mean (``StatefulMetric``; subclasses add their own fields)."""
+        return {"mean": self._state.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue the epoch from a :meth:`state_dict`."""
+        self._state.load_state_dict(check_state_fields(self, state, ("mean",))["mean"], self)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

@@ -8,13 +8,21 @@ weighted mean of its batch values (``docs/design.md``, "Epoch values").
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ember.train._logger.base import MetricLogger, MetricReader, MetricText, MetricValue, TextLogger
+from ember.train._logger.base import (
+    MetricLogger,
+    MetricReader,
+    MetricText,
+    MetricValue,
+    ResumableLogger,
+    TextLogger,
+)
 from ember.train._metric.base import NumericEntry
 from ember.train._vocabulary import Direction, Split
 
@@ -23,6 +31,8 @@ if TYPE_CHECKING:
     from ember.train._summary import LearnerSummary
 
 __all__ = ["EventStore", "epoch_value"]
+
+log = logging.getLogger("ember.train")
 
 _CACHE_SIZE = 256
 """Finished epoch values kept for ``find_metric``: the recent ones, which strategies ask for."""
@@ -56,6 +66,7 @@ class EventStore:
         # the protocols are checked once here: isinstance on a Protocol is too slow per batch
         self.readers = [logger for logger in self.loggers if isinstance(logger, MetricReader)]
         self._text_loggers = [logger for logger in self.loggers if isinstance(logger, TextLogger)]
+        self._resumable = [logger for logger in self.loggers if isinstance(logger, ResumableLogger)]
         self._epoch: dict[Split, int] = {}
         self._cache: dict[tuple[str, int, Split], float] = {}  # bounded: _CACHE_SIZE
         # per (name, direction, split): the next epoch to read, the best epoch and its value
@@ -131,6 +142,32 @@ class EventStore:
             sync = getattr(logger, "sync", None)
             if callable(sync):
                 sync()
+
+    def log_positions(self, split: Split, epoch: int) -> list[dict[str, Any]]:
+        """Where each logger that can be cut back (``ResumableLogger``) stands in ``split`` of
+        ``epoch``, in logger order: what a mid-round checkpoint records."""
+        return [
+            {"logger": type(logger).__name__, "position": logger.log_position(epoch, split)}
+            for logger in self._resumable
+        ]
+
+    def resume_split(self, split: Split, epoch: int, positions: Sequence[Any]) -> None:
+        """Cut each logger back to the position a mid-round checkpoint recorded for it (see
+        :meth:`log_positions`); a logger with none (added since) is warned of and goes on where
+        it is."""
+        for index, logger in enumerate(self._resumable):
+            saved = positions[index] if index < len(positions) else None
+            kind = type(logger).__name__
+            if not isinstance(saved, dict) or saved.get("logger") != kind:
+                log.warning(
+                    "the checkpoint holds no position of the %s logger (the loggers changed since "
+                    "it was written): its %s logs of epoch %d are continued as they are",
+                    kind,
+                    split.value,
+                    epoch,
+                )
+                continue
+            logger.resume_split(epoch, split, saved["position"])
 
     def end(self, summary: LearnerSummary | None, artifacts: Mapping[str, Path]) -> None:
         """Give every logger the summary and the run's files; the first error is raised after

@@ -21,6 +21,7 @@ from ember.train._metric.base import (
     NumericEntry,
     format_number,
 )
+from ember.train._metric.resumable import check_state_fields, state_count, state_float
 from ember.train._metric.state import format_value
 
 if TYPE_CHECKING:
@@ -181,6 +182,49 @@ class TorchMetric:
         self._updates = 0
         self._samples = 0
 
+    def state_dict(self) -> dict[str, Any]:
+        """The torchmetrics metric's states (``metric_state``: tensors, or lists of tensors)
+        and the epoch's counts so far (``StatefulMetric``)."""
+        states = {
+            name: [t.clone() for t in value] if isinstance(value, list) else value.clone()
+            for name, value in self.metric.metric_state.items()
+        }
+        return {
+            "states": states,
+            "metric_updates": self.metric.update_count,
+            "updates": self._updates,
+            "samples": self._samples,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue the epoch from a :meth:`state_dict` (the states go to the metric's
+        device)."""
+        checked = check_state_fields(
+            self, state, ("states", "metric_updates", "updates", "samples")
+        )
+        saved, own = checked["states"], self.metric.metric_state
+        if not isinstance(saved, dict) or sorted(saved) != sorted(own):
+            found = sorted(saved) if isinstance(saved, dict) else saved
+            raise ValueError(
+                f"the saved state of metric {self.name!r} holds the states {found!r}, its "
+                f"torchmetrics metric has {sorted(own)}"
+            )
+        device = self.metric.device
+        for name, value in saved.items():
+            if isinstance(value, list):
+                value = [tensor.to(device) for tensor in value]
+            elif isinstance(value, torch.Tensor):
+                value = value.to(device)
+            else:
+                raise ValueError(
+                    f"the saved state {name!r} of metric {self.name!r} is not a tensor"
+                )
+            setattr(self.metric, name, value)
+        self.metric._update_count = state_count(checked, self, "metric_updates")
+        self.metric._computed = None  # a cached compute() of the state before
+        self._updates = state_count(checked, self, "updates")
+        self._samples = state_count(checked, self, "samples")
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.metric!r}, name={self.name!r})"
 
@@ -250,6 +294,21 @@ class NumericTorchMetric(TorchMetric):
         self._current = math.nan
         self._current_weight = 0
         self._final = math.nan
+
+    def state_dict(self) -> dict[str, Any]:
+        """:meth:`TorchMetric.state_dict` and the last batch's value."""
+        return {
+            **super().state_dict(),
+            "current": self._current,
+            "current_weight": self._current_weight,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue the epoch from a :meth:`state_dict`."""
+        super().load_state_dict(state)
+        checked = check_state_fields(self, state, ("current", "current_weight"))
+        self._current = state_float(checked, self, "current")
+        self._current_weight = state_count(checked, self, "current_weight")
 
     def value(self) -> NumericEntry | None:
         """The last batch's value (None with ``batch_values=False``)."""

@@ -25,18 +25,14 @@ from ember.train._events import (
     Start,
     StartSplit,
 )
-from ember.train._metric.base import (
-    MetricDefinition,
-    MetricMetadata,
-    adapt,
-    metric_definition,
-)
+from ember.train._metric.base import MetricMetadata, adapt
 from ember.train._metric.loss import LossInput
 from ember.train._metric.registered import MetricsTraining
 from ember.train._metric.store import EventStore
 from ember.train._outputs import ItemLazy
 from ember.train._processor.base import Event
 from ember.train._renderer.base import MetricsRenderer, MetricState
+from ember.train._renderer.progress import announce_split, announce_start, items_progress
 from ember.train._vocabulary import Split
 
 __all__ = ["FullEventProcessorTraining"]
@@ -93,6 +89,7 @@ class FullEventProcessorTraining:
         self._started: dict[Split, tuple[int, int]] = {}
         self._without_loss: set[type[Any]] = set()
         self._step = 0  # the run's optimizer steps at the last item: the loggers' global step
+        self._show_progress = items_progress(renderer)  # in steps too once Start says so
 
     def process_train(self, event: LearnerEvent) -> None:
         """Handle an event of the training split."""
@@ -145,7 +142,7 @@ class FullEventProcessorTraining:
         self._iterations[split] = (*first, self._epoch, last.iteration)
         if logged:
             self.store.log_many(split, logged)
-        renderer.update_split(last.progress.items_processed)
+        self._show_progress(split, last)
 
     def _checked(self, loss: LossInput, iteration: int) -> LossInput:
         """The training loss, refused when it is not finite (no checkpoint is written then)."""
@@ -167,7 +164,7 @@ class FullEventProcessorTraining:
             started = self._started.get(split)
             self._started[split] = (event.epoch if started is None else started[0], event.epoch)
             self.store.start_split(split, event.epoch)
-            renderer.start_split(split, event.total_items)
+            announce_split(renderer, split, event)
         elif isinstance(event, EndSplit):
             self._publish(split, self.metrics.end_epoch(split))
             self.store.end_split(split)
@@ -175,13 +172,7 @@ class FullEventProcessorTraining:
         elif isinstance(event, EndEpoch):
             renderer.update_epoch(event.epoch)
         elif isinstance(event, Start):
-            definitions: dict[str, MetricDefinition] = {}
-            for s in (Split.TRAIN, Split.VALID):
-                for metric in self.metrics.metrics(s):
-                    definitions.setdefault(metric.name, metric_definition(metric))
-            for definition in definitions.values():
-                renderer.register_metric(definition)
-            renderer.start(event.total_epochs, event.starting_epoch)
+            self._show_progress = announce_start(renderer, event, self.metrics)
         elif isinstance(event, End):
             renderer.end()
             renderer.on_train_end(event.summary)

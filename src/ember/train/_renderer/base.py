@@ -29,6 +29,8 @@ __all__ = [
     "MetricsRenderer",
     "MetricsRendererEvaluation",
     "MetricsRendererTraining",
+    "ResumedSplitLogger",
+    "StepProgressLogger",
     "TrainingProgressLogger",
     "WarningRenderer",
 ]
@@ -60,6 +62,32 @@ class MetricsRendererTraining(Protocol):
 
     def on_train_end(self, summary: LearnerSummary | None) -> None:
         """Training ended; show the summary if there is one."""
+        ...
+
+
+@runtime_checkable
+class StepProgressLogger(Protocol):
+    """Optional: a renderer that shows progress in optimizer steps. When ``max_steps`` bounds
+    the run, the metrics thread calls ``start_steps`` right after ``start``, then
+    ``update_step`` with each training batch's step count (before ``update_split``)."""
+
+    def start_steps(self, total_steps: int, starting_step: int) -> None:
+        """The run will take ``total_steps`` optimizer steps; ``starting_step`` were taken
+        before it started (a resume)."""
+        ...
+
+    def update_step(self, step: int) -> None:
+        """The optimizer steps taken so far."""
+        ...
+
+
+@runtime_checkable
+class ResumedSplitLogger(Protocol):
+    """Optional: a renderer told where a split resumed from a mid-round checkpoint starts."""
+
+    def resume_split(self, items_done: int) -> None:
+        """The split just started goes on after ``items_done`` items of its pass (called right
+        after ``start_split``): they count as done, not towards this run's speed."""
         ...
 
 

@@ -6,7 +6,15 @@ the speed and what is left::
     [epoch 1/3] train 96/200 items (48%) · Loss 7.012 · 640 items/s · ETA 0:00:01, run 0:00:04
 
 The run's ETA counts the splits still to come at the speed each had last (validation joins
-the estimate once it has run once).
+the estimate once it has run once). When ``max_steps`` bounds the run, training shows its
+optimizer steps out of the run's, and the run's ETA is the steps left at the pace of the steps
+taken since the run started (validations included)::
+
+    [epoch 2/10] train step 120/1000 (12%) · 3840 items · Loss 1.234 · 1920 items/s
+        · 16 steps/s · ETA run 0:00:55                                     (one line)
+
+A split resumed from a mid-round checkpoint counts the items before it as done, not in its
+speed.
 """
 
 from __future__ import annotations
@@ -60,6 +68,10 @@ class CliMetricsRenderer:
         self._started = 0.0  # when the split started (the clock's time)
         self._running: tuple[str, float, float] | None = None  # metric, weighted sum, weight
         self._pace: dict[Split, tuple[int, float]] = {}  # items of a pass, seconds per item
+        self._split_base = 0  # items of the split done before it started (a resumed split)
+        self._total_steps: int | None = None  # set when max_steps bounds the run
+        self._step = 0
+        self._steps_since: tuple[int, float] = (0, 0.0)  # steps and time when counting began
 
     @property
     def stream(self) -> TextIO:
@@ -88,15 +100,31 @@ class CliMetricsRenderer:
         epochs = "1 epoch" if total_epochs == 1 else f"{total_epochs} epochs"
         self._print(f"Starting training for {epochs}.{resumed}")
 
+    def start_steps(self, total_steps: int, starting_step: int) -> None:
+        """Show training in optimizer steps out of ``total_steps`` (``StepProgressLogger``)."""
+        self._total_steps, self._step = total_steps, starting_step
+        self._steps_since = (starting_step, self._clock())
+        if starting_step:
+            self._print(f"Resuming at step {starting_step} of {total_steps}.")
+
+    def update_step(self, step: int) -> None:
+        """The optimizer steps taken so far."""
+        self._step = step
+
     def start_split(self, split: Split, total_items: int | None) -> None:
         """Announce a pass."""
         self._begin(split, total_items)
         self._print(f"Starting split '{split.value}' with {_items(total_items)}.")
 
+    def resume_split(self, items_done: int) -> None:
+        """The split goes on after ``items_done`` items (``ResumedSplitLogger``)."""
+        self._split_done = self._split_base = items_done
+        self._print(f"Resuming after {items_done} items.")
+
     def _begin(self, split: Split, total_items: int | None) -> None:
         self._split = split
         self._split_total = total_items
-        self._split_done = 0
+        self._split_done = self._split_base = 0
         self._last_print = self._started = self._clock()
         self._epoch_values = {}
         self._running = None
@@ -205,11 +233,15 @@ class CliMetricsRenderer:
             split = self._split.value if self._split else "?"
             where = f"[epoch {self._epoch}/{self._total_epochs}] {split}"
         total = self._split_total
-        if total is None:  # a stream: counts without a total
+        if total is None:  # a stream, or a round of steps: counts without a total
             done = f"{self._split_done} items"
         else:
             percent = 100 * self._split_done // total if total else 100
             done = f"{self._split_done}/{total} items ({percent}%)"
+        if self._total_steps is not None and self._split is Split.TRAIN:
+            steps = self._total_steps
+            percent = 100 * self._step // steps if steps else 100
+            done = f"step {self._step}/{steps} ({percent}%) · {done}"
         parts = [f"{where} {done}"]
         if self._running is not None:
             name, weighted, weight = self._running
@@ -219,16 +251,19 @@ class CliMetricsRenderer:
 
     def _speed(self) -> list[str]:
         """``items/s`` and the ETAs of the split and of the run, once there is a speed."""
-        elapsed, done = self._clock() - self._started, self._split_done
+        now = self._clock()
+        elapsed, done = now - self._started, self._split_done - self._split_base
+        if self._total_steps is not None and self._split is not Split.TEST:
+            return self._step_speed(now, elapsed, done)
         if elapsed <= 0 or done <= 0:
             return []
         rate = done / elapsed
-        speed = [f"{rate:.0f} items/s" if rate >= 10 else f"{rate:.3g} items/s"]
+        speed = [_rate(rate, "items")]
         total, split = self._split_total, self._split
         if total is None or split is None:
             return speed
         self._pace[split] = (total, elapsed / done)
-        left = max(total - done, 0) / rate
+        left = max(total - self._split_done, 0) / rate
         if split is Split.TEST:
             return [*speed, f"ETA {_duration(left)}"]
         seconds = {s: items * each for s, (items, each) in self._pace.items()}  # a pass of each
@@ -236,6 +271,23 @@ class CliMetricsRenderer:
         per_epoch = seconds.get(Split.TRAIN, 0.0) + seconds.get(Split.VALID, 0.0)
         run = left + rest + per_epoch * max(self._total_epochs - self._epoch, 0)
         return [*speed, f"ETA {_duration(left)}, run {_duration(run)}"]
+
+    def _step_speed(self, now: float, elapsed: float, done: int) -> list[str]:
+        """A run bounded by steps: ``items/s`` of the split, ``steps/s`` and the run's ETA from
+        the steps left at the pace of the steps taken since the run started."""
+        speed = [_rate(done / elapsed, "items")] if elapsed > 0 and done > 0 else []
+        first, since = self._steps_since
+        taken, seconds = self._step - first, now - since
+        if taken <= 0 or seconds <= 0 or self._total_steps is None:
+            return speed
+        pace = taken / seconds
+        left = max(self._total_steps - self._step, 0) / pace
+        return [*speed, _rate(pace, "steps"), f"ETA run {_duration(left)}"]
+
+
+def _rate(rate: float, unit: str) -> str:
+    """``640 items/s``; three significant digits below 10."""
+    return f"{rate:.0f} {unit}/s" if rate >= 10 else f"{rate:.3g} {unit}/s"
 
 
 def _duration(seconds: float) -> str:

@@ -427,3 +427,24 @@ def test_a_stream_shows_counts_without_a_total_or_eta(screen: Screen) -> None:
     assert "Items : 96\n" in frame or "Items : 96 " in frame
     assert "96 items" in frame and "/None" not in frame
     assert "ETA : ---" in frame
+
+
+def test_a_run_bounded_by_steps_shows_steps_and_an_eta_from_them(screen: Screen) -> None:
+    """max_steps bounds the run: the Status and Progress panes count optimizer steps out of the
+    run's, and the ETA is the steps left at the pace of the steps taken since the start (here a
+    resume at step 100 of 400: 150 steps in 15 s, 150 left); a resumed split's items before it
+    count as done but not in its speed."""
+    tui, clock = screen.tui, screen.clock
+    tui.start(8, 3)
+    tui.start_steps(400, 100)
+    tui.start_split(Split.TRAIN, None)
+    tui.resume_split(3200)
+    clock.now = 15.0
+    tui.update_step(250)
+    tui.update_split(8000)
+    tui.poll()
+    frame = screen.frame()
+    assert "Steps : 250/400" in frame
+    assert "Items : 8000" in frame and "Items/s : 320.0" in frame  # 4800 items in 15 s
+    assert "step 250/400  62% (ETA 15 secs)" in frame
+    assert "ETA : 15 secs" in frame

@@ -146,11 +146,16 @@ def _metrics_pane(frame: Frame) -> Panel:
 
 
 def _status_pane(frame: Frame) -> Panel:
-    """Mode, epochs, items, iteration, items/s and ETA."""
+    """Mode, epochs, steps (when they bound the run), items, iteration, items/s and ETA."""
     ips = f"{frame.items_per_second:.1f}" if frame.items_per_second is not None else "---"
     rows = [
         ("Mode", frame.mode),
         ("Tests" if frame.evaluating else "Epochs", f"{frame.epoch}/{frame.total_epochs}"),
+        *(
+            [("Steps", f"{frame.step}/{frame.total_steps}")]
+            if frame.total_steps is not None
+            else []
+        ),
         ("Items", _items(frame)),
         ("Iteration", str(frame.iteration)),
         ("Items/s", ips),
@@ -198,8 +203,12 @@ def _progress_pane(frame: Frame) -> Panel:
             complete_style="yellow",
             finished_style="yellow",
         ),
-        f"epoch {frame.epoch}/{frame.total_epochs} {int(100 * frame.run_fraction):>3}% "
-        f"(ETA {frame.eta})",
+        (
+            f"epoch {frame.epoch}/{frame.total_epochs}"
+            if frame.total_steps is None
+            else f"step {frame.step}/{frame.total_steps}"
+        )
+        + f" {int(100 * frame.run_fraction):>3}% (ETA {frame.eta})",
     )
     body: RenderableType = grid
     if frame.stopping is not None:
@@ -233,7 +242,7 @@ def render_frame(frame: Frame) -> RenderableType:
     layout["left"].split_column(
         Layout(_controls_pane(), size=5),
         Layout(_metrics_pane(frame), ratio=1, minimum_size=6),
-        Layout(_status_pane(frame), size=8),
+        Layout(_status_pane(frame), size=8 if frame.total_steps is None else 9),
     )
     if frame.popup:
         return _Overlay(layout, _quit_popup(), 44, 6)

@@ -126,10 +126,28 @@ class TuiMetricsRenderer:
             self._dirty = True
         self._open()
 
+    def start_steps(self, total_steps: int, starting_step: int) -> None:
+        """Show the run's progress and ETA in optimizer steps (``StepProgressLogger``)."""
+        with self._lock:
+            self._state.start_steps(total_steps, starting_step, self._clock())
+            self._dirty = True
+
+    def update_step(self, step: int) -> None:
+        """The optimizer steps taken so far."""
+        with self._lock:
+            self._state.step = step
+            self._dirty = True
+
     def start_split(self, split: Split, total_items: int | None) -> None:
         """A pass over ``total_items`` items begins."""
         with self._lock:
             self._state.start_split(split, total_items, self._clock())
+            self._dirty = True
+
+    def resume_split(self, items_done: int) -> None:
+        """The split goes on after ``items_done`` items (``ResumedSplitLogger``)."""
+        with self._lock:
+            self._state.resume_split(items_done)
             self._dirty = True
 
     def update_split(self, items_processed: int) -> None:

@@ -43,6 +43,10 @@ class Frame:
     split_done: int
     split_total: int | None
     iteration: int
+    step: int
+    """The optimizer steps taken (shown when ``total_steps`` is set)."""
+    total_steps: int | None
+    """The run's optimizer steps when ``max_steps`` bounds it: progress and ETA are in steps."""
     items_per_second: float | None
     run_fraction: float
     eta: str
@@ -75,6 +79,10 @@ class RunState:
         self.run_started = 0.0
         self.items_before = 0
         self.split_totals: dict[Split, int | None] = {}
+        self.split_base = 0  # items of the split done before it started (a resumed split)
+        self.total_steps: int | None = None
+        self.step = 0
+        self.steps_since: tuple[int, float] = (0, 0.0)  # steps and time when counting began
 
     def register(self, definition: MetricDefinition) -> None:
         """Give ``definition`` a row in the Metrics pane, and a plot if it is numeric."""
@@ -92,17 +100,34 @@ class RunState:
         )
         self.split, self.split_open = None, False
         self.run_started, self.items_before, self.split_totals = now, 0, {}
+        self.total_steps = None
+
+    def start_steps(self, total_steps: int, starting_step: int, now: float) -> None:
+        """The run is bounded by ``total_steps`` optimizer steps; ``starting_step`` are taken."""
+        self.total_steps, self.step, self.steps_since = (
+            total_steps,
+            starting_step,
+            (
+                starting_step,
+                now,
+            ),
+        )
 
     def start_split(self, split: Split, total: int | None, now: float) -> None:
         """A pass over ``total`` items of ``split`` (None: unknown) begins at ``now``."""
         self.split, self.split_open = split, True
         self.split_total, self.split_done, self.split_started, self.iteration = total, 0, now, 0
+        self.split_base = 0
         self.split_totals[split] = total
+
+    def resume_split(self, items_done: int) -> None:
+        """The split just started goes on after ``items_done`` items of its pass."""
+        self.split_done = self.split_base = items_done
 
     def end_split(self) -> None:
         """The current split ended: its items count towards the run's progress."""
         if self.split_open:
-            self.items_before += self.split_done
+            self.items_before += self.split_done - self.split_base
             self.split_open = False
 
     def update(self, split: Split, state: MetricState) -> None:
@@ -128,16 +153,25 @@ class RunState:
         """A snapshot for drawing at ``now``, with the person's plot choice and popup."""
         names = tuple(self.plots)
         selected = selected % len(names) if names else 0
-        elapsed = now - self.split_started
-        ips = self.split_done / elapsed if self.split_done and elapsed > 0 else None
-        totals = self.split_totals.values()
-        # A stream's unknown total leaves the run's total unknown: no run fraction, no ETA.
-        per_epoch = 0 if None in totals else sum(total or 0 for total in totals)
-        total = per_epoch * max(1, self.total_epochs - self.starting_epoch + 1)
-        done = self.items_before + (self.split_done if self.split_open else 0)
-        run_elapsed = now - self.run_started
+        elapsed, fresh = now - self.split_started, self.split_done - self.split_base
+        ips = fresh / elapsed if fresh > 0 and elapsed > 0 else None
+        if self.total_steps is not None:  # max_steps bounds the run: progress in steps
+            first, since = self.steps_since
+            total, done, run_elapsed = self.total_steps, self.step - first, now - since
+            left = self.total_steps - self.step
+        else:
+            totals = self.split_totals.values()
+            # A stream's unknown total leaves the run's total unknown: no run fraction, no ETA.
+            per_epoch = 0 if None in totals else sum(total or 0 for total in totals)
+            total = per_epoch * max(1, self.total_epochs - self.starting_epoch + 1)
+            done = self.items_before + (self.split_done - self.split_base if self.split_open else 0)
+            run_elapsed = now - self.run_started
+            left = total - done
         warm = (done >= 10 and run_elapsed > 10) or run_elapsed > 30  # Burn's ETA warm-up
-        eta = (total - done) * run_elapsed / done if warm and done and total > done else None
+        eta = left * run_elapsed / done if warm and done > 0 and left > 0 else None
+        fraction = (
+            (self.step / total if self.total_steps is not None else done / total) if total else 0.0
+        )
         if self.finished:
             mode = "Finished"
         elif self.split is None:
@@ -156,8 +190,10 @@ class RunState:
             split_done=self.split_done,
             split_total=self.split_total,
             iteration=self.iteration,
+            step=self.step,
+            total_steps=self.total_steps,
             items_per_second=ips,
-            run_fraction=min(1.0, done / total) if total else 0.0,
+            run_fraction=min(1.0, fraction),
             eta=format_eta(0.0 if self.finished else eta),
             metrics=tuple(
                 (name, tuple(per_split.items())) for name, per_split in self.entries.items()

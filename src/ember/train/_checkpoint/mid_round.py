@@ -1,0 +1,132 @@
+"""Mid-round checkpoints: where they are, which are complete, and the newest point a run can
+resume from, of either kind.
+
+A round-end checkpoint of round ``e`` is the files ``*-{e}.safetensors`` and ``manifest-{e}.json``
+in the checkpoint directory (``learning.py``). A *mid-round* checkpoint, taken at an optimizer
+step inside round ``e`` (``checkpoint_every(steps=N | seconds=T)``, or a stop inside a round),
+is the same files, named for the round under way, in a directory of its own named for the
+optimizer steps the run had taken::
+
+    checkpoint/step-{k}/{model,optim,scheduler,state}-{e}.safetensors
+    checkpoint/step-{k}/manifest-{e}.json          written last: commits the checkpoint
+
+so everything that writes, verifies and reads a round-end checkpoint (atomic files, SHA-256
+manifests, a sharded run's shard files) serves it unchanged, and every tool that lists round-end
+checkpoints (``ember export``, ``load_checkpoint``, the best epoch) never mistakes one for a
+round end. They are ordered by when they were taken: step ``k`` of round ``e`` comes after the
+end of round ``e - 1`` and before the end of round ``e`` (:attr:`ResumePoint.order`).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Collection
+from dataclasses import dataclass
+from pathlib import Path
+
+from ember.train._checkpoint.manifest import (
+    delete_manifest,
+    is_complete,
+    manifest_epochs,
+)
+
+__all__ = [
+    "ResumePoint",
+    "all_points",
+    "delete_mid_round",
+    "is_complete_point",
+    "latest_complete_point",
+    "mid_round_directory",
+    "mid_round_points",
+    "point_directory",
+    "step_directories",
+]
+
+_DIRECTORY_RE = re.compile(r"step-([1-9][0-9]*)")
+
+
+@dataclass(frozen=True, slots=True)
+class ResumePoint:
+    """A checkpoint a run can resume from: the end of round ``epoch`` (``step`` None), or the
+    optimizer step ``step`` inside round ``epoch``."""
+
+    epoch: int
+    step: int | None = None
+
+    @property
+    def starting_epoch(self) -> int:
+        """The round a run resumed here trains first (from its start, or from the step)."""
+        return self.epoch if self.step is not None else self.epoch + 1
+
+    @property
+    def order(self) -> tuple[int, int]:
+        """Sorts points by when they were taken (a mid-round one after the round before)."""
+        return (self.epoch, 0) if self.step is None else (self.epoch - 1, self.step)
+
+    def __str__(self) -> str:
+        if self.step is None:
+            return f"epoch {self.epoch}"
+        return f"step {self.step} (in epoch {self.epoch})"
+
+
+def mid_round_directory(directory: Path, step: int) -> Path:
+    """``{directory}/step-{step}``, where the mid-round checkpoint at ``step`` is."""
+    return directory / f"step-{step}"
+
+
+def step_directories(directory: Path) -> dict[int, Path]:
+    """The directories of mid-round checkpoints in ``directory`` (``step-{k}``), by step."""
+    if not directory.is_dir():
+        return {}
+    found = {}
+    for path in directory.iterdir():
+        match = _DIRECTORY_RE.fullmatch(path.name)
+        if match and path.is_dir() and not path.is_symlink():
+            found[int(match.group(1))] = path
+    return dict(sorted(found.items()))
+
+
+def mid_round_points(directory: Path) -> list[ResumePoint]:
+    """Every mid-round checkpoint in ``directory`` with a manifest (complete or not), in order."""
+    points = [
+        ResumePoint(epoch, step)
+        for step, path in step_directories(directory).items()
+        for epoch in manifest_epochs(path)
+    ]
+    return sorted(points, key=lambda point: point.order)
+
+
+def point_directory(directory: Path, point: ResumePoint) -> Path:
+    """Where the files of ``point`` are."""
+    return directory if point.step is None else mid_round_directory(directory, point.step)
+
+
+def is_complete_point(directory: Path, point: ResumePoint, required: Collection[str]) -> bool:
+    """Whether the checkpoint of ``point`` verifies against its manifest."""
+    return is_complete(point_directory(directory, point), point.epoch, required)
+
+
+def all_points(directory: Path) -> list[ResumePoint]:
+    """Every checkpoint of either kind in ``directory`` with a manifest, newest first."""
+    points = [ResumePoint(epoch) for epoch in manifest_epochs(directory)]
+    points += mid_round_points(directory)
+    return sorted(points, key=lambda point: point.order, reverse=True)
+
+
+def latest_complete_point(directory: Path, required: Collection[str]) -> ResumePoint | None:
+    """The newest complete checkpoint of either kind, or None; hashes only from the newest down
+    to the first that verifies."""
+    return next(
+        (point for point in all_points(directory) if is_complete_point(directory, point, required)),
+        None,
+    )
+
+
+def delete_mid_round(directory: Path, step: int) -> None:
+    """Remove the mid-round checkpoint at ``step``: its manifests first (so a crash leaves an
+    incomplete checkpoint, never a half-valid one), then its directory."""
+    path = mid_round_directory(directory, step)
+    for epoch in manifest_epochs(path):
+        delete_manifest(path, epoch)
+    shutil.rmtree(path, ignore_errors=True)
