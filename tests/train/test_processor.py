@@ -327,3 +327,15 @@ def test_consecutive_items_of_a_split_reach_each_logger_in_one_call_in_order() -
     assert logger.values[("Loss", Split.TRAIN, 1)] == ["1,1", "2,1", "3,1", "4,1", "2.5,final"]
     assert logger.values[("Loss", Split.VALID, 1)] == ["5,1", "6,1", "5.5,final"]
     assert [value.step for value in logger.numbers[:4]] == [0, 0, 0, 0]
+
+
+def test_the_items_before_a_non_finite_loss_are_logged() -> None:
+    """A run of items is logged together, yet the batches before a non-finite loss keep their
+    lines: the error stops training, never loses what was logged."""
+    processor, logger = full_processor()
+    with pytest.raises(NonFiniteLossError, match="iteration 3"):
+        processor.process_chunk(
+            [(Split.TRAIN, StartSplit(1, 4)), (Split.TRAIN, item(1)), (Split.TRAIN, item(2))]
+            + [(Split.TRAIN, item(3, torch.tensor(float("nan")))), (Split.TRAIN, item(4))]
+        )
+    assert logger.values[("Loss", Split.TRAIN, 1)] == ["1,1", "2,1"]

@@ -117,32 +117,38 @@ class FullEventProcessorTraining:
             start = end
 
     def _process_items(self, split: Split, training_items: Sequence[Any]) -> None:
-        """Update the metrics with consecutive items of ``split``, log and render them."""
+        """Update the metrics with consecutive items of ``split`` and render each; their values
+        reach the loggers together, also those before an item that fails (a non-finite loss)."""
         items = [_synced(training_item.item) for training_item in training_items]
         losses = self._read_losses(items)
-        update, renderer = self.metrics.update, self.renderer
+        update, renderer, progress = self.metrics.update, self.renderer, self._show_progress
         show = renderer.update_train if split is Split.TRAIN else renderer.update_valid
         logged: list[tuple[Sequence[MetricState], int]] = []
-        for training_item, item, loss in zip(training_items, items, losses, strict=True):
-            if split is Split.TRAIN and loss is not None:
-                loss = self._checked(loss, training_item.iteration)
-            metadata = MetricMetadata(
-                training_item.progress, training_item.iteration, training_item.lr,
-                training_item.grad_norm,
-            )  # fmt: skip
-            states = update(split, item, metadata, loss)
-            if states:
-                logged.append((states, training_item.step))
-                for state in states:
-                    show(state)
-        last = training_items[-1]
-        self._step = last.step
+        try:
+            for training_item, item, loss in zip(training_items, items, losses, strict=True):
+                if split is Split.TRAIN and loss is not None:
+                    loss = self._checked(loss, training_item.iteration)
+                metadata = MetricMetadata(
+                    training_item.progress, training_item.iteration, training_item.lr,
+                    training_item.grad_norm,
+                )  # fmt: skip
+                states = update(split, item, metadata, loss)
+                self._step = training_item.step
+                self._count_iteration(split, training_item.iteration)
+                if states:
+                    logged.append((states, training_item.step))
+                    for state in states:
+                        show(state)
+                progress(split, training_item)
+        finally:
+            if logged:
+                self.store.log_many(split, logged)
+
+    def _count_iteration(self, split: Split, iteration: int) -> None:
+        """Remember the first and the last iteration processed since the last progress line."""
         span = self._iterations.get(split)
-        first = (self._epoch, training_items[0].iteration) if span is None else span[:2]
-        self._iterations[split] = (*first, self._epoch, last.iteration)
-        if logged:
-            self.store.log_many(split, logged)
-        self._show_progress(split, last)
+        first = (self._epoch, iteration) if span is None else span[:2]
+        self._iterations[split] = (*first, self._epoch, iteration)
 
     def _checked(self, loss: LossInput, iteration: int) -> LossInput:
         """The training loss, refused when it is not finite (no checkpoint is written then)."""
