@@ -333,9 +333,9 @@ def test_the_items_before_a_non_finite_loss_are_logged() -> None:
     """A run of items is logged together, yet the batches before a non-finite loss keep their
     lines: the error stops training, never loses what was logged."""
     processor, logger = full_processor()
+    events: list[tuple[Split, Any]] = [(Split.TRAIN, StartSplit(1, 4))]
+    events += [(Split.TRAIN, item(1)), (Split.TRAIN, item(2))]
+    events += [(Split.TRAIN, item(3, torch.tensor(float("nan")))), (Split.TRAIN, item(4))]
     with pytest.raises(NonFiniteLossError, match="iteration 3"):
-        processor.process_chunk(
-            [(Split.TRAIN, StartSplit(1, 4)), (Split.TRAIN, item(1)), (Split.TRAIN, item(2))]
-            + [(Split.TRAIN, item(3, torch.tensor(float("nan")))), (Split.TRAIN, item(4))]
-        )
+        processor.process_chunk(events)
     assert logger.values[("Loss", Split.TRAIN, 1)] == ["1,1", "2,1"]
