@@ -257,27 +257,49 @@ def hang_at_step(out_dir: str, step: int, seconds: float, progress_timeout: floa
 
 def accumulation(out_dir: str) -> None:
     """grads_accumulation(2) with outputs reported every 3 units: the weights, the Loss lines,
-    and the all-reduces of the gradients (unit, closing) recorded as they are launched."""
+    and the gradient all-reduces: those torch's reducer runs inside each ``train_step`` (unit,
+    closing, count: the sequence number of the reducer's process group, which counts every
+    collective on it) and those run by hand from Python (unit, closing)."""
     out, rank = Path(out_dir), dist.get_rank()
-    calls: list[tuple[int, bool]] = []
+    by_hand: list[tuple[int, bool]] = []
+    reduced: list[tuple[int, bool, int]] = []
     all_reduce = dist.all_reduce
 
     def counting(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         step = current_step()
         if step is not None:  # inside a training step: a gradient all-reduce
-            calls.append((step.iteration, step.closing))
+            by_hand.append((step.iteration, step.closing))
         return all_reduce(tensor, *args, **kwargs)
 
+    strategy = DistributedDataParallel(report_every=3)
+    builder, learner = training(out / f"f-{rank}", 2, strategy)
+    model = learner.model
+    train_step = model.train_step
+
+    def reducing_step(batch: Batch) -> TrainOutput[RegressionOutput]:
+        assert strategy._ranks is not None  # the run has started
+        group = strategy._ranks.watched
+        before = group._get_sequence_number_for_group()
+        output = train_step(batch)
+        step = current_step()
+        assert step is not None
+        reduced.append(
+            (step.iteration, step.closing, group._get_sequence_number_for_group() - before)
+        )
+        return output
+
+    model.train_step = reducing_step  # type: ignore[method-assign]  # counts around the step
     dist.all_reduce = counting
     try:
-        builder, learner = training(out / f"f-{rank}", 2, DistributedDataParallel(report_every=3))
         result = builder.grads_accumulation(2).launch(learner)
     finally:
         dist.all_reduce = all_reduce
+        del model.train_step
     _succeeded(result)
     assert type(result.model) is Mlp  # no wrapper, no class swap
     copy.deepcopy(result.model)  # torch's replicate forbids this: ember leaves the model plain
     save_weights(out / f"f-rank{rank}.safetensors", result.model)
+    calls = {"by_hand": by_hand, "reduced": reduced}
     (out / f"f-calls-rank{rank}.json").write_text(json.dumps(calls), encoding="utf-8")
 
 

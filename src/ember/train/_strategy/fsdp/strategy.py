@@ -218,7 +218,6 @@ class FullyShardedRun(DistributedRun):
         if not share.real:
             weight = 0.0
         self._watch.arrive("the forward all-gather")
-        self._agreed = True
         context = current_step()
         if context is None:
             raise DistributedError("FullyShardedRun.train_step runs inside the training loop")
@@ -240,7 +239,6 @@ class FullyShardedRun(DistributedRun):
         forward only takes part in the all-gathers)."""
         share: _Share = batch
         self._watch.arrive("the forward all-gather")
-        self._agreed = True
         output = self._model.inference_step(share.batch)
         return output if share.real else None
 
