@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from unittest.mock import patch
@@ -17,6 +20,7 @@ from ember.train import FullyShardedDataParallel, GradNormMetric, Learner, Super
 from ember.train._checkpoint import sharded
 from ember.train._checkpoint.file import FileCheckpointer
 from ember.train._precision import Precision
+from ember.train._step import current_step
 from tests.train.strategy.ddp import helpers as ddp_helpers
 from tests.train.strategy.ddp.helpers import Mlp
 
@@ -75,11 +79,32 @@ def equal_and_exact(out_dir: str) -> None:
         builder = (
             builder.metrics(GradNormMetric()).gradient_checkpointing(["net.0"]).precision(precision)
         )
-        run(builder, learner, out, name)
+        with counting_reduce_scatters() as calls:
+            run(builder, learner, out, name)
+        (out / f"{name}-scatters-rank{dist.get_rank()}.json").write_text(json.dumps(calls))
     assert sharded_model is not None
     builder, _ = training(out / "twice", 1, FullyShardedDataParallel())
     result = builder.launch(Learner(sharded_model, torch.optim.Adam, 1e-2))
     ddp_helpers.write_result(out / f"twice-rank{dist.get_rank()}.json", result)
+
+
+@contextlib.contextmanager
+def counting_reduce_scatters() -> Iterator[list[tuple[int, bool]]]:
+    """The reduce-scatters FSDP launches in training steps, as (unit, closing) of each."""
+    calls: list[tuple[int, bool]] = []
+    reduce_scatter = dist.reduce_scatter_single
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        step = current_step()
+        if step is not None:  # inside a training step's backward
+            calls.append((step.iteration, step.closing))
+        return reduce_scatter(*args, **kwargs)
+
+    dist.reduce_scatter_single = counting
+    try:
+        yield calls
+    finally:
+        dist.reduce_scatter_single = reduce_scatter
 
 
 class _DyingShards(FileCheckpointer):

@@ -68,8 +68,15 @@ def test_clipping_accumulation_checkpointing_and_bf16_under_fsdp(
     two_ranks: Path, tmp_path: Path
 ) -> None:
     """clip_grad_norm over the DTensor gradients (the logged norms too),
-    grads_accumulation(mean=True) and gradient checkpointing: 2 ranks equal one process;
-    bf16-mixed (FSDP's MixedPrecisionPolicy) trains."""
+    grads_accumulation(mean=True) and gradient checkpointing: 2 ranks equal one process, with
+    no reduce-scatter inside an accumulation window (one per unit, the two Linears, at each
+    window's last micro-batch only); bf16-mixed (FSDP's MixedPrecisionPolicy) trains."""
+    # units 1-7 of an epoch, windows of 2: (1, 2), (3, 4), (5, 6) and the pass's tail (7)
+    closing = [[unit, True] for unit in (2, 2, 4, 4, 6, 6, 7, 7)]
+    for name in ("d", "e"):
+        for rank in (0, 1):
+            calls = json.loads((two_ranks / f"{name}-scatters-rank{rank}.json").read_text())
+            assert calls == closing * 2, (name, rank)
     builder, learner = ddp_helpers.training(tmp_path / "single", 2)
     builder = builder.clip_grad_norm(0.05).grads_accumulation(2, mean=True)
     builder = builder.metrics(GradNormMetric())
