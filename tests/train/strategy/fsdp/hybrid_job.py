@@ -2,11 +2,13 @@
 
 Run as ``python -m tests.train.strategy.fsdp.hybrid_job OUT`` under ``torchrun --nnodes 2``:
 trains the FSDP tests' run with ``FullyShardedDataParallel(hybrid=True)`` (a 2-D mesh: the
-ranks of a node shard the model, the nodes replicate it) and rank 0 writes its weights.
+ranks of a node shard the model, the nodes replicate it) and rank 0 writes its weights and
+the mesh of a parameter (``mesh.json``).
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -20,7 +22,15 @@ from tests.train.strategy.fsdp import helpers
 
 def main(out: Path) -> None:
     strategy = FullyShardedDataParallel(shard=nn.Linear, hybrid=True, timeout=timedelta(seconds=30))
-    helpers.run(*helpers.training(out / "run", 1, strategy), out, "hybrid")
+    model = helpers.run(*helpers.training(out / "run", 1, strategy), out, "hybrid")
+    weight = model.net[0].weight  # a DTensor over the run's mesh
+    if dist.get_rank() == 0:
+        mesh = {
+            "names": list(weight.device_mesh.mesh_dim_names or ()),
+            "shape": list(weight.device_mesh.shape),
+            "placements": [str(p) for p in weight.placements],
+        }
+        (out / "mesh.json").write_text(json.dumps(mesh), encoding="utf-8")
     dist.destroy_process_group()
 
 

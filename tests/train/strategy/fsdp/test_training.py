@@ -173,14 +173,15 @@ def free_port() -> int:
         return port
 
 
-def test_hybrid_sharding_over_two_nodes_equals_one_process(tmp_path: Path) -> None:
-    """`torchrun --nnodes 2 --nproc-per-node 1` with a c10d rendezvous on 127.0.0.1 (two
-    "nodes" on this machine): hybrid FSDP (a 2 x 1 mesh, replicated across the nodes) ends
-    with the weights of one process."""
+@pytest.mark.parametrize("per_node", [1, 2])
+def test_hybrid_sharding_over_two_nodes_equals_one_process(tmp_path: Path, per_node: int) -> None:
+    """`torchrun --nnodes 2 --nproc-per-node N` with a c10d rendezvous on 127.0.0.1 (two
+    "nodes" on this machine): hybrid FSDP over a 2 x N mesh (the N ranks of a node shard the
+    model, the nodes replicate it) ends with the weights of one process."""
     port = free_port()
     command = [
         *(sys.executable, "-m", "torch.distributed.run", "--nnodes", "2"),
-        *("--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-id", "hybrid"),
+        *("--nproc-per-node", str(per_node), "--rdzv-backend", "c10d", "--rdzv-id", "hybrid"),
         *("--rdzv-endpoint", f"127.0.0.1:{port}", "-m", "tests.train.strategy.fsdp.hybrid_job"),
         str(tmp_path),
     ]
@@ -195,6 +196,12 @@ def test_hybrid_sharding_over_two_nodes_equals_one_process(tmp_path: Path) -> No
         for node in nodes:
             node.kill()
     assert [node.returncode for node in nodes] == [0, 0], outputs
+    mesh = json.loads((tmp_path / "mesh.json").read_text())
+    assert mesh == {
+        "names": ["replicate", "shard"],
+        "shape": [2, per_node],
+        "placements": ["R", "S(0)"],  # torch's short names: replicated, sharded on dim 0
+    }
     builder, learner = ddp_helpers.training(tmp_path / "single", 1)
     single = builder.launch(learner)
     assert single.error is None, single.traceback
