@@ -13,8 +13,10 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 
+import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from ember.train import FullyShardedDataParallel
 from tests.train.strategy.fsdp import helpers
@@ -23,12 +25,19 @@ from tests.train.strategy.fsdp import helpers
 def main(out: Path) -> None:
     strategy = FullyShardedDataParallel(shard=nn.Linear, hybrid=True, timeout=timedelta(seconds=30))
     model = helpers.run(*helpers.training(out / "run", 1, strategy), out, "hybrid")
-    weight = model.net[0].weight  # a DTensor over the run's mesh
+    weight = model.get_parameter("net.0.weight")
+    assert isinstance(weight, DTensor)  # sharded over the run's mesh
+    names = weight.device_mesh.mesh_dim_names or ()
+    groups = [weight.device_mesh.get_group(name) for name in names]
     if dist.get_rank() == 0:
         mesh = {
-            "names": list(weight.device_mesh.mesh_dim_names or ()),
+            "names": list(names),
             "shape": list(weight.device_mesh.shape),
             "placements": [str(p) for p in weight.placements],
+            "timeouts": [
+                group._get_backend(torch.device("cpu")).options._timeout.total_seconds()
+                for group in groups
+            ],
         }
         (out / "mesh.json").write_text(json.dumps(mesh), encoding="utf-8")
     dist.destroy_process_group()

@@ -201,6 +201,7 @@ def test_hybrid_sharding_over_two_nodes_equals_one_process(tmp_path: Path, per_n
         "names": ["replicate", "shard"],
         "shape": [2, per_node],
         "placements": ["R", "S(0)"],  # torch's short names: replicated, sharded on dim 0
+        "timeouts": [30.0, 30.0],  # the strategy's timeout, not torch's 30 minutes
     }
     builder, learner = ddp_helpers.training(tmp_path / "single", 1)
     single = builder.launch(learner)

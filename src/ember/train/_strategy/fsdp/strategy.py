@@ -140,7 +140,7 @@ class FullyShardedDataParallel(DistributedDataParallel):
             model.to(ranks.device)
             with collective("broadcasting rank 0's weights"):
                 broadcast_coalesced([*model.parameters(), *model.buffers()], 0)
-            mesh = device_mesh(ranks.device, ranks.world, hybrid=self.hybrid)
+            mesh = device_mesh(ranks.device, ranks.world, hybrid=self.hybrid, timeout=self.timeout)
             shard_model(
                 model,
                 units,
