@@ -46,10 +46,10 @@ def samples(count: int, seed: int) -> list[tuple[list[float], float]]:
     return [(row, target) for row, target in zip(x.tolist(), y.tolist(), strict=True)]
 
 
-def loaders(workers: int = 0) -> tuple[DataLoader[Batch], DataLoader[Batch]]:
+def loaders(workers: int = 0, batch: int = 8) -> tuple[DataLoader[Batch], DataLoader[Batch]]:
     train = (
         DataLoaderBuilder(batcher)
-        .batch_size(8)
+        .batch_size(batch)
         .shuffle(7)
         .num_workers(workers)
         .build(InMemDataset(samples(TRAIN_ITEMS, 0)))
@@ -94,11 +94,13 @@ def training(
     dropout: float = 0.0,
     workers: int = 0,
     resume: int | None = None,
+    batch: int = 8,
 ) -> tuple[SupervisedTraining, Learner[Mlp]]:
-    """The run every test compares: Adam, lr 1e-2, Loss on both splits, checkpoints kept."""
+    """The run every test compares: Adam, lr 1e-2, Loss on both splits, checkpoints kept;
+    ``batch`` items a global training batch."""
     torch.manual_seed(0)
     model = Mlp(dropout)
-    train, valid = loaders(workers)
+    train, valid = loaders(workers, batch)
     builder = (
         SupervisedTraining(directory, train, valid)
         .renderer(CliMetricsRenderer(io.StringIO()))
@@ -160,6 +162,11 @@ def equal_and_exact(out_dir: str) -> None:
         result = builder.precision(precision).launch(learner)
         _succeeded(result)
         save_weights(out / f"{name}-rank{rank}.safetensors", result.model)
+    # G: a global batch of 7 that 2 ranks cannot divide: shares of 4 and 3 items
+    builder, learner = training(out / f"g-{rank}", 1, DistributedDataParallel(), batch=7)
+    result = builder.launch(learner)
+    _succeeded(result)
+    save_weights(out / f"g-rank{rank}.safetensors", result.model)
 
 
 class StopAfter:

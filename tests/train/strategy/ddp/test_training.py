@@ -78,6 +78,26 @@ def test_clipping_mean_accumulation_and_mixed_precision_under_ddp(
     assert any(not torch.equal(bf16[0][n], initial[n]) for n in initial)
 
 
+def test_a_world_size_that_does_not_divide_the_global_batch_still_equals_one_process(
+    two_ranks: Path, tmp_path: Path
+) -> None:
+    """A global batch of 7 over 2 ranks: shares of 4 and 3 items, each loss weighted by
+    world x share / 7 before torch's reducer averages: one process's weights and Loss lines
+    (nothing padded or dropped)."""
+    builder, learner = ddp_helpers.training(tmp_path / "single", 1, batch=7)
+    single = builder.launch(learner)
+    assert single.error is None, single.traceback
+    for rank in (0, 1):
+        weights = load_file(two_ranks / f"g-rank{rank}.safetensors")
+        for name, tensor in learner.model.state_dict().items():
+            torch.testing.assert_close(weights[name], tensor, rtol=0, atol=1e-6)
+    ours = losses(two_ranks / "g-0" / "train" / "epoch-1" / "Loss.log")
+    theirs = losses(tmp_path / "single" / "train" / "epoch-1" / "Loss.log")
+    assert [weight for _, weight in ours] == [weight for _, weight in theirs]
+    assert len(ours) == 7 + 1  # 7 batches of 7 items, the epoch's line
+    assert [value for value, _ in ours] == pytest.approx([v for v, _ in theirs], abs=1e-6)
+
+
 def test_only_rank_0_writes_files(two_ranks: Path) -> None:
     """Rank 1's run directory holds no file (its checkpoint folder, made by the user's
     builder, stays empty); rank 0's has the logs and the checkpoints."""

@@ -32,11 +32,12 @@ def training(
     *,
     dropout: float = 0.0,
     resume: int | None = None,
+    batch: int = 8,
 ) -> tuple[SupervisedTraining, Learner[Mlp]]:
     """The DDP tests' run (Adam, lr 1e-2, checkpoints kept) with the optimizer as a factory,
     as FSDP needs it (it is built on the sharded parameters)."""
     builder, learner = ddp_helpers.training(
-        directory, epochs, strategy, dropout=dropout, resume=resume
+        directory, epochs, strategy, dropout=dropout, resume=resume, batch=batch
     )
     return builder, Learner(learner.model, torch.optim.Adam, 1e-2)
 
@@ -64,8 +65,8 @@ def run(builder: SupervisedTraining, learner: Learner[Mlp], out: Path, name: str
 
 def equal_and_exact(out_dir: str) -> None:
     """A: compare with one process (sharded per Linear); C: stopped after epoch 1 and resumed
-    to A's 3; D: clipping, mean accumulation and gradient checkpointing; E: bf16-mixed; then
-    A's model, sharded already, trained again."""
+    to A's 3; D: clipping, mean accumulation and gradient checkpointing; E: bf16-mixed; G: a
+    global batch of 7; then A's model, sharded already, trained again."""
     out = Path(out_dir)
     sharded_model = None
     for name, epochs, resume in (("a", 3, None), ("c", 1, None), ("c", 3, 1)):
@@ -82,6 +83,8 @@ def equal_and_exact(out_dir: str) -> None:
         with counting_reduce_scatters() as calls:
             run(builder, learner, out, name)
         (out / f"{name}-scatters-rank{dist.get_rank()}.json").write_text(json.dumps(calls))
+    # G: a global batch of 7 that 2 ranks cannot divide: shares of 4 and 3 items
+    run(*training(out / "g", 1, FullyShardedDataParallel(), batch=7), out, "g")
     assert sharded_model is not None
     builder, _ = training(out / "twice", 1, FullyShardedDataParallel())
     result = builder.launch(Learner(sharded_model, torch.optim.Adam, 1e-2))

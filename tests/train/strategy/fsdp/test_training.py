@@ -64,6 +64,17 @@ def test_two_ranks_equal_one_process_and_log_the_same_losses(
                 assert float(value) == pytest.approx(float(expected), abs=1e-6)
 
 
+def test_a_world_size_that_does_not_divide_the_global_batch_still_equals_one_process(
+    two_ranks: Path, tmp_path: Path
+) -> None:
+    """A global batch of 7 over 2 ranks (shares of 4 and 3, each loss weighted by world x
+    share / 7): the weights of one process."""
+    builder, learner = ddp_helpers.training(tmp_path / "single", 1, batch=7)
+    single = builder.launch(learner)
+    assert single.error is None, single.traceback
+    assert_close(load_file(two_ranks / "g.safetensors"), learner.model.state_dict())
+
+
 def test_clipping_accumulation_checkpointing_and_bf16_under_fsdp(
     two_ranks: Path, tmp_path: Path
 ) -> None:
