@@ -63,10 +63,20 @@ def run(builder: SupervisedTraining, learner: Learner[Mlp], out: Path, name: str
     return result.model
 
 
+def one_rank(out_dir: str) -> None:
+    """W: one epoch sharded over a world of 1, checkpointed (``equal_and_exact`` resumes it)."""
+    run(
+        *training(Path(out_dir) / "w", 1, FullyShardedDataParallel(shard=nn.Linear)),
+        Path(out_dir),
+        "w1",
+    )
+
+
 def equal_and_exact(out_dir: str) -> None:
     """A: compare with one process (sharded per Linear); C: stopped after epoch 1 and resumed
     to A's 3; D: clipping, mean accumulation and gradient checkpointing; E: bf16-mixed; G: a
-    global batch of 7; then A's model, sharded already, trained again."""
+    global batch of 7; W: a 1-rank checkpoint resumed; then A's model, sharded already, trained
+    again."""
     out = Path(out_dir)
     sharded_model = None
     for name, epochs, resume in (("a", 3, None), ("c", 1, None), ("c", 3, 1)):
@@ -83,8 +93,14 @@ def equal_and_exact(out_dir: str) -> None:
         with counting_reduce_scatters() as calls:
             run(builder, learner, out, name)
         (out / f"{name}-scatters-rank{dist.get_rank()}.json").write_text(json.dumps(calls))
-    # G: a global batch of 7 that 2 ranks cannot divide: shares of 4 and 3 items
-    run(*training(out / "g", 1, FullyShardedDataParallel(), batch=7), out, "g")
+    # G: a global batch of 7 that 2 ranks cannot divide (shares of 4 and 3 items), a callable
+    # wrapping policy and the gathered parameters kept from forward to backward
+    strategy = FullyShardedDataParallel(
+        shard=lambda name, module: isinstance(module, nn.Linear), reshard_after_forward=False
+    )
+    run(*training(out / "g", 1, strategy, batch=7), out, "g")
+    # W: one_rank's checkpoint of epoch 1 (a world of 1), resumed by 2 ranks to epoch 2
+    run(*training(out / "w", 2, FullyShardedDataParallel(shard=nn.Linear), resume=1), out, "w2")
     assert sharded_model is not None
     builder, _ = training(out / "twice", 1, FullyShardedDataParallel())
     result = builder.launch(Learner(sharded_model, torch.optim.Adam, 1e-2))

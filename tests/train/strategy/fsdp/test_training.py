@@ -33,6 +33,7 @@ TIMEOUT = timedelta(seconds=30)
 def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One job for the equality, resume and reshard tests: rank start-up is the slow part."""
     out = tmp_path_factory.mktemp("fsdp")
+    spawn(helpers.one_rank, 1, str(out), timeout=TIMEOUT, join_timeout=60)
     spawn(helpers.equal_and_exact, 2, str(out), timeout=TIMEOUT, join_timeout=120)
     return out
 
@@ -68,7 +69,8 @@ def test_a_world_size_that_does_not_divide_the_global_batch_still_equals_one_pro
     two_ranks: Path, tmp_path: Path
 ) -> None:
     """A global batch of 7 over 2 ranks (shares of 4 and 3, each loss weighted by world x
-    share / 7): the weights of one process."""
+    share / 7), with a callable wrapping policy and reshard_after_forward=False: the weights
+    of one process."""
     builder, learner = ddp_helpers.training(tmp_path / "single", 1, batch=7)
     single = builder.launch(learner)
     assert single.error is None, single.traceback
@@ -156,6 +158,18 @@ def test_two_ranks_checkpoint_resumes_in_one_process_and_exports(
     exported = load_file(output)
     assert exported.keys() == final.keys()
     assert all(torch.equal(exported[name], tensor) for name, tensor in final.items())
+
+
+def test_a_one_rank_checkpoint_resumes_over_two_ranks(two_ranks: Path, tmp_path: Path) -> None:
+    """Reshard 1 -> 2: an FSDP run in a world of 1 checkpoints epoch 1 (its shards are whole
+    tensors); 2 ranks resume it (each cuts its own half of every tensor and of Adam's state)
+    and end epoch 2 with the weights of one process's uninterrupted run."""
+    index = FileCheckpointer(two_ranks / "w" / "checkpoint", "model").restore(1).metadata
+    assert index["world"] == 1
+    builder, learner = ddp_helpers.training(tmp_path / "single", 2)
+    single = builder.launch(learner)
+    assert single.error is None, single.traceback
+    assert_close(load_file(two_ranks / "w2.safetensors"), learner.model.state_dict())
 
 
 def test_a_rank_dying_during_a_sharded_write_leaves_the_previous_checkpoint(
