@@ -140,7 +140,9 @@ def _succeeded(result: LearningResult[Any]) -> None:
 
 
 def equal_and_exact(out_dir: str) -> None:
-    """A: the run to compare with one process; B, C: uninterrupted and resumed, with dropout."""
+    """A: the run to compare with one process; B, C: uninterrupted and resumed, with dropout;
+    D, E, H: clipping and mean accumulation in 32, bf16-mixed and 16-mixed; G: a global batch
+    of 7."""
     out, rank = Path(out_dir), dist.get_rank()
     builder, learner = training(out / f"a-{rank}", 3, DistributedDataParallel(), workers=1)
     result = builder.launch(learner)
@@ -155,7 +157,7 @@ def equal_and_exact(out_dir: str) -> None:
         _succeeded(result)
         dist.barrier()  # the next run reads what rank 0 wrote
         save_weights(out / f"{name}{epochs}-rank{rank}.safetensors", result.model)
-    runs: tuple[tuple[str, Precision], ...] = (("d", "32"), ("e", "bf16-mixed"))
+    runs: tuple[tuple[str, Precision], ...] = (("d", "32"), ("e", "bf16-mixed"), ("h", "16-mixed"))
     for name, precision in runs:
         builder, learner = training(out / f"{name}-{rank}", 2, DistributedDataParallel())
         builder = builder.clip_grad_norm(0.05).grads_accumulation(2, mean=True)
