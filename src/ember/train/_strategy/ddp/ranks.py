@@ -15,17 +15,24 @@ rank, the world size, its device, and the process groups its collectives go thro
   default group: NCCL's collectives do not block the host, which goes on to the next exchange
   on ``watched_cpu`` and finds a hung rank there.
 
-``None`` stands for the default group.
+``None`` stands for the default group. The gloo groups are made once per default group and
+timeout (:func:`gloo_group`) and shared by every run in it: their threads and sockets live as
+long as the default group's, instead of piling up with every ``launch``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from datetime import timedelta
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
-__all__ = ["Ranks"]
+__all__ = ["Ranks", "gloo_group"]
+
+_GLOO_GROUPS: dict[timedelta, Any] = {}
+_GROUPS_OF: list[Any] = [None]  # the default group the groups above belong to
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -42,3 +49,17 @@ class Ranks:
     @property
     def is_main(self) -> bool:
         return self.rank == 0
+
+
+def gloo_group(timeout: timedelta) -> Any:
+    """A gloo group of every rank whose collectives time out after ``timeout``, made the first
+    time a run of this default group asks for it (a collective call: every rank runs the same
+    runs, so every rank makes it at the same point) and reused by the runs after it."""
+    world = dist.group.WORLD
+    if _GROUPS_OF[0] is not world:  # a new default group: the old groups went with the old one
+        _GLOO_GROUPS.clear()
+        _GROUPS_OF[0] = world
+    group = _GLOO_GROUPS.get(timeout)
+    if group is None:
+        group = _GLOO_GROUPS[timeout] = dist.new_group(backend="gloo", timeout=timeout)
+    return group

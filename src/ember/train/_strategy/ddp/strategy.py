@@ -77,7 +77,7 @@ from ember.train._strategy.ddp.gradients import (
 )
 from ember.train._strategy.ddp.outputs import exchange_outputs
 from ember.train._strategy.ddp.progress import ProgressWatch
-from ember.train._strategy.ddp.ranks import Ranks
+from ember.train._strategy.ddp.ranks import Ranks, gloo_group
 from ember.train._strategy.ddp.torch_shares import SharesIterator, TorchShares
 
 __all__ = ["DistributedDataParallel", "DistributedRun"]
@@ -214,8 +214,8 @@ class DistributedDataParallel:
         init_from_environment(backend, self.timeout, self.init_method, device)
         gloo = "gloo" in dist.get_backend()
         # headers, flags and RNG states are small CPU tensors: gloo carries them (ranks.py)
-        cpu = None if gloo else dist.new_group(backend="gloo", timeout=self.timeout)
-        watched_cpu = dist.new_group(backend="gloo", timeout=self.progress_timeout)
+        cpu = None if gloo else gloo_group(self.timeout)
+        watched_cpu = gloo_group(self.progress_timeout)
         self._world_group = dist.group.WORLD
         self._ranks = Ranks(
             dist.get_rank(),
