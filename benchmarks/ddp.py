@@ -205,8 +205,8 @@ def torch_run(name: str, epochs: int) -> float:
 
 def _worker(out: str, name: str, epochs: int, pairs: int, control: bool) -> None:
     """One rank: a warm-up run of each, then ``pairs`` alternated pairs (ember, torch; then
-    torch, ember; ...), each with a second torch run with ``control``; rank 0 writes the
-    times."""
+    torch, ember; ...), each with a second torch run with ``control`` (the order rotates, so
+    that every side runs first, second and third equally often); rank 0 writes the times."""
     torch.set_num_threads(1)
     ember_run(name, 1)
     torch_run(name, 1)
@@ -214,7 +214,8 @@ def _worker(out: str, name: str, epochs: int, pairs: int, control: bool) -> None
     order = ["ember", "torch", "control"] if control else ["ember", "torch"]
     times: list[dict[str, float]] = []
     for pair in range(pairs):
-        sides = order if pair % 2 == 0 else order[::-1]
+        shift = pair % len(order)
+        sides = order[shift:] + order[:shift]
         times.append({side: runs[side](name, epochs) for side in sides})
     if dist.get_rank() == 0:
         Path(out).write_text(json.dumps(times), encoding="utf-8")
