@@ -8,23 +8,28 @@ Two models, each trained by 2 processes started by ``ember.distributed.spawn``:
   ember >= 0.98x torch.
 
 ember is the Learner with ``DistributedDataParallel()`` (sharded loader, a Loss metric on rank
-0, outputs reaching rank 0 in chunks); torch is a raw loop over the same global batches with
-``torch.nn.parallel.DistributedDataParallel``, each rank reading its share of every global
-batch through the same ``ShardedDataLoader`` ember uses. Both
-run **in the same processes, alternated** (ember, torch, torch, ember, ...) after a warm-up
-run of each, so a pair sees the same machine load; the figure is the median of the pairs'
-ratios. Every process uses one intra-op thread; the time is measured inside the processes from
-a barrier to the end of training, and includes each side's set-up of its engine (torch's
-``DistributedDataParallel`` wrapper and optimizer; ember's ``launch``, which builds its
-reducer). The machine's load average is printed before and after: on a shared machine the
-ratios are the figure to read, not the samples/s.
+0 with its per-batch log lines, outputs reaching rank 0 in chunks, no validation); torch is a
+raw loop over the same global batches with ``torch.nn.parallel.DistributedDataParallel``, each
+rank reading its share of every global batch through the same ``ShardedDataLoader`` ember
+uses, keeping its losses and reading them once an epoch. Same model, data, optimizer (Adam,
+lr 1e-3) and steps on both sides. Both run **in the same processes, alternated** (ember,
+torch, torch, ember, ...) after a warm-up run of each, so a pair sees the same machine load;
+the figure is the median of the pairs' ratios. Every process uses one intra-op thread; the
+time is measured inside the processes from a barrier to the end of training, and includes each
+side's set-up of its engine (torch's ``DistributedDataParallel`` wrapper and optimizer; ember's
+``launch``, which builds its reducer). The machine's load average is printed before and after:
+on a shared machine the ratios are the figure to read, not the samples/s, and ``--control``
+adds a second torch run to every pair, whose torch/torch ratio (1.000x on a quiet machine)
+shows how far the machine's noise moves a pair's figure.
 
-    python benchmarks/ddp.py [--quick] [--gpus N]     # --gpus: N processes, nccl, cuda:rank
+    python benchmarks/ddp.py [--quick] [--gpus N] [--epochs E] [--pairs P] [--control]
+                                                      # --gpus: N processes, nccl, cuda:rank
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import io
 import json
 import os
@@ -105,6 +110,19 @@ def _device() -> torch.device:
     return torch.device("cpu")
 
 
+def _settled() -> None:
+    """Before a timed run: collect the garbage of the runs before it and freeze what lives now
+    (the run's dataset: thousands of tensor objects), so that no full collection lands inside
+    the timing: one costs ~200 ms here, a fifth of a run, on whichever side it happens to hit.
+    :func:`_unsettled` undoes the freeze after the timing."""
+    gc.collect()
+    gc.freeze()
+
+
+def _unsettled() -> None:
+    gc.unfreeze()
+
+
 def _synchronized(device: torch.device) -> float:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -112,33 +130,33 @@ def _synchronized(device: torch.device) -> float:
 
 
 def ember_run(name: str, epochs: int) -> float:
-    """Seconds ember's DDP takes to train ``epochs`` epochs (validation on 8 items)."""
+    """Seconds ember's DDP takes to train ``epochs`` epochs (no validation: the raw loop has
+    none)."""
     width, batch, batches, _ = MODELS[name]
     torch.manual_seed(0)
     model = Mlp(width)
-    data = dataset(batch * batches)
-    train = DataLoaderBuilder(stack_batcher).batch_size(batch).shuffle(1).build(data)
-    valid = (
+    train = (
         DataLoaderBuilder(stack_batcher)
         .batch_size(batch)
-        .build(
-            InMemDataset([data[i] for i in range(8)])
-        )  # a token validation: the raw loop has none
+        .shuffle(1)
+        .build(dataset(batch * batches))
     )
     with tempfile.TemporaryDirectory() as directory:
         builder = (
-            SupervisedTraining(Path(directory), train, valid)
+            SupervisedTraining(Path(directory), train)
             .renderer(CliMetricsRenderer(io.StringIO()))
             .metric_train_numeric(LossMetric())
             .with_application_logger(None)
             .num_epochs(epochs)
             .with_training_strategy(DistributedDataParallel())
         )
+        _settled()
         dist.barrier()
         start = _synchronized(_device())
         result = builder.launch(Learner(model, torch.optim.Adam(model.parameters()), 1e-3))
         dist.barrier()
         elapsed = _synchronized(_device()) - start
+        _unsettled()
     if result.error is not None:
         raise RuntimeError(result.traceback)
     return elapsed
@@ -161,6 +179,7 @@ def torch_run(name: str, epochs: int) -> float:
         rank,
         world,
     )
+    _settled()
     dist.barrier()
     start = _synchronized(device)
     # timed like ember's launch, which sets up its reducer and optimizer inside the timing
@@ -179,26 +198,31 @@ def torch_run(name: str, epochs: int) -> float:
         torch.stack(losses).tolist()
     dist.barrier()
     elapsed = _synchronized(device) - start
+    _unsettled()
     loader.close()
     return elapsed
 
 
-def _worker(out: str, name: str, epochs: int, pairs: int) -> None:
-    """One rank: a warm-up run of each, then ``pairs`` alternated pairs; rank 0 writes them."""
+def _worker(out: str, name: str, epochs: int, pairs: int, control: bool) -> None:
+    """One rank: a warm-up run of each, then ``pairs`` alternated pairs (ember, torch; then
+    torch, ember; ...), each with a second torch run with ``control`` (the order rotates, so
+    that every side runs first, second and third equally often); rank 0 writes the times."""
     torch.set_num_threads(1)
     ember_run(name, 1)
     torch_run(name, 1)
-    times: list[tuple[float, float]] = []
+    runs = {"ember": ember_run, "torch": torch_run, "control": torch_run}
+    order = ["ember", "torch", "control"] if control else ["ember", "torch"]
+    times: list[dict[str, float]] = []
     for pair in range(pairs):
-        if pair % 2 == 0:
-            ember = ember_run(name, epochs)
-            raw = torch_run(name, epochs)
-        else:
-            raw = torch_run(name, epochs)
-            ember = ember_run(name, epochs)
-        times.append((ember, raw))
+        shift = pair % len(order)
+        sides = order[shift:] + order[:shift]
+        times.append({side: runs[side](name, epochs) for side in sides})
     if dist.get_rank() == 0:
         Path(out).write_text(json.dumps(times), encoding="utf-8")
+
+
+def _spread(ratios: list[float]) -> str:
+    return f"{statistics.median(ratios):.3f}x (pairs {min(ratios):.3f}-{max(ratios):.3f}x)"
 
 
 def main() -> None:
@@ -207,6 +231,11 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, default=0, help="N processes on N GPUs (nccl)")
     parser.add_argument("--epochs", type=int, help="epochs a run (default 2; 1 with --quick)")
     parser.add_argument("--pairs", type=int, help="alternated pairs (default 7; 3 with --quick)")
+    parser.add_argument(
+        "--control",
+        action="store_true",
+        help="a second torch run in every pair: torch/torch shows what the machine's noise allows",
+    )
     options = parser.parse_args()
     epochs, pairs = (1, 3) if options.quick else (2, 7)
     epochs, pairs = options.epochs or epochs, options.pairs or pairs
@@ -220,20 +249,30 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as directory:
             out = Path(directory) / "times.json"
             spawn(
-                _worker, processes, str(out), name, epochs, pairs, backend=backend, join_timeout=900
+                _worker,
+                processes,
+                str(out),
+                name,
+                epochs,
+                pairs,
+                options.control,
+                backend=backend,
+                join_timeout=1800,
             )
-            times = json.loads(out.read_text(encoding="utf-8"))
+            times: list[dict[str, float]] = json.loads(out.read_text(encoding="utf-8"))
         items = batch * batches * epochs
-        ratio = statistics.median(raw / ember for ember, raw in times)
-        ember_rate = statistics.median(items / ember for ember, _ in times)
-        torch_rate = statistics.median(items / raw for _, raw in times)
-        verdict = "met" if ratio >= target else "NOT met"
+        ratios = [pair["torch"] / pair["ember"] for pair in times]
+        ember_rate = statistics.median(items / pair["ember"] for pair in times)
+        torch_rate = statistics.median(items / pair["torch"] for pair in times)
+        verdict = "met" if statistics.median(ratios) >= target else "NOT met"
         print(
             f"{name:20} 784-{width}-{width}-10, global batch {batch}: ember {ember_rate:7.0f} "
-            f"samples/s, torch DDP {torch_rate:7.0f} samples/s, ember/torch {ratio:.3f}x "
-            f"(target >= {target}x: {verdict}; pairs {min(r / e for e, r in times):.3f}"
-            f"-{max(r / e for e, r in times):.3f}x)"
+            f"samples/s, torch DDP {torch_rate:7.0f} samples/s, ember/torch {_spread(ratios)}, "
+            f"target >= {target}x: {verdict}"
         )
+        if options.control:
+            control = [pair["torch"] / pair["control"] for pair in times]
+            print(f"{'':20} control, torch/torch: {_spread(control)}")
     print(f"load average {os.getloadavg()[0]:.1f} after")
 
 

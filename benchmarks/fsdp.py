@@ -13,7 +13,7 @@ On a machine with fewer free cores than processes both figures measure contentio
 extra collectives (an all-gather per unit in forward and backward, a reduce-scatter per unit)
 cost more than DDP's one all-reduce on a small model: FSDP is for models that do not fit.
 
-    python benchmarks/fsdp.py [--quick]
+    python benchmarks/fsdp.py [--quick] [--gpus N]     # --gpus: N processes, nccl, cuda:rank
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from ddp import BATCH, ITEMS, dataset  # the same data as the DDP benchmark
+from ddp import MODELS, Mlp, dataset  # the DDP benchmark's communication-bound model and data
 from ember.data import DataLoaderBuilder, InMemDataset
 from ember.distributed import spawn
 from ember.train import (
@@ -44,7 +44,10 @@ from ember.train import (
     LossMetric,
     SupervisedTraining,
 )
-from learner_overhead import MediumMlp, stack_batcher
+from learner_overhead import stack_batcher
+
+WIDTH, BATCH, BATCHES, _ = MODELS["communication-bound"]
+ITEMS = BATCH * BATCHES
 
 
 def local_bytes(tensor: torch.Tensor | None) -> int:
@@ -75,8 +78,8 @@ def held_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[int,
 def train(directory: Path, epochs: int, kind: str) -> tuple[float, tuple[int, int, int]]:
     """Seconds to train ``epochs`` epochs under ``kind`` (fsdp or ddp), and the bytes held."""
     torch.manual_seed(0)
-    model = MediumMlp()
-    data = dataset()
+    model = Mlp(WIDTH)
+    data = dataset(ITEMS)
     train = DataLoaderBuilder(stack_batcher).batch_size(BATCH).shuffle(1).build(data)
     valid = (
         DataLoaderBuilder(stack_batcher)
@@ -99,13 +102,14 @@ def train(directory: Path, epochs: int, kind: str) -> tuple[float, tuple[int, in
     start = time.perf_counter()
     result = builder.launch(learner)
     dist.barrier()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
     elapsed = time.perf_counter() - start
     if result.error is not None:
         raise RuntimeError(result.traceback)
-    x, y = stack_batcher(
-        [data[i] for i in range(BATCH // dist.get_world_size())], torch.device("cpu")
-    )
-    F.cross_entropy(result.model(x), y).backward()  # the gradients of one more step
+    device = next(result.model.parameters()).device
+    x, y = stack_batcher([data[i] for i in range(BATCH // dist.get_world_size())], device)
+    F.cross_entropy(result.model(x.to(device)), y.to(device)).backward()  # one more step's grads
     return elapsed, held_bytes(result.model, learner.optimizer)
 
 
@@ -115,7 +119,10 @@ def _worker(out: str, epochs: int, kind: str) -> None:
     for run_epochs in (1, epochs):
         with tempfile.TemporaryDirectory() as directory:
             seconds, held = train(Path(directory), run_epochs, kind)
-    per_rank = torch.tensor(held, dtype=torch.int64)
+    device = (
+        torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else None
+    )
+    per_rank = torch.tensor(held, dtype=torch.int64, device=device)
     ranks = [torch.empty_like(per_rank) for _ in range(dist.get_world_size())]
     dist.all_gather(ranks, per_rank)
     if dist.get_rank() == 0:
@@ -123,10 +130,10 @@ def _worker(out: str, epochs: int, kind: str) -> None:
         Path(out).write_text(json.dumps(record), encoding="utf-8")
 
 
-def measure(kind: str, epochs: int) -> dict[str, object]:
+def measure(kind: str, epochs: int, processes: int, backend: str) -> dict[str, object]:
     with tempfile.TemporaryDirectory() as directory:
         out = Path(directory) / "result.json"
-        spawn(_worker, 2, str(out), epochs, kind, join_timeout=600)
+        spawn(_worker, processes, str(out), epochs, kind, backend=backend, join_timeout=600)
         record: dict[str, object] = json.loads(out.read_text(encoding="utf-8"))
     return record
 
@@ -134,19 +141,24 @@ def measure(kind: str, epochs: int) -> dict[str, object]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer epochs and repeats")
+    parser.add_argument("--gpus", type=int, default=0, help="N processes on N GPUs (nccl)")
     options = parser.parse_args()
     epochs, repeats = (2, 1) if options.quick else (4, 3)
-    ratios, rates = [], {"fsdp": [], "ddp": []}
+    processes, backend = (options.gpus, "nccl") if options.gpus else (2, "gloo")
+    load = os.getloadavg()[0]
+    ratios: list[float] = []
+    rates: dict[str, list[float]] = {"fsdp": [], "ddp": []}
     held: dict[str, list[list[int]]] = {}
     for _ in range(repeats):
-        pair = {kind: measure(kind, epochs) for kind in ("fsdp", "ddp")}
+        pair = {kind: measure(kind, epochs, processes, backend) for kind in ("fsdp", "ddp")}
         for kind, record in pair.items():
             rates[kind].append(ITEMS * epochs / float(record["seconds"]))  # type: ignore[arg-type]
             held[kind] = record["bytes"]  # type: ignore[assignment]
         ratios.append(rates["fsdp"][-1] / rates["ddp"][-1])
     print(
         f"medium MLP 784-256-256-10, Adam, global batch {BATCH}, {ITEMS} items x {epochs} "
-        f"epochs, 2 gloo processes, 1 thread each, {os.cpu_count()} cores, median of {repeats}"
+        f"epochs, {processes} {backend} processes, 1 thread each, {os.cpu_count()} cores, median "
+        f"of {repeats}; load average {load:.1f} before, {os.getloadavg()[0]:.1f} after"
     )
     for kind in ("ddp", "fsdp"):
         for rank, (params, grads, state) in enumerate(held[kind]):

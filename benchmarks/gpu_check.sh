@@ -37,17 +37,20 @@ step() {  # step LIMIT_SECONDS LABEL COMMAND...: run it, print its figure lines 
     fi
 }
 
-step 110 "pytest -m gpu" "$PYTHON" -m pytest -q -m gpu -p no:cacheprovider tests
+# limits: 80 + 2 x 45 (ddp) + 2 x 45 (fsdp) + 2 x 20 (precision) = 300 s
+step 80 "pytest -m gpu" "$PYTHON" -m pytest -q -m gpu -p no:cacheprovider tests
 for n in $counts; do
     step 45 "ddp.py, $n GPU" env PYTHONPATH=benchmarks "$PYTHON" benchmarks/ddp.py --quick --gpus "$n"
 done
-for bench in fsdp precision; do  # only where the benchmark has a GPU mode (--gpus N)
+for bench in fsdp:45 precision:20; do  # only where the benchmark has a GPU mode (--gpus N)
+    limit=${bench#*:}
+    bench=${bench%:*}
     if [ ! -f "benchmarks/$bench.py" ] || ! grep -q -- '--gpus' "benchmarks/$bench.py"; then
         echo "$bench.py: no --gpus mode in this checkout: skipped"
         continue
     fi
     for n in $counts; do
-        step 25 "$bench.py, $n GPU" env PYTHONPATH=benchmarks "$PYTHON" "benchmarks/$bench.py" --quick --gpus "$n"
+        step "$limit" "$bench.py, $n GPU" env PYTHONPATH=benchmarks "$PYTHON" "benchmarks/$bench.py" --quick --gpus "$n"
     done
 done
 exit $status

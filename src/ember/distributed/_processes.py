@@ -55,6 +55,7 @@ __all__ = [
     "broadcast_bytes",
     "broadcast_coalesced",
     "collective",
+    "collective_error",
     "gather_bytes",
     "init_from_environment",
     "pack_tensors",
@@ -79,11 +80,16 @@ def collective(what: str) -> Iterator[None]:
     try:
         yield
     except RuntimeError as error:  # torch's DistBackendError is one
-        rank = dist.get_rank() if dist.is_initialized() else "?"
-        raise DistributedError(
-            f"rank {rank}: {what} failed: another rank has probably died or failed (see its "
-            f"error), or the collective timed out: {error}"
-        ) from error
+        raise collective_error(what, error) from error
+
+
+def collective_error(what: str, error: BaseException) -> DistributedError:
+    """The :class:`DistributedError` of a collective (``what``) that failed with ``error``."""
+    rank = dist.get_rank() if dist.is_initialized() else "?"
+    return DistributedError(
+        f"rank {rank}: {what} failed: another rank has probably died or failed (see its "
+        f"error), or the collective timed out: {error}"
+    )
 
 
 # --- the process group ---------------------------------------------------------------------

@@ -240,6 +240,9 @@ class TrainingLoop:
                     norm, stepped = window.step(learner), True
                     run.after_optimizer_step()
             reported = [output.item for output in outputs]
+            # the outputs hold this step's gradients: kept until the next step returned, they
+            # would double the gradients' memory during its backward
+            del outputs
             stamps.extend(
                 [(progress, learner.lr_current, window.optimizer_steps, norm)] * len(reported)
             )

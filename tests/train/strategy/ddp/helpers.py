@@ -46,10 +46,10 @@ def samples(count: int, seed: int) -> list[tuple[list[float], float]]:
     return [(row, target) for row, target in zip(x.tolist(), y.tolist(), strict=True)]
 
 
-def loaders(workers: int = 0) -> tuple[DataLoader[Batch], DataLoader[Batch]]:
+def loaders(workers: int = 0, batch: int = 8) -> tuple[DataLoader[Batch], DataLoader[Batch]]:
     train = (
         DataLoaderBuilder(batcher)
-        .batch_size(8)
+        .batch_size(batch)
         .shuffle(7)
         .num_workers(workers)
         .build(InMemDataset(samples(TRAIN_ITEMS, 0)))
@@ -94,11 +94,13 @@ def training(
     dropout: float = 0.0,
     workers: int = 0,
     resume: int | None = None,
+    batch: int = 8,
 ) -> tuple[SupervisedTraining, Learner[Mlp]]:
-    """The run every test compares: Adam, lr 1e-2, Loss on both splits, checkpoints kept."""
+    """The run every test compares: Adam, lr 1e-2, Loss on both splits, checkpoints kept;
+    ``batch`` items a global training batch."""
     torch.manual_seed(0)
     model = Mlp(dropout)
-    train, valid = loaders(workers)
+    train, valid = loaders(workers, batch)
     builder = (
         SupervisedTraining(directory, train, valid)
         .renderer(CliMetricsRenderer(io.StringIO()))
@@ -138,7 +140,9 @@ def _succeeded(result: LearningResult[Any]) -> None:
 
 
 def equal_and_exact(out_dir: str) -> None:
-    """A: the run to compare with one process; B, C: uninterrupted and resumed, with dropout."""
+    """A: the run to compare with one process; B, C: uninterrupted and resumed, with dropout;
+    D, E, H: clipping and mean accumulation in 32, bf16-mixed and 16-mixed; G: a global batch
+    of 7."""
     out, rank = Path(out_dir), dist.get_rank()
     builder, learner = training(out / f"a-{rank}", 3, DistributedDataParallel(), workers=1)
     result = builder.launch(learner)
@@ -153,13 +157,18 @@ def equal_and_exact(out_dir: str) -> None:
         _succeeded(result)
         dist.barrier()  # the next run reads what rank 0 wrote
         save_weights(out / f"{name}{epochs}-rank{rank}.safetensors", result.model)
-    runs: tuple[tuple[str, Precision], ...] = (("d", "32"), ("e", "bf16-mixed"))
+    runs: tuple[tuple[str, Precision], ...] = (("d", "32"), ("e", "bf16-mixed"), ("h", "16-mixed"))
     for name, precision in runs:
         builder, learner = training(out / f"{name}-{rank}", 2, DistributedDataParallel())
         builder = builder.clip_grad_norm(0.05).grads_accumulation(2, mean=True)
         result = builder.precision(precision).launch(learner)
         _succeeded(result)
         save_weights(out / f"{name}-rank{rank}.safetensors", result.model)
+    # G: a global batch of 7 that 2 ranks cannot divide: shares of 4 and 3 items
+    builder, learner = training(out / f"g-{rank}", 1, DistributedDataParallel(), batch=7)
+    result = builder.launch(learner)
+    _succeeded(result)
+    save_weights(out / f"g-rank{rank}.safetensors", result.model)
 
 
 class StopAfter:
@@ -257,27 +266,49 @@ def hang_at_step(out_dir: str, step: int, seconds: float, progress_timeout: floa
 
 def accumulation(out_dir: str) -> None:
     """grads_accumulation(2) with outputs reported every 3 units: the weights, the Loss lines,
-    and the all-reduces of the gradients (unit, closing) recorded as they are launched."""
+    and the gradient all-reduces: those torch's reducer runs inside each ``train_step`` (unit,
+    closing, count: the sequence number of the reducer's process group, which counts every
+    collective on it) and those run by hand from Python (unit, closing)."""
     out, rank = Path(out_dir), dist.get_rank()
-    calls: list[tuple[int, bool]] = []
+    by_hand: list[tuple[int, bool]] = []
+    reduced: list[tuple[int, bool, int]] = []
     all_reduce = dist.all_reduce
 
     def counting(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         step = current_step()
         if step is not None:  # inside a training step: a gradient all-reduce
-            calls.append((step.iteration, step.closing))
+            by_hand.append((step.iteration, step.closing))
         return all_reduce(tensor, *args, **kwargs)
 
+    strategy = DistributedDataParallel(report_every=3)
+    builder, learner = training(out / f"f-{rank}", 2, strategy)
+    model = learner.model
+    train_step = model.train_step
+
+    def reducing_step(batch: Batch) -> TrainOutput[RegressionOutput]:
+        assert strategy._ranks is not None  # the run has started
+        group = strategy._ranks.watched
+        before = group._get_sequence_number_for_group()
+        output = train_step(batch)
+        step = current_step()
+        assert step is not None
+        reduced.append(
+            (step.iteration, step.closing, group._get_sequence_number_for_group() - before)
+        )
+        return output
+
+    model.train_step = reducing_step  # type: ignore[method-assign]  # counts around the step
     dist.all_reduce = counting
     try:
-        builder, learner = training(out / f"f-{rank}", 2, DistributedDataParallel(report_every=3))
         result = builder.grads_accumulation(2).launch(learner)
     finally:
         dist.all_reduce = all_reduce
+        del model.train_step
     _succeeded(result)
     assert type(result.model) is Mlp  # no wrapper, no class swap
     copy.deepcopy(result.model)  # torch's replicate forbids this: ember leaves the model plain
     save_weights(out / f"f-rank{rank}.safetensors", result.model)
+    calls = {"by_hand": by_hand, "reduced": reduced}
     (out / f"f-calls-rank{rank}.json").write_text(json.dumps(calls), encoding="utf-8")
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -23,6 +23,7 @@ from ember.distributed._messages import (
 )
 from ember.extend import merge_outputs
 from ember.train import ClassificationOutput, RegressionOutput, SequenceOutput
+from ember.train._strategy.ddp.gradients import raised_by_autograd
 from ember.train._strategy.ddp.strategy import DistributedDataParallel
 from tests.train.strategy.ddp import helpers as ddp_helpers
 
@@ -201,3 +202,38 @@ def test_a_ddp_checkpoint_resumes_in_one_process(tmp_path: Path) -> None:
     assert builder.launch(reference).error is None
     for name, tensor in reference.model.state_dict().items():
         assert torch.equal(learner.model.state_dict()[name], tensor)
+
+
+class _FailingBackward(torch.autograd.Function):
+    """The identity, whose backward raises: Python code the backward pass runs."""
+
+    @staticmethod
+    def forward(ctx: object, x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: object, grad: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("a custom backward failed")
+
+
+def _caught(fn: Callable[[], object]) -> RuntimeError:
+    with pytest.raises(RuntimeError) as caught:
+        fn()
+    return caught.value
+
+
+def test_only_errors_of_torch_s_autograd_engine_are_taken_for_a_failed_all_reduce() -> None:
+    """A failed gradient all-reduce surfaces as a RuntimeError out of torch's engine (its
+    reducer waits at the end of backward); a forward error, or one raised by Python code the
+    backward pass runs, is the user's own and is raised as it is."""
+    weight = torch.ones(3, requires_grad=True)
+    loss = (weight * 2).sum()
+    torch.autograd.backward(loss)
+    engine = _caught(lambda: torch.autograd.backward(loss))  # the graph was freed: C++ engine
+    assert "second time" in str(engine) and raised_by_autograd(engine)
+    custom = _caught(
+        lambda: _FailingBackward.apply(weight).sum().backward()  # type: ignore[no-untyped-call]
+    )
+    assert not raised_by_autograd(custom)
+    forward = _caught(lambda: torch.ones(2) @ torch.ones(3))
+    assert not raised_by_autograd(forward)

@@ -21,17 +21,21 @@ from tests.train.strategy.ddp.test_training import TIMEOUT, losses
 @pytest.mark.timeout(150)
 def test_accumulation_reduces_only_at_a_window_s_last_unit(tmp_path: Path) -> None:
     """grads_accumulation(2) over 2 ranks: the gradients are all-reduced once per window, at
-    its last unit (torch's bucket; the tail batch, with an empty share on rank 1, by hand:
-    gradients and presence flags), never inside it; weights and Loss lines (reported every 3
-    units, so chunks end mid-pass) equal one process's."""
+    its last unit (torch's reducer: one collective, the model's one bucket; the tail batch,
+    with an empty share on rank 1, by hand: gradients and presence flags), never inside it;
+    weights and Loss lines (reported every 3 units, so chunks end mid-pass) equal one
+    process's."""
     spawn(ddp_helpers.accumulation, 2, str(tmp_path), timeout=TIMEOUT, join_timeout=120)
     builder, learner = ddp_helpers.training(tmp_path / "single", 2)
     single = builder.grads_accumulation(2).launch(learner)
     assert single.error is None, single.traceback
-    per_epoch = [[2, True], [4, True], [6, True], [7, True], [7, True]]
+    # units 1-7 of an epoch (7: one item, rank 1's share is empty): collectives in each step
+    reduced = [[1, False, 0], [2, True, 1], [3, False, 0], [4, True, 1], [5, False, 0]]
+    reduced += [[6, True, 1], [7, True, 0]]
     for rank in (0, 1):
         calls = json.loads((tmp_path / f"f-calls-rank{rank}.json").read_text(encoding="utf-8"))
-        assert calls == per_epoch * 2
+        assert calls["by_hand"] == [[7, True], [7, True]] * 2
+        assert calls["reduced"] == (reduced if rank == 0 else reduced[:-1]) * 2
         weights = load_file(tmp_path / f"f-rank{rank}.safetensors")
         for name, tensor in learner.model.state_dict().items():
             torch.testing.assert_close(weights[name], tensor, rtol=0, atol=1e-6)

@@ -64,7 +64,10 @@ def test_clipping_mean_accumulation_and_mixed_precision_under_ddp(
     two_ranks: Path, tmp_path: Path
 ) -> None:
     """clip_grad_norm and grads_accumulation(mean=True) act on the reduced gradients: 2 ranks
-    equal one process; bf16-mixed trains on every rank and keeps the replicas identical."""
+    equal one process; bf16-mixed trains on every rank and keeps the replicas identical;
+    16-mixed's gradient scaler unscales the reduced gradients (the same on every rank, so
+    every rank skips or takes the same steps): identical replicas, close to one process's
+    16-mixed run (float16 rounds the shares' forward differently from the whole batch's)."""
     builder, learner = ddp_helpers.training(tmp_path / "single", 2)
     single = builder.clip_grad_norm(0.05).grads_accumulation(2, mean=True).launch(learner)
     assert single.error is None, single.traceback
@@ -76,6 +79,34 @@ def test_clipping_mean_accumulation_and_mixed_precision_under_ddp(
     for name, tensor in bf16[0].items():
         assert torch.equal(tensor, bf16[1][name]) and torch.isfinite(tensor).all()
     assert any(not torch.equal(bf16[0][n], initial[n]) for n in initial)
+    builder, learner = ddp_helpers.training(tmp_path / "single16", 2)
+    builder = builder.clip_grad_norm(0.05).grads_accumulation(2, mean=True).precision("16-mixed")
+    single = builder.launch(learner)
+    assert single.error is None, single.traceback
+    fp16 = [load_file(two_ranks / f"h-rank{rank}.safetensors") for rank in (0, 1)]
+    for name, tensor in learner.model.state_dict().items():
+        assert torch.equal(fp16[0][name], fp16[1][name])
+        torch.testing.assert_close(fp16[0][name], tensor, rtol=0, atol=1e-2)
+
+
+def test_a_world_size_that_does_not_divide_the_global_batch_still_equals_one_process(
+    two_ranks: Path, tmp_path: Path
+) -> None:
+    """A global batch of 7 over 2 ranks: shares of 4 and 3 items, each loss weighted by
+    world x share / 7 before torch's reducer averages: one process's weights and Loss lines
+    (nothing padded or dropped)."""
+    builder, learner = ddp_helpers.training(tmp_path / "single", 1, batch=7)
+    single = builder.launch(learner)
+    assert single.error is None, single.traceback
+    for rank in (0, 1):
+        weights = load_file(two_ranks / f"g-rank{rank}.safetensors")
+        for name, tensor in learner.model.state_dict().items():
+            torch.testing.assert_close(weights[name], tensor, rtol=0, atol=1e-6)
+    ours = losses(two_ranks / "g-0" / "train" / "epoch-1" / "Loss.log")
+    theirs = losses(tmp_path / "single" / "train" / "epoch-1" / "Loss.log")
+    assert [weight for _, weight in ours] == [weight for _, weight in theirs]
+    assert len(ours) == 7 + 1  # 7 batches of 7 items, the epoch's line
+    assert [value for value, _ in ours] == pytest.approx([v for v, _ in theirs], abs=1e-6)
 
 
 def test_only_rank_0_writes_files(two_ranks: Path) -> None:

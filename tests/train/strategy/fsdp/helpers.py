@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from unittest.mock import patch
@@ -17,6 +20,7 @@ from ember.train import FullyShardedDataParallel, GradNormMetric, Learner, Super
 from ember.train._checkpoint import sharded
 from ember.train._checkpoint.file import FileCheckpointer
 from ember.train._precision import Precision
+from ember.train._step import current_step
 from tests.train.strategy.ddp import helpers as ddp_helpers
 from tests.train.strategy.ddp.helpers import Mlp
 
@@ -28,11 +32,12 @@ def training(
     *,
     dropout: float = 0.0,
     resume: int | None = None,
+    batch: int = 8,
 ) -> tuple[SupervisedTraining, Learner[Mlp]]:
     """The DDP tests' run (Adam, lr 1e-2, checkpoints kept) with the optimizer as a factory,
     as FSDP needs it (it is built on the sharded parameters)."""
     builder, learner = ddp_helpers.training(
-        directory, epochs, strategy, dropout=dropout, resume=resume
+        directory, epochs, strategy, dropout=dropout, resume=resume, batch=batch
     )
     return builder, Learner(learner.model, torch.optim.Adam, 1e-2)
 
@@ -58,10 +63,20 @@ def run(builder: SupervisedTraining, learner: Learner[Mlp], out: Path, name: str
     return result.model
 
 
+def one_rank(out_dir: str) -> None:
+    """W: one epoch sharded over a world of 1, checkpointed (``equal_and_exact`` resumes it)."""
+    run(
+        *training(Path(out_dir) / "w", 1, FullyShardedDataParallel(shard=nn.Linear)),
+        Path(out_dir),
+        "w1",
+    )
+
+
 def equal_and_exact(out_dir: str) -> None:
     """A: compare with one process (sharded per Linear); C: stopped after epoch 1 and resumed
-    to A's 3; D: clipping, mean accumulation and gradient checkpointing; E: bf16-mixed; then
-    A's model, sharded already, trained again."""
+    to A's 3; D: clipping, mean accumulation and gradient checkpointing; E: bf16-mixed; G: a
+    global batch of 7; W: a 1-rank checkpoint resumed; then A's model, sharded already, trained
+    again."""
     out = Path(out_dir)
     sharded_model = None
     for name, epochs, resume in (("a", 3, None), ("c", 1, None), ("c", 3, 1)):
@@ -75,11 +90,40 @@ def equal_and_exact(out_dir: str) -> None:
         builder = (
             builder.metrics(GradNormMetric()).gradient_checkpointing(["net.0"]).precision(precision)
         )
-        run(builder, learner, out, name)
+        with counting_reduce_scatters() as calls:
+            run(builder, learner, out, name)
+        (out / f"{name}-scatters-rank{dist.get_rank()}.json").write_text(json.dumps(calls))
+    # G: a global batch of 7 that 2 ranks cannot divide (shares of 4 and 3 items), a callable
+    # wrapping policy and the gathered parameters kept from forward to backward
+    strategy = FullyShardedDataParallel(
+        shard=lambda name, module: isinstance(module, nn.Linear), reshard_after_forward=False
+    )
+    run(*training(out / "g", 1, strategy, batch=7), out, "g")
+    # W: one_rank's checkpoint of epoch 1 (a world of 1), resumed by 2 ranks to epoch 2
+    run(*training(out / "w", 2, FullyShardedDataParallel(shard=nn.Linear), resume=1), out, "w2")
     assert sharded_model is not None
     builder, _ = training(out / "twice", 1, FullyShardedDataParallel())
     result = builder.launch(Learner(sharded_model, torch.optim.Adam, 1e-2))
     ddp_helpers.write_result(out / f"twice-rank{dist.get_rank()}.json", result)
+
+
+@contextlib.contextmanager
+def counting_reduce_scatters() -> Iterator[list[tuple[int, bool]]]:
+    """The reduce-scatters FSDP launches in training steps, as (unit, closing) of each."""
+    calls: list[tuple[int, bool]] = []
+    reduce_scatter = dist.reduce_scatter_single
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        step = current_step()
+        if step is not None:  # inside a training step's backward
+            calls.append((step.iteration, step.closing))
+        return reduce_scatter(*args, **kwargs)
+
+    dist.reduce_scatter_single = counting
+    try:
+        yield calls
+    finally:
+        dist.reduce_scatter_single = reduce_scatter
 
 
 class _DyingShards(FileCheckpointer):

@@ -33,6 +33,7 @@ TIMEOUT = timedelta(seconds=30)
 def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One job for the equality, resume and reshard tests: rank start-up is the slow part."""
     out = tmp_path_factory.mktemp("fsdp")
+    spawn(helpers.one_rank, 1, str(out), timeout=TIMEOUT, join_timeout=60)
     spawn(helpers.equal_and_exact, 2, str(out), timeout=TIMEOUT, join_timeout=120)
     return out
 
@@ -64,12 +65,31 @@ def test_two_ranks_equal_one_process_and_log_the_same_losses(
                 assert float(value) == pytest.approx(float(expected), abs=1e-6)
 
 
+def test_a_world_size_that_does_not_divide_the_global_batch_still_equals_one_process(
+    two_ranks: Path, tmp_path: Path
+) -> None:
+    """A global batch of 7 over 2 ranks (shares of 4 and 3, each loss weighted by world x
+    share / 7), with a callable wrapping policy and reshard_after_forward=False: the weights
+    of one process."""
+    builder, learner = ddp_helpers.training(tmp_path / "single", 1, batch=7)
+    single = builder.launch(learner)
+    assert single.error is None, single.traceback
+    assert_close(load_file(two_ranks / "g.safetensors"), learner.model.state_dict())
+
+
 def test_clipping_accumulation_checkpointing_and_bf16_under_fsdp(
     two_ranks: Path, tmp_path: Path
 ) -> None:
     """clip_grad_norm over the DTensor gradients (the logged norms too),
-    grads_accumulation(mean=True) and gradient checkpointing: 2 ranks equal one process;
-    bf16-mixed (FSDP's MixedPrecisionPolicy) trains."""
+    grads_accumulation(mean=True) and gradient checkpointing: 2 ranks equal one process, with
+    no reduce-scatter inside an accumulation window (one per unit, the two Linears, at each
+    window's last micro-batch only); bf16-mixed (FSDP's MixedPrecisionPolicy) trains."""
+    # units 1-7 of an epoch, windows of 2: (1, 2), (3, 4), (5, 6) and the pass's tail (7)
+    closing = [[unit, True] for unit in (2, 2, 4, 4, 6, 6, 7, 7)]
+    for name in ("d", "e"):
+        for rank in (0, 1):
+            calls = json.loads((two_ranks / f"{name}-scatters-rank{rank}.json").read_text())
+            assert calls == closing * 2, (name, rank)
     builder, learner = ddp_helpers.training(tmp_path / "single", 2)
     builder = builder.clip_grad_norm(0.05).grads_accumulation(2, mean=True)
     builder = builder.metrics(GradNormMetric())
@@ -140,6 +160,18 @@ def test_two_ranks_checkpoint_resumes_in_one_process_and_exports(
     assert all(torch.equal(exported[name], tensor) for name, tensor in final.items())
 
 
+def test_a_one_rank_checkpoint_resumes_over_two_ranks(two_ranks: Path, tmp_path: Path) -> None:
+    """Reshard 1 -> 2: an FSDP run in a world of 1 checkpoints epoch 1 (its shards are whole
+    tensors); 2 ranks resume it (each cuts its own half of every tensor and of Adam's state)
+    and end epoch 2 with the weights of one process's uninterrupted run."""
+    index = FileCheckpointer(two_ranks / "w" / "checkpoint", "model").restore(1).metadata
+    assert index["world"] == 1
+    builder, learner = ddp_helpers.training(tmp_path / "single", 2)
+    single = builder.launch(learner)
+    assert single.error is None, single.traceback
+    assert_close(load_file(two_ranks / "w2.safetensors"), learner.model.state_dict())
+
+
 def test_a_rank_dying_during_a_sharded_write_leaves_the_previous_checkpoint(
     tmp_path: Path,
 ) -> None:
@@ -166,14 +198,15 @@ def free_port() -> int:
         return port
 
 
-def test_hybrid_sharding_over_two_nodes_equals_one_process(tmp_path: Path) -> None:
-    """`torchrun --nnodes 2 --nproc-per-node 1` with a c10d rendezvous on 127.0.0.1 (two
-    "nodes" on this machine): hybrid FSDP (a 2 x 1 mesh, replicated across the nodes) ends
-    with the weights of one process."""
+@pytest.mark.parametrize("per_node", [1, 2])
+def test_hybrid_sharding_over_two_nodes_equals_one_process(tmp_path: Path, per_node: int) -> None:
+    """`torchrun --nnodes 2 --nproc-per-node N` with a c10d rendezvous on 127.0.0.1 (two
+    "nodes" on this machine): hybrid FSDP over a 2 x N mesh (the N ranks of a node shard the
+    model, the nodes replicate it) ends with the weights of one process."""
     port = free_port()
     command = [
         *(sys.executable, "-m", "torch.distributed.run", "--nnodes", "2"),
-        *("--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-id", "hybrid"),
+        *("--nproc-per-node", str(per_node), "--rdzv-backend", "c10d", "--rdzv-id", "hybrid"),
         *("--rdzv-endpoint", f"127.0.0.1:{port}", "-m", "tests.train.strategy.fsdp.hybrid_job"),
         str(tmp_path),
     ]
@@ -188,6 +221,13 @@ def test_hybrid_sharding_over_two_nodes_equals_one_process(tmp_path: Path) -> No
         for node in nodes:
             node.kill()
     assert [node.returncode for node in nodes] == [0, 0], outputs
+    mesh = json.loads((tmp_path / "mesh.json").read_text())
+    assert mesh == {
+        "names": ["replicate", "shard"],
+        "shape": [2, per_node],
+        "placements": ["R", "S(0)"],  # torch's short names: replicated, sharded on dim 0
+        "timeouts": [30.0, 30.0],  # the strategy's timeout, not torch's 30 minutes
+    }
     builder, learner = ddp_helpers.training(tmp_path / "single", 1)
     single = builder.launch(learner)
     assert single.error is None, single.traceback

@@ -7,11 +7,13 @@ wrapper, no class swap, no forward hooks, and nothing left on the model once the
 Torch's reducer is armed for a step by the strategy instead of by a forward through the
 wrapper, so the user's ``train_step`` computes its loss however it likes (``self(...)``,
 submodules, several calls) and the reducer all-reduces the gradients in its buckets while
-``backward`` runs, overlapped with it::
+``backward`` runs, overlapped with it, with torch's own communication hook (C++: no Python
+runs inside backward)::
 
     prepare()            # a window's last unit, every share non-empty: arm the reducer
-    train_step(share)    # backward: each full bucket is averaged over the ranks (async)
-                         # the first bucket's hook first agrees that every rank got there
+    train_step(share)    # backward: each full bucket is averaged over the ranks (async), on
+                         # the watched group (``ranks.py``): a rank that never joins fails it
+                         # after progress_timeout
     check_finished()     # every trained parameter got a gradient (else the reducer waits)
 
 Units inside an accumulation window do not arm it: their gradients add up locally in the
@@ -22,25 +24,30 @@ that rank has no backward to run: every rank then reduces by hand instead
 flag per parameter, so that a parameter no rank has a gradient for keeps none). Both paths
 average over the ranks; the strategy weights each share's loss so that the average is the
 global batch's gradient.
+
+A failed all-reduce surfaces as a RuntimeError out of torch's autograd engine (torch's reducer
+waits for its buckets at the end of backward): :func:`raised_by_autograd` tells it from an error
+of the user's forward pass or of Python code the backward pass runs.
 """
 
-# no ``from __future__ import annotations``: torch checks the communication hook's annotations
-# against the real classes
-from collections.abc import Callable
+from __future__ import annotations
+
+import os
 
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch._C._distributed_c10d import GradBucket
 
 from ember._errors import DistributedError
+from ember.distributed._messages import broadcast_coalesced
 from ember.distributed._processes import collective
 from ember.train._step import trained_parameters
 from ember.train._strategy.ddp.ranks import Ranks
 
-__all__ = ["TorchReducer", "check_not_distributed"]
+__all__ = ["TorchReducer", "check_not_distributed", "raised_by_autograd"]
 
 _UNFINISHED = "Expected to have finished reduction in the prior iteration"
+_AUTOGRAD = os.path.dirname(torch.autograd.__file__) + os.sep
 
 
 def check_not_distributed(model: nn.Module) -> None:
@@ -61,61 +68,46 @@ def check_not_distributed(model: nn.Module) -> None:
         )
 
 
+def raised_by_autograd(error: BaseException) -> bool:
+    """True when ``error`` came out of torch's autograd engine itself (where torch's reducer
+    waits for its all-reduces): its traceback enters ``torch.autograd.backward`` and runs no
+    Python code outside ``torch.autograd`` after it (a custom ``backward``, a hook)."""
+    frames = []
+    trace = error.__traceback__
+    while trace is not None:
+        frames.append(trace.tb_frame.f_code)
+        trace = trace.tb_next
+    entry = torch.autograd.backward.__code__
+    if entry not in frames:
+        return False
+    inner = frames[frames.index(entry) :]
+    return all(code.co_filename.startswith(_AUTOGRAD) for code in inner)
+
+
 class TorchReducer:
-    """Torch's DDP reducer over ``model``'s trained parameters (see the module doc).
+    """Torch's DDP reducer over ``model``'s trained parameters (see the module doc), on the
+    ranks' watched group. With one rank there is nothing to reduce and every method is a
+    no-op."""
 
-    ``before_reduction`` runs in the first bucket's communication hook, before the step's
-    first all-reduce (the progress agreement, so that a hung rank is named); what fails in the
-    hook is kept in :attr:`failure`, as torch only reports a RuntimeError of its own. With one rank
-    there is nothing to reduce and every method is a no-op.
-    """
-
-    def __init__(
-        self,
-        model: nn.Module,
-        ranks: Ranks,
-        bucket_cap_mb: float,
-        before_reduction: Callable[[], None],
-    ) -> None:
+    def __init__(self, model: nn.Module, ranks: Ranks, bucket_cap_mb: float) -> None:
         self._names = [name for name, param in trained_parameters(model) if param.requires_grad]
         self._params = [param for _, param in trained_parameters(model) if param.requires_grad]
-        self._before_reduction = before_reduction
-        self.failure: DistributedError | None = None
-        """What failed inside backward (the agreement, an all-reduce), if anything."""
-        self._world = ranks.world
+        self._ranks = ranks
         self._ddp: nn.parallel.DistributedDataParallel | None = None  # buffers: the strategy's
         if ranks.world == 1 or not self._params:
             return
-        device_ids = [ranks.device] if ranks.device.type == "cuda" else None
-        with collective("setting up torch's gradient reducer (rank 0's weights to every rank)"):
-            self._ddp = nn.parallel.DistributedDataParallel(
-                nn.ParameterList(self._params),
-                device_ids=device_ids,
-                bucket_cap_mb=bucket_cap_mb,
-            )
-        self._ddp.register_comm_hook(None, self._all_reduce)
-
-    def _all_reduce(self, state: object, bucket: GradBucket) -> torch.futures.Future[torch.Tensor]:
-        """Torch's ``allreduce_hook`` (the mean over the ranks), which also keeps what failed:
-        torch reports an error in a hook as a RuntimeError of its own."""
-        try:
-            if bucket.index() == 0:
-                self._before_reduction()  # every rank got here: no collective can hang
-            with collective("the gradient all-reduce"):
-                work = dist.all_reduce(bucket.buffer().div_(self._world), async_op=True)
-        except DistributedError as error:
-            self.failure = error
-            raise
-        reduced: torch.futures.Future[torch.Tensor] = work.get_future().then(self._reduced)
-        return reduced
-
-    def _reduced(self, future: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
-        try:
-            with collective("the gradient all-reduce"):
-                return future.value()[0]
-        except DistributedError as error:
-            self.failure = error
-            raise
+        # rank 0's weights to every rank on the default group (its timeout: the ranks may
+        # arrive far apart at the start), not in torch's constructor, which would use the
+        # watched group
+        with collective("broadcasting rank 0's weights"):
+            broadcast_coalesced([p.detach() for p in self._params], 0)
+        self._ddp = nn.parallel.DistributedDataParallel(
+            nn.ParameterList(self._params),
+            device_ids=[ranks.device] if ranks.device.type == "cuda" else None,
+            bucket_cap_mb=bucket_cap_mb,
+            process_group=ranks.watched,
+            init_sync=False,
+        )
 
     def prepare(self) -> None:
         """Arm the reducer for the next backward pass (what DDP's forward does)."""
@@ -148,11 +140,10 @@ class TorchReducer:
     def all_reduce_by_hand(self) -> None:
         """Average the ``.grad`` slots over the ranks without the reducer (a rank with an empty
         share has none): zeros stand for a missing gradient, and a parameter keeps none only
-        when no rank had one."""
+        when no rank had one. The caller watches it (a RuntimeError when it fails)."""
         if self._ddp is None:
             return
-        params = self._params
-        device = params[0].device
+        params, ranks = self._params, self._ranks
         flags = torch.tensor([p.grad is not None for p in params], dtype=torch.float32)
         # one presence flag per parameter: > 0 after the sum when some rank had a gradient
         groups: dict[tuple[torch.dtype, torch.device], list[int]] = {}
@@ -162,13 +153,12 @@ class TorchReducer:
             key: torch.cat([_flat_grad(params[index]) for index in indices])
             for key, indices in groups.items()
         }
-        flags = flags.to(device)
-        with collective("the gradient all-reduce"):
-            for flat in (*flats.values(), flags):
-                dist.all_reduce(flat)
+        for flat in flats.values():
+            dist.all_reduce(flat, group=ranks.watched)
+        dist.all_reduce(flags, group=ranks.watched_cpu)  # the host waits here, not on NCCL
         present = flags.tolist()
         for key, indices in groups.items():
-            flat = flats[key].div_(self._world)
+            flat = flats[key].div_(ranks.world)
             offset = 0
             for index in indices:
                 param = params[index]

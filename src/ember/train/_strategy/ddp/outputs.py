@@ -31,6 +31,7 @@ from ember.train._outputs import (
     RegressionOutput,
     SequenceOutput,
 )
+from ember.train._strategy.ddp.progress import ProgressWatch
 from ember.train._strategy.ddp.ranks import Ranks
 
 __all__ = ["exchange_outputs", "merge_outputs", "register_output_merge"]
@@ -181,6 +182,7 @@ def exchange_outputs(
     shares: Sequence[tuple[int, ...]],
     *,
     summed_loss: bool,
+    watch: ProgressWatch | None,
 ) -> tuple[list[Any], int]:
     """After a chunk of units: every rank's stop ``wish``, and the units' outputs on rank 0.
 
@@ -190,7 +192,9 @@ def exchange_outputs(
     a small int64 block per rank (its stop wish and the shapes of its outputs' tensors), then a
     gather of the outputs' bytes on rank 0. Returns rank 0's output of each unit in which it
     had one (its own, or the parts to merge; an empty list on other ranks) and the highest
-    stop wish of any rank.
+    stop wish of any rank. With a ``watch`` (right after user code) the collectives run on the
+    ranks' watched groups and a rank that never joins them is named (``progress.py``); without
+    one, on the job's groups with its timeout.
     """
     if ranks.world == 1:
         return [item for item in items if item is not None], wish
@@ -213,9 +217,11 @@ def exchange_outputs(
         start = 1 + unit * _HEADER
         block[start] = len(header)
         block[start + 1 : start + 1 + len(header)] = torch.tensor(header, dtype=torch.int64)
+    guard = collective if watch is None else watch.watching
+    small, large = (ranks.cpu, None) if watch is None else (ranks.watched_cpu, ranks.watched)
     blocks = [torch.empty_like(block) for _ in range(ranks.world)]
-    with collective("exchanging stop wishes and output shapes"):
-        dist.all_gather(blocks, block, group=ranks.cpu)
+    with guard("exchanging stop wishes and output shapes"):
+        dist.all_gather(blocks, block, group=small)
     table = torch.stack(blocks).tolist()
     stop = max(row[0] for row in table)
     headers = [
@@ -239,8 +245,8 @@ def exchange_outputs(
                 )
                 offset += unit_size
     gathered = [torch.empty_like(payload) for _ in range(ranks.world)] if ranks.is_main else None
-    with collective("gathering the outputs on rank 0"):
-        dist.gather(payload, gathered, dst=0)
+    with guard("gathering the outputs on rank 0"):
+        dist.gather(payload, gathered, dst=0, group=large)
     if gathered is None:
         return [], stop
     offsets = [0] * ranks.world

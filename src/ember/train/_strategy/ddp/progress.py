@@ -2,37 +2,50 @@
 
 A rank that hangs in its step (a deadlocked data loader, a stuck device, a ``time.sleep`` in
 user code) leaves the others blocked in the next collective until its timeout, five minutes by
-default, and torch then blames the ranks that waited. So before the first collective that
-follows user code in each unit of work (a training step's first gradient all-reduce, the
-exchange after a validation batch), every rank writes a key ``{count}/{rank}`` to the job's
-store and waits at most ``progress_timeout`` for the same key of every other rank::
+default, and torch then blames the ranks that waited. ``progress_timeout`` bounds that wait for
+the collectives that follow user code inside a pass, and when one fails the ranks find out
+through the job's store which of them never got there.
 
-    arrive(what):                               # the same sequence of calls on every rank
+**Watched collectives** (``DistributedDataParallel``): torch's gradient reducer, the buffers'
+broadcast, the by-hand all-reduce and the exchange after a chunk of units run on process groups
+whose timeout is ``progress_timeout`` (``ranks.py``). Nothing is paid per step for it: every
+rank counts the watched collectives it starts, locally, and the store is only written when one
+fails::
+
+    watching(what):                              # the same sequence on every rank
         count += 1
-        store[f"{run}/{count}/{rank}"] = ""
-        wait for f"{run}/{count}/{r}" of every rank r, at most progress_timeout
-            timed out: DistributedError naming the ranks without a key (no collective started,
-                       so the process group tears down at once)
-        delete f"{run}/{count - 1}/{rank}"      # every rank passed it: nobody waits for it
-    a rank that fails writes its next key, so the others go on to the collective and fail there
-    at once (its process group is torn down); one that dies is named after progress_timeout
+        run the collective: it fails after progress_timeout when a rank never joins it
+        failed: store[f"{run}/{count}/{rank}"] = ""
+                wait for f"{run}/{count}/{r}" of every rank r, at most progress_timeout
+                    timed out: DistributedError naming the ranks without a key ("made no
+                               progress"), not this one
+                    all there: every rank got there; the collective failed for another reason
+                               (a rank failed or died in it): DistributedError saying so
+    a rank that fails elsewhere writes the keys of its count and the next one, so the others
+    learn at once that it did not hang (its process group is torn down: they fail at once too)
+
+**Agreements** (``FullyShardedDataParallel``, whose collectives run inside torch's FSDP on the
+mesh's groups, with the job's timeout): before the step every rank writes its key and waits at
+most ``progress_timeout`` for every other rank's (:meth:`ProgressWatch.arrive`): three small
+store requests a step.
 
 The store is the one the process group was made with (a TCP store: the waits are answered by
-its server, not by polling). It costs three small store requests per unit of work (about
-60 µs on an idle machine, a third of a gloo barrier; more when the store's host is busy).
-``progress_timeout=None`` on the strategy means a fifth of its ``timeout``.
+its server, not by polling). ``progress_timeout=None`` on the strategy means a fifth of its
+``timeout``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import torch.distributed.distributed_c10d as c10d
 
 from ember._errors import DistributedError
+from ember.distributed._processes import collective_error
 from ember.train._step import current_step
 from ember.train._strategy.ddp.ranks import Ranks
 
@@ -42,50 +55,90 @@ _RUNS = itertools.count(1)  # every rank makes its runs in the same order: the s
 
 
 class ProgressWatch:
-    """One run's progress agreement through the job's store (see the module doc)."""
+    """One run's watch over its ranks' progress through the job's store (see the module doc)."""
 
     def __init__(self, ranks: Ranks, timeout: timedelta) -> None:
         self._ranks = ranks
         self._timeout = timeout
         self._count = 0
+        self._what = ""
+        self._key: str | None = None  # the key this rank left in the store, if any
         self._run = next(_RUNS)
         self._store: Any = None
         if ranks.world > 1:
             store = c10d._get_default_store()
             self._store = c10d.PrefixStore(f"ember/progress/{self._run}/", store)
 
+    @contextlib.contextmanager
+    def watching(self, what: str) -> Iterator[None]:
+        """Run a watched collective (``what``): a RuntimeError in it becomes the
+        :class:`DistributedError` of :meth:`explain`."""
+        self.reached(what)
+        try:
+            yield
+        except RuntimeError as error:  # torch's DistBackendError is one
+            raise self.explain(error) from error
+
+    def reached(self, what: str) -> None:
+        """This rank starts the next watched collective, ``what`` (no request: counted here)."""
+        self._count += 1
+        self._what = what
+
+    def explain(self, error: BaseException) -> DistributedError:
+        """The error of the watched collective just :meth:`reached`, which failed with
+        ``error``: the ranks that never got there, named, or the collective's own failure."""
+        store = self._store
+        if store is None:
+            return collective_error(self._what, error)
+        keys = self._keys(self._count)
+        try:
+            self._leave(keys[self._ranks.rank])
+            store.wait(keys, self._timeout)
+        except RuntimeError as waited:  # a timeout, or the store is gone with its job
+            return self._stuck(keys, waited)
+        return collective_error(self._what, error)
+
     def arrive(self, what: str) -> None:
         """This rank reached ``what`` (a collective); return once every rank has, or raise
         :class:`DistributedError` naming the ranks that did not within the timeout."""
         store = self._store
+        self.reached(what)
         if store is None:
             return
-        self._count += 1
-        rank, count = self._ranks.rank, self._count
-        keys = [f"{count}/{r}" for r in range(self._ranks.world)]
+        keys = self._keys(self._count)
         try:
-            store.set(keys[rank], "")
+            previous = self._key
+            self._leave(keys[self._ranks.rank])
             store.wait(keys, self._timeout)
         except RuntimeError as error:  # a timeout, or the store is gone with its job
-            raise self._stuck(keys, what, error) from error
-        if count > 1:
-            store.delete_key(f"{count - 1}/{rank}")
+            raise self._stuck(keys, error) from error
+        if previous is not None:  # every rank passed it: nobody waits for it any more
+            store.delete_key(previous)
 
     def close(self, *, failed: bool = False) -> None:
         """Remove this rank's last key (the store outlives the run). After a failure here, the
-        key of the next agreement is written instead: the others pass it at once and fail in
-        the collective ("another rank has died"), not ``progress_timeout`` later blaming this
-        rank."""
+        keys of this rank's count and the next one are written instead: the others, in that
+        collective or the next, pass at once and fail in it ("another rank has died or
+        failed"), not ``progress_timeout`` later blaming this rank."""
         store = self._store
         if store is None:
             return
         with contextlib.suppress(RuntimeError):  # the job is ending anyway
             if failed:
-                store.set(f"{self._count + 1}/{self._ranks.rank}", "")
-            elif self._count:
-                store.delete_key(f"{self._count}/{self._ranks.rank}")
+                rank = self._ranks.rank
+                store.set(self._keys(self._count)[rank], "")
+                store.set(self._keys(self._count + 1)[rank], "")
+            elif self._key is not None:
+                store.delete_key(self._key)
 
-    def _stuck(self, keys: list[str], what: str, error: RuntimeError) -> DistributedError:
+    def _keys(self, count: int) -> list[str]:
+        return [f"{count}/{rank}" for rank in range(self._ranks.world)]
+
+    def _leave(self, key: str) -> None:
+        self._store.set(key, "")
+        self._key = key
+
+    def _stuck(self, keys: list[str], error: RuntimeError) -> DistributedError:
         try:
             late = [r for r, key in enumerate(keys) if not self._store.check([key])]
         except RuntimeError:
@@ -95,16 +148,16 @@ class ProgressWatch:
         if step is not None and self._ranks.is_main:  # only rank 0 counts the iterations
             where += f", iteration {step.iteration}"
         seconds = self._timeout.total_seconds()
+        rank, what = self._ranks.rank, self._what
         if not late:
             return DistributedError(
-                f"rank {self._ranks.rank}: the progress agreement before {what}{where} failed: "
-                f"{error}"
+                f"rank {rank}: the progress agreement before {what}{where} failed: {error}"
             )
         names = ", ".join(str(r) for r in late)
+        plural = "s" if len(late) > 1 else ""
         return DistributedError(
-            f"rank{'s' if len(late) > 1 else ''} {names} made no progress for {seconds:g} s: "
-            f"rank {self._ranks.rank} reached {what}{where} and "
-            f"rank{'s' if len(late) > 1 else ''} {names} did not (hung in a step or a data "
-            "loader, or far slower than the others; if its steps legitimately take that long, "
-            "raise DistributedDataParallel(progress_timeout=...))"
+            f"rank{plural} {names} made no progress for {seconds:g} s: rank {rank} reached "
+            f"{what}{where} and rank{plural} {names} did not (hung in a step or a data loader, "
+            "or far slower than the others; if its steps legitimately take that long, raise "
+            "DistributedDataParallel(progress_timeout=...))"
         )

@@ -12,15 +12,17 @@ rank::
                               # all-reduced: sum over ranks of grad x share / global batch
                               # (an empty share skips the step and contributes zeros)
     lr_step, optimizer_step   # the same reduced gradients everywhere: replicas stay equal
-    all-gather (CPU group)    # every rank's stop wish and its output's shapes
-    gather on rank 0          # the outputs' bytes (tensors only, never pickle); rank 0 emits
-                              # ProcessedItem with the global batch's output (merged lazily,
-                              # on the metrics thread)
-    stop if any rank wished   # every rank stops after the same batch
+    every report_every units and at a pass's end, one exchange:
+        all-gather (CPU group)    # every rank's stop wish and its outputs' shapes
+        gather on rank 0          # the outputs' bytes (tensors only, never pickle); rank 0
+                                  # emits a ProcessedItem per global batch with its output
+                                  # (merged lazily, on the metrics thread)
+        stop if any rank wished   # every rank stops after the same batch
 
-Before each step's gradient all-reduce (and each validation batch's exchange) the ranks agree
-through the job's store that all of them got there (``progress``): one that hangs is named
-within ``progress_timeout``.
+The collectives that follow user code inside a pass (buffers, gradients, exchanges) time out
+after ``progress_timeout``; when one does, the ranks find out through the job's store which of
+them never got there, and name it (``progress``). Nothing of this runs per step: torch's
+reducer all-reduces with its own C++ communication hook.
 
 Validation reads shares of the valid loader the same way. So the metrics rank 0 computes and
 logs are those of the global batch, as in one process, and the gradient is the global batch's
@@ -40,8 +42,8 @@ tensor fields hold the batch's values and it has a ``merge(parts, sizes)`` class
 registered with :func:`register_output_merge`).
 
 This module holds the strategy and its run (what the loop in ``train/_loop.py`` calls); the
-pieces it assembles live next to it: ``ranks`` (a rank's place in the job, and the small
-messages the ranks agree through), ``gradients`` (the bucketed gradient all-reduce) and
+pieces it assembles live next to it: ``ranks`` (a rank's place in the job and its process
+groups), ``gradients`` (torch's gradient reducer), ``progress`` (a hung rank named) and
 ``outputs`` (outputs sent to rank 0 and merged into the global batch's).
 """
 
@@ -68,10 +70,14 @@ from ember.distributed._messages import broadcast_bytes, broadcast_coalesced, ga
 from ember.distributed._processes import DEFAULT_TIMEOUT, collective, init_from_environment
 from ember.train._learner import Learner
 from ember.train._step import TrainOutput, current_step, step_context, trained_parameters
-from ember.train._strategy.ddp.gradients import TorchReducer, check_not_distributed
+from ember.train._strategy.ddp.gradients import (
+    TorchReducer,
+    check_not_distributed,
+    raised_by_autograd,
+)
 from ember.train._strategy.ddp.outputs import exchange_outputs
 from ember.train._strategy.ddp.progress import ProgressWatch
-from ember.train._strategy.ddp.ranks import Ranks
+from ember.train._strategy.ddp.ranks import Ranks, gloo_group
 from ember.train._strategy.ddp.torch_shares import SharesIterator, TorchShares
 
 __all__ = ["DistributedDataParallel", "DistributedRun"]
@@ -206,11 +212,19 @@ class DistributedDataParallel:
                 raise ValueError(f"a CUDA device needs the nccl backend, got {backend!r}")
             torch.cuda.set_device(device)
         init_from_environment(backend, self.timeout, self.init_method, device)
-        backend = dist.get_backend()
-        # headers, flags and RNG states are small CPU tensors: gloo carries them
-        cpu = None if "gloo" in backend else dist.new_group(backend="gloo", timeout=self.timeout)
+        gloo = "gloo" in dist.get_backend()
+        # headers, flags and RNG states are small CPU tensors: gloo carries them (ranks.py)
+        cpu = None if gloo else gloo_group(self.timeout)
+        watched_cpu = gloo_group(self.progress_timeout)
         self._world_group = dist.group.WORLD
-        self._ranks = Ranks(dist.get_rank(), dist.get_world_size(), device, cpu)
+        self._ranks = Ranks(
+            dist.get_rank(),
+            dist.get_world_size(),
+            device,
+            cpu,
+            watched_cpu,
+            watched_cpu if gloo else None,
+        )
         return self._ranks
 
     def _abandon(self) -> None:
@@ -248,7 +262,7 @@ class DistributedRun:
     ) -> None:
         self._agreements(strategy, ranks, learner, views)
         model = self._model
-        self._reducer = TorchReducer(model, ranks, strategy.bucket_cap_mb, self._agree_reduction)
+        self._reducer = TorchReducer(model, ranks, strategy.bucket_cap_mb)
         with collective("broadcasting rank 0's buffers"):
             broadcast_coalesced(list(model.buffers()), 0)
 
@@ -275,7 +289,6 @@ class DistributedRun:
         self.replicas = (model,)
         self.loaders: Mapping[str, DataLoader[Any]] = dict(views)
         self._watch = ProgressWatch(ranks, strategy.progress_timeout)
-        self._agreed = False  # in this unit: every rank arrived at its first collective
 
     @property
     def rank(self) -> int:
@@ -304,11 +317,11 @@ class DistributedRun:
         all-reduces the gradients while backward runs (an empty share contributes zeros)."""
         model, shares, ranks = self._model, self._shares, self._ranks
         self._sync_buffers()
-        self._agreed = False
         context = current_step()
         closing = context is None or context.closing
         by_torch = closing and min(shares) > 0
         if by_torch:
+            self._watch.reached("the gradient all-reduce")
             self._reducer.prepare()
         output = None
         if batch is not None:
@@ -322,8 +335,8 @@ class DistributedRun:
                 with step_context(context) if context is not None else contextlib.nullcontext():
                     output = learner.train_step(batch)
             except RuntimeError as error:
-                if self._reducer.failure is not None:  # inside backward: torch's words hide it
-                    raise self._reducer.failure from error
+                if by_torch and raised_by_autograd(error):  # the reducer's all-reduce failed
+                    raise self._watch.explain(error) from error
                 raise
             if output.grads and output.grads.owner is not model:
                 raise DistributedError(
@@ -334,13 +347,12 @@ class DistributedRun:
         if by_torch:
             self._reducer.check_finished(batch is not None)
         elif closing:
-            self._agree_reduction()
-            self._reducer.all_reduce_by_hand()
+            with self._watch.watching("the gradient all-reduce"):
+                self._reducer.all_reduce_by_hand()
         return () if output is None else (output,)
 
     def inference_step(self, batch: Any) -> Any:
         """The model's ``inference_step`` on this rank's share (None for an empty one)."""
-        self._agreed = False
         if batch is None:
             return None
         return self._model.inference_step(batch)
@@ -354,17 +366,22 @@ class DistributedRun:
         ranks = self._ranks
         if stop:
             self._wish = max(self._wish, ranks.world - ranks.rank)
-        if self._shares:  # a unit of a pass (not the question between two epochs)
+        in_pass = bool(self._shares)  # a unit of a pass, not the question between two rounds
+        if in_pass:
             self._chunk.append(items[0] if items else None)
             self._chunk_shares.append(self._shares)
             self._shares = ()
             if len(self._chunk) < self._strategy.report_every and not self._last:
                 return [], None
-        if not self._agreed:  # user code ran since this unit's last agreement
-            self._watch.arrive("the exchange after a batch")
-        self._agreed = False
         merged, highest = exchange_outputs(
-            ranks, self._chunk, self._wish, self._chunk_shares, summed_loss=not self._mean
+            ranks,
+            self._chunk,
+            self._wish,
+            self._chunk_shares,
+            summed_loss=not self._mean,
+            # right after user code: watched; between rounds rank 0 may still be writing a
+            # checkpoint while the others wait, which the job's timeout allows
+            watch=self._watch if in_pass else None,
         )
         self._chunk, self._chunk_shares, self._wish = [], [], 0
         stopper = None if highest == 0 else ranks.world - highest
@@ -415,11 +432,7 @@ class DistributedRun:
         if error is not None:
             self._strategy._abandon()
 
-    def _agree_reduction(self) -> None:
-        self._watch.arrive("the gradient all-reduce")
-        self._agreed = True
-
     def _sync_buffers(self) -> None:
         if self._buffers:
-            with collective("broadcasting rank 0's buffers"):
-                broadcast_coalesced(self._buffers, 0)
+            with self._watch.watching("broadcasting rank 0's buffers"):
+                broadcast_coalesced(self._buffers, 0, group=self._ranks.watched)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from datetime import timedelta
 from typing import TYPE_CHECKING, TypeAlias, cast
 
 import torch
@@ -25,6 +26,7 @@ if TYPE_CHECKING:  # torch's FSDP costs most of a second to import: only a shard
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
+from ember.distributed._processes import DEFAULT_TIMEOUT
 from ember.train._precision import Precision
 
 __all__ = [
@@ -63,9 +65,14 @@ def _is_module_class(value: object) -> bool:
     return isinstance(value, type) and issubclass(value, nn.Module)
 
 
-def device_mesh(device: torch.device, world: int, *, hybrid: bool) -> DeviceMesh:
-    """The run's mesh: ``("shard",)`` of ``world`` ranks, or with ``hybrid``
-    ``("replicate", "shard")`` of (nodes, ``LOCAL_WORLD_SIZE`` ranks per node)."""
+def device_mesh(
+    device: torch.device, world: int, *, hybrid: bool, timeout: timedelta = DEFAULT_TIMEOUT
+) -> DeviceMesh:
+    """The run's mesh: ``("shard",)`` of ``world`` ranks (the default group), or with
+    ``hybrid`` ``("replicate", "shard")`` of (nodes, ``LOCAL_WORLD_SIZE`` ranks per node),
+    whose groups time out after ``timeout`` (torch's own default for a mesh's new groups is
+    30 minutes)."""
+    import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
     if not hybrid:
@@ -76,8 +83,16 @@ def device_mesh(device: torch.device, world: int, *, hybrid: bool) -> DeviceMesh
             f"hybrid sharding needs the same number of ranks on every node: the world size "
             f"{world} is not a multiple of LOCAL_WORLD_SIZE={local}"
         )
+    backend = dist.get_backend()
+    options = (
+        dist.ProcessGroupNCCL.Options() if backend == "nccl" else dist.ProcessGroupGloo._Options()  # type: ignore[attr-defined]  # untyped in torch
+    )
+    options._timeout = timeout
     return init_device_mesh(
-        device.type, (world // local, local), mesh_dim_names=("replicate", "shard")
+        device.type,
+        (world // local, local),
+        mesh_dim_names=("replicate", "shard"),
+        backend_override={"replicate": (backend, options), "shard": (backend, options)},
     )
 
 

@@ -11,7 +11,8 @@ as a factory). Per global batch, on every rank::
     train_step(my share), its loss x world x my share / global batch   # from_loss applies it
         forward: each unit's parameters all-gathered, freed after it (reshard_after_forward)
         backward: each unit's gradients reduce-scattered: averaged over ranks into the shards,
-                  which makes the global batch's gradient
+                  which makes the global batch's gradient (inside an accumulation window only
+                  at its last micro-batch: before it FSDP sums them unsharded, no collective)
     clipping: the total norm over the DTensor gradients (one all-reduce), as in one process
     optimizer step on the local shards
     exchange the outputs and the stop wishes (as DistributedDataParallel does)
@@ -31,9 +32,12 @@ import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import torch
+
+if TYPE_CHECKING:  # torch's FSDP costs most of a second to import: only a sharded run pays it
+    from torch.distributed.fsdp import FSDPModule
 
 from ember._errors import DistributedError
 from ember.data import DataLoader, Progress
@@ -136,7 +140,7 @@ class FullyShardedDataParallel(DistributedDataParallel):
             model.to(ranks.device)
             with collective("broadcasting rank 0's weights"):
                 broadcast_coalesced([*model.parameters(), *model.buffers()], 0)
-            mesh = device_mesh(ranks.device, ranks.world, hybrid=self.hybrid)
+            mesh = device_mesh(ranks.device, ranks.world, hybrid=self.hybrid, timeout=self.timeout)
             shard_model(
                 model,
                 units,
@@ -181,6 +185,7 @@ class FullyShardedRun(DistributedRun):
         self._agreements(strategy, ranks, learner, views)
         self._learner = learner
         self._last_share: dict[str, Any] = {}  # the last non-empty share of each split
+        self._syncing = True  # fully_shard's default: reduce-scatter in every backward
 
     def train_pass(self) -> Iterator[tuple[Any, Progress]]:
         """This rank's share of every global batch (a stand-in for an empty one)."""
@@ -207,7 +212,8 @@ class FullyShardedRun(DistributedRun):
 
     def train_step(self, learner: Learner[Any], batch: Any) -> Sequence[TrainOutput[Any]]:
         """``train_step`` on this rank's share, its loss weighted by the share (zero for a
-        stand-in); FSDP reduce-scatters the gradients into the shards during backward."""
+        stand-in); at a window's last unit FSDP reduce-scatters the gradients into the shards
+        during backward."""
         share: _Share = batch
         shares = self._shares
         self._sync_buffers()
@@ -218,13 +224,13 @@ class FullyShardedRun(DistributedRun):
         if not share.real:
             weight = 0.0
         self._watch.arrive("the forward all-gather")
-        self._agreed = True
         context = current_step()
         if context is None:
             raise DistributedError("FullyShardedRun.train_step runs inside the training loop")
         factor = context.loss_factor
         if weight != 1.0:
             factor = weight if factor is None else factor * weight
+        self._sync_gradients(context.closing)
         # the user's step sees its own batch, and TrainOutput.from_loss weights its loss
         with step_context(dataclasses.replace(context, batch=share.batch, loss_factor=factor)):
             output = learner.train_step(share.batch)
@@ -235,12 +241,19 @@ class FullyShardedRun(DistributedRun):
             )
         return (output,) if share.real else ()
 
+    def _sync_gradients(self, sync: bool) -> None:
+        """Reduce-scatter this unit's gradients (the window's last unit), or keep them unsharded
+        and summed in FSDP until then (torch's ``set_requires_gradient_sync``: FSDP1's
+        ``no_sync``)."""
+        if sync != self._syncing:
+            cast("FSDPModule", self._model).set_requires_gradient_sync(sync)
+            self._syncing = sync
+
     def inference_step(self, batch: Any) -> Any:
         """The model's ``inference_step`` on this rank's share (None for a stand-in, whose
         forward only takes part in the all-gathers)."""
         share: _Share = batch
         self._watch.arrive("the forward all-gather")
-        self._agreed = True
         output = self._model.inference_step(share.batch)
         return output if share.real else None
 
@@ -250,7 +263,10 @@ class FullyShardedRun(DistributedRun):
         return write_shards(directory, epoch, self._learner, self)
 
     def close(self, error: BaseException | None = None) -> None:
-        """Close the shares; after an ``error`` on this rank, tear the process group down."""
+        """Close the shares; after an ``error`` on this rank, tear the process group down.
+        The model goes back to reducing its gradients in every backward (a stop may have
+        dropped a window in the middle)."""
+        self._sync_gradients(True)
         self._watch.close(failed=error is not None)
         for view in self._views.values():
             view.close()
