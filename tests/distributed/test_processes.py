@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +22,21 @@ def test_an_exception_names_its_rank_with_the_traceback() -> None:
     assert message.startswith("rank 0 failed first (exit code 1)")
     assert "ValueError: rank 0 refuses" in message
     assert caught.value.exit_codes[0] == 1
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(120)
+def test_a_rank_that_returned_runs_its_exit_handlers_and_exits_0(tmp_path: Path) -> None:
+    """After training under DDP a rank exits 0 (its interpreter's finalisation, where torch's
+    gloo objects can abort a process, is skipped) and its atexit handlers still run."""
+    spawn(
+        ddp_helpers.train_then_register_exit,
+        2,
+        str(tmp_path),
+        timeout=timedelta(seconds=30),
+        join_timeout=90,
+    )
+    assert [(tmp_path / f"exit-{rank}").read_text() for rank in (0, 1)] == ["ran", "ran"]
 
 
 def test_refuses_what_the_new_processes_cannot_run() -> None:

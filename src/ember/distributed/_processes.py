@@ -21,19 +21,21 @@ tensor collectives and never pickles anything.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import multiprocessing
 import multiprocessing.connection
 import os
 import signal
 import socket
+import sys
 import tempfile
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -156,7 +158,9 @@ def spawn(
     process group (``backend``, collectives time out after ``timeout``), so
     ``DistributedDataParallel()`` in ``fn`` uses it. ``fn`` must be importable by the new
     processes (a module-level function; ``args`` are handed over by ``multiprocessing``, so
-    they must be picklable); its return value is dropped (write results to files).
+    they must be picklable); its return value is dropped (write results to files). A rank
+    exits once ``fn`` has returned and the group is destroyed: its atexit handlers run, the
+    interpreter's finalisation does not (torch's gloo objects can abort a process there).
 
     Returns when every rank has exited 0. Raises :class:`DistributedError` naming the rank that
     failed first, its exit code and its traceback (then any others), once the others are
@@ -274,6 +278,22 @@ def _run_rank(
             Path(errors, _ERROR_FILE.format(rank=rank)).write_text(text, encoding="utf-8")
         # skip interpreter teardown: a process group with a dead peer can abort or hang there
         os._exit(1)
+    _exit_before_teardown()
+
+
+def _exit_before_teardown() -> NoReturn:
+    """End a rank whose ``fn`` returned: exit code 0, without the interpreter's finalisation.
+
+    The atexit handlers run and the standard streams are flushed while the interpreter is
+    whole; its finalisation is skipped because gloo objects of torch's that outlive the
+    process group (worker threads, tensors they still hold) can abort the process there
+    ("terminate called without an active exception", SIGABRT) after all the work is done:
+    seen once in CI on a rank that had trained.
+    """
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _watch(
