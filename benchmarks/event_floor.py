@@ -194,12 +194,30 @@ def loaders(repeats: int) -> None:
 
 
 def import_cost(repeats: int) -> None:
-    """``import torch, ember`` against ``import torch``, fresh interpreters, alternated."""
+    """``import torch, ember`` against ``import torch``, fresh interpreters, alternated.
+
+    The reference row takes out the full garbage collection that ``import torch`` leaves owed:
+    the first ~20,000 objects any program allocates after it trigger a collection over torch's
+    ~170,000 objects (~0.1 s here), and ember's import is usually what pays it.
+    """
     cache = tempfile.mkdtemp(prefix="ember-pyc-")
     base = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    for label, env in (
-        ("with the bytecode cache", {**base, "PYTHONPYCACHEPREFIX": cache}),
-        ("compiling every import", {**base, "PYTHONDONTWRITEBYTECODE": "1"}),
+    cached = {**base, "PYTHONPYCACHEPREFIX": cache}
+    collected = "import gc, torch; gc.collect()"
+    for label, env, torch_code, target in (
+        ("with the bytecode cache", cached, "import torch", "<= +0.15 s"),
+        (
+            "compiling every import",
+            {**base, "PYTHONDONTWRITEBYTECODE": "1"},
+            "import torch",
+            "<= +0.15 s",
+        ),
+        (
+            "  the same with the cache, after torch's owed collection (for reference)",
+            cached,
+            collected,
+            "-",
+        ),
     ):
         subprocess.run([sys.executable, "-c", "import torch, ember"], check=True, env=env)
 
@@ -212,12 +230,12 @@ def import_cost(repeats: int) -> None:
             return run
 
         times = pairs(
-            {"torch": fresh("import torch"), "ember": fresh("import torch, ember")}, repeats
+            {"torch": fresh(torch_code), "ember": fresh(f"{torch_code}; import ember")}, repeats
         )
         extra = sorted(b - a for a, b in zip(times["torch"], times["ember"], strict=True))
         print(
             f"import ember, {label}: {statistics.median(extra):+.3f} s beyond import torch "
-            f"(target <= +0.15 s; pairs {extra[0]:+.3f} to {extra[-1]:+.3f}; torch alone "
+            f"(target {target}; pairs {extra[0]:+.3f} to {extra[-1]:+.3f}; torch alone "
             f"{statistics.median(times['torch']):.3f} s)"
         )
 
