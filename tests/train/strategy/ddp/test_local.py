@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-from safetensors.torch import load_file
 
 from ember.distributed import spawn
 from ember.distributed._messages import (
@@ -26,6 +25,7 @@ from ember.train import ClassificationOutput, RegressionOutput, SequenceOutput
 from ember.train._strategy.ddp.gradients import raised_by_autograd
 from ember.train._strategy.ddp.strategy import DistributedDataParallel
 from tests.train.strategy.ddp import helpers as ddp_helpers
+from tests.train.strategy.ddp.expect import assert_weights_equal
 
 
 @pytest.fixture
@@ -183,10 +183,8 @@ def test_nccl_ranks_on_gpus_equal_one_process(tmp_path: Path) -> None:
     learner.model.cuda()
     result = builder.launch(learner)
     assert result.error is None, result.traceback
-    for rank in range(world):
-        weights = load_file(tmp_path / f"gpu-rank{rank}.safetensors")
-        for name, tensor in learner.model.state_dict().items():
-            torch.testing.assert_close(weights[name], tensor.cpu(), rtol=0, atol=1e-5)
+    weights = [tmp_path / f"gpu-rank{rank}.safetensors" for rank in range(world)]
+    assert_weights_equal(weights, learner.model, atol=1e-5)
 
 
 @pytest.mark.usefixtures("one_rank")

@@ -10,10 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
-from safetensors.torch import load_file
 
 from tests.train.strategy.ddp import helpers as ddp_helpers
+from tests.train.strategy.ddp.expect import assert_weights_equal
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(200)]
 
@@ -61,7 +60,6 @@ def test_two_nodes_under_torchrun_equal_one_process(tmp_path: Path) -> None:
     builder, learner = ddp_helpers.training(tmp_path / "single", 2)
     single = builder.launch(learner)
     assert single.error is None, single.traceback
-    for rank in (0, 1):
-        weights = load_file(tmp_path / f"node-rank{rank}.safetensors")
-        for name, tensor in learner.model.state_dict().items():
-            torch.testing.assert_close(weights[name], tensor, rtol=0, atol=1e-6)
+    assert_weights_equal(
+        [tmp_path / f"node-rank{rank}.safetensors" for rank in (0, 1)], learner.model
+    )

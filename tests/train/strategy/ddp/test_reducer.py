@@ -6,15 +6,14 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 import torch.distributed as dist
-from safetensors.torch import load_file
 
 from ember.distributed import spawn
 from ember.train._strategy.ddp.strategy import DistributedDataParallel
 from tests.train.strategy.ddp import helpers as ddp_helpers
+from tests.train.strategy.ddp.expect import assert_losses_equal, assert_weights_equal, losses
 from tests.train.strategy.ddp.test_local import one_rank  # noqa: F401  # the fixture
-from tests.train.strategy.ddp.test_training import TIMEOUT, losses
+from tests.train.strategy.ddp.test_training import TIMEOUT
 
 
 @pytest.mark.distributed
@@ -36,18 +35,11 @@ def test_accumulation_reduces_only_at_a_window_s_last_unit(tmp_path: Path) -> No
         calls = json.loads((tmp_path / f"f-calls-rank{rank}.json").read_text(encoding="utf-8"))
         assert calls["by_hand"] == [[7, True], [7, True]] * 2
         assert calls["reduced"] == (reduced if rank == 0 else reduced[:-1]) * 2
-        weights = load_file(tmp_path / f"f-rank{rank}.safetensors")
-        for name, tensor in learner.model.state_dict().items():
-            torch.testing.assert_close(weights[name], tensor, rtol=0, atol=1e-6)
+    assert_weights_equal([tmp_path / f"f-rank{rank}.safetensors" for rank in (0, 1)], learner.model)
     for split in ("train", "valid"):
         for epoch in (1, 2):
             relative = Path(split, f"epoch-{epoch}", "Loss.log")
-            ours, theirs = (
-                losses(tmp_path / "f-0" / relative),
-                losses(tmp_path / "single" / relative),
-            )
-            assert [w for _, w in ours] == [w for _, w in theirs]
-            assert [v for v, _ in ours] == pytest.approx([v for v, _ in theirs], abs=1e-6)
+            assert_losses_equal(tmp_path / "f-0" / relative, tmp_path / "single" / relative)
 
 
 @pytest.mark.usefixtures("one_rank")
@@ -89,11 +81,7 @@ def test_torch_loaders_give_disjoint_shares_seeing_every_item_once(tmp_path: Pat
     builder, learner, _ = ddp_helpers.torch_training(tmp_path / "single", "plain")
     single = builder.launch(learner)
     assert single.error is None, single.traceback
-    for rank in (0, 1):
-        weights = load_file(tmp_path / f"plain-rank{rank}.safetensors")
-        for name, tensor in learner.model.state_dict().items():
-            torch.testing.assert_close(weights[name], tensor, rtol=0, atol=1e-6)
-    ours = losses(tmp_path / "plain-0" / "train" / "epoch-1" / "Loss.log")
-    theirs = losses(tmp_path / "single" / "train" / "epoch-1" / "Loss.log")
-    assert [w for _, w in ours] == [w for _, w in theirs]
-    assert [v for v, _ in ours] == pytest.approx([v for v, _ in theirs], abs=1e-6)
+    weights = [tmp_path / f"plain-rank{rank}.safetensors" for rank in (0, 1)]
+    assert_weights_equal(weights, learner.model)
+    relative = Path("train", "epoch-1", "Loss.log")
+    assert_losses_equal(tmp_path / "plain-0" / relative, tmp_path / "single" / relative)

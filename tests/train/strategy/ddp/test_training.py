@@ -14,15 +14,11 @@ from safetensors.torch import load_file
 
 from ember.distributed import DistributedError, spawn
 from tests.train.strategy.ddp import helpers as ddp_helpers
+from tests.train.strategy.ddp.expect import assert_losses_equal, assert_weights_equal, losses
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(150)]
 
 TIMEOUT = timedelta(seconds=30)
-
-
-def losses(path: Path) -> list[tuple[float, str]]:
-    lines = path.read_text(encoding="utf-8").splitlines()
-    return [(float(value), weight) for value, weight in (line.split(",") for line in lines)]
 
 
 def result(path: Path) -> dict[str, Any]:
@@ -52,12 +48,8 @@ def test_weights_and_loss_logs_equal_one_process(two_ranks: Path, tmp_path: Path
         assert torch.equal(rank0[name], rank1[name])
     for split in ("train", "valid"):
         for epoch in (1, 2, 3):
-            ours = losses(two_ranks / "a-0" / split / f"epoch-{epoch}" / "Loss.log")
-            theirs = losses(tmp_path / "single" / split / f"epoch-{epoch}" / "Loss.log")
-            assert len(ours) == len(theirs)
-            assert [weight for _, weight in ours] == [weight for _, weight in theirs]
-            for (value, _), (reference, _) in zip(ours, theirs, strict=True):
-                assert value == pytest.approx(reference, abs=1e-6)
+            relative = Path(split, f"epoch-{epoch}", "Loss.log")
+            assert_losses_equal(two_ranks / "a-0" / relative, tmp_path / "single" / relative)
 
 
 def test_clipping_mean_accumulation_and_mixed_precision_under_ddp(
@@ -98,15 +90,12 @@ def test_a_world_size_that_does_not_divide_the_global_batch_still_equals_one_pro
     builder, learner = ddp_helpers.training(tmp_path / "single", 1, batch=7)
     single = builder.launch(learner)
     assert single.error is None, single.traceback
-    for rank in (0, 1):
-        weights = load_file(two_ranks / f"g-rank{rank}.safetensors")
-        for name, tensor in learner.model.state_dict().items():
-            torch.testing.assert_close(weights[name], tensor, rtol=0, atol=1e-6)
-    ours = losses(two_ranks / "g-0" / "train" / "epoch-1" / "Loss.log")
-    theirs = losses(tmp_path / "single" / "train" / "epoch-1" / "Loss.log")
-    assert [weight for _, weight in ours] == [weight for _, weight in theirs]
+    assert_weights_equal(
+        [two_ranks / f"g-rank{rank}.safetensors" for rank in (0, 1)], learner.model
+    )
+    relative = Path("train", "epoch-1", "Loss.log")
+    ours = assert_losses_equal(two_ranks / "g-0" / relative, tmp_path / "single" / relative)
     assert len(ours) == 7 + 1  # 7 batches of 7 items, the epoch's line
-    assert [value for value, _ in ours] == pytest.approx([v for v, _ in theirs], abs=1e-6)
 
 
 def test_only_rank_0_writes_files(two_ranks: Path) -> None:
