@@ -4,7 +4,10 @@
    (``learner_overhead.py``'s loops): the seed workload (97-parameter MLP, target <= 1.05x) and
    an MLP 784-256-256-10 at batch 128 (target <= 1.01x), each on a quiet machine and with one
    CPU-bound process beside it (a Python busy loop this benchmark starts; targets <= 1.10x and
-   <= 1.01x).
+   <= 1.01x). For where the time goes, beside them: the Learner logging to memory
+   (no files), and the raw loop alone against the raw loop while another process makes the
+   seed's metric directories and files at its pace (what those files cost any program on this
+   machine, whoever makes them).
 2. ember end to end (its own loader, ``default_collate`` over a ``TensorDataset``, and the
    Learner) against the hand loop a PyTorch user writes over ``torch.utils.data.DataLoader`` on
    the seed workload (target <= 0.90x).
@@ -44,7 +47,14 @@ from torch.utils.data import TensorDataset
 from ember.app.demo import Mlp, make_samples
 from ember.data import BatchDataLoader, InMemDataset, default_collate
 from ember.train import RegressionOutput, TrainOutput
-from learner_overhead import disk_probe, learner_run, medium_workload, raw_loop, seed_workload
+from learner_overhead import (
+    RUNS,
+    disk_probe,
+    learner_run,
+    medium_workload,
+    raw_loop,
+    seed_workload,
+)
 
 
 def pairs(contenders: dict[str, Callable[[], float]], repeats: int) -> dict[str, list[float]]:
@@ -75,6 +85,58 @@ def busy_core() -> Iterator[None]:
     finally:
         process.kill()
         process.wait()
+
+
+FILE_MAKER = """
+import os, sys, time
+base, period = sys.argv[1], float(sys.argv[2])
+epoch = 0
+while True:
+    for split in ("train", "valid"):
+        directory = os.path.join(base, split, f"epoch-{epoch}")
+        os.makedirs(directory)
+        with open(os.path.join(directory, "Loss.log"), "w") as file:
+            file.write("0.5,32\\n")
+    epoch += 1
+    time.sleep(period)
+"""
+
+
+@contextmanager
+def files_made_beside(period: float) -> Iterator[None]:
+    """Another process making an epoch's metric directories and files every ``period`` s."""
+    base = tempfile.mkdtemp(dir=RUNS.name)
+    process = subprocess.Popen([sys.executable, "-c", FILE_MAKER, base, str(period)])
+    try:
+        yield
+    finally:
+        process.kill()
+        process.wait()
+
+
+def file_floor(epochs: int, repeats: int) -> None:
+    """The raw seed loop alone against the same loop while another process makes the metric
+    files the Learner would make, at the same pace: what the files cost any program here."""
+
+    def raw() -> float:
+        model, loss_fn, train, valid = seed_workload()
+        return raw_loop(model, loss_fn, train, valid, epochs)
+
+    period = raw() / epochs
+
+    def raw_beside_files() -> float:
+        with files_made_beside(period):
+            return raw()
+
+    times = pairs({"raw": raw, "raw beside": raw_beside_files}, repeats)
+    report(
+        "  the raw loop while another process makes the same files at its pace (this machine's "
+        "floor for file logs; for reference)",
+        times,
+        "raw",
+        "raw beside",
+        "-",
+    )
 
 
 def learner_vs_raw(name: str, make: Any, epochs: int, repeats: int, targets: tuple[str, str]):
@@ -263,6 +325,7 @@ def main() -> None:
         repeats,
         ("<= 1.05x", "<= 1.10x"),
     )
+    file_floor(30 if args.quick else 200, repeats)
     learner_vs_raw(
         "MLP 784-256-256-10, batch 128, metric files",
         medium_workload,
