@@ -26,17 +26,21 @@ def test_an_exception_names_its_rank_with_the_traceback() -> None:
 
 @pytest.mark.distributed
 @pytest.mark.timeout(120)
-def test_a_rank_that_returned_runs_its_exit_handlers_and_exits_0(tmp_path: Path) -> None:
+def test_a_rank_that_returned_finishes_its_threads_and_exit_handlers_and_exits_0(
+    tmp_path: Path,
+) -> None:
     """After training under DDP a rank exits 0 (its interpreter's finalisation, where torch's
-    gloo objects can abort a process, is skipped) and its atexit handlers still run."""
+    gloo objects can abort a process, is skipped), once the thread it left running has ended
+    and its atexit handlers have run, as at a normal exit."""
     spawn(
-        ddp_helpers.train_then_register_exit,
+        ddp_helpers.train_then_leave_work_for_the_exit,
         2,
         str(tmp_path),
         timeout=timedelta(seconds=30),
         join_timeout=90,
     )
-    assert [(tmp_path / f"exit-{rank}").read_text() for rank in (0, 1)] == ["ran", "ran"]
+    for kind in ("exit", "thread"):
+        assert [(tmp_path / f"{kind}-{rank}").read_text() for rank in (0, 1)] == ["ran", "ran"]
 
 
 def test_refuses_what_the_new_processes_cannot_run() -> None:

@@ -30,6 +30,7 @@ import signal
 import socket
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
@@ -159,8 +160,8 @@ def spawn(
     ``DistributedDataParallel()`` in ``fn`` uses it. ``fn`` must be importable by the new
     processes (a module-level function; ``args`` are handed over by ``multiprocessing``, so
     they must be picklable); its return value is dropped (write results to files). A rank
-    exits once ``fn`` has returned and the group is destroyed: its atexit handlers run, the
-    interpreter's finalisation does not (torch's gloo objects can abort a process there).
+    exits once ``fn`` has returned and the group is destroyed: its threads are waited for and
+    its atexit handlers run, as at a normal exit; the interpreter's finalisation does not run (torch's gloo objects can abort a process there).
 
     Returns when every rank has exited 0. Raises :class:`DistributedError` naming the rank that
     failed first, its exit code and its traceback (then any others), once the others are
@@ -284,12 +285,16 @@ def _run_rank(
 def _exit_before_teardown() -> NoReturn:
     """End a rank whose ``fn`` returned: exit code 0, without the interpreter's finalisation.
 
-    The atexit handlers run and the standard streams are flushed while the interpreter is
-    whole; its finalisation is skipped because gloo objects of torch's that outlive the
+    As at a normal exit, the threads ``fn`` left running (not daemons) are waited for, then the
+    atexit handlers run and the standard streams are flushed, while the interpreter is whole;
+    its finalisation is skipped because gloo objects of torch's that outlive the
     process group (worker threads, tensors they still hold) can abort the process there
     ("terminate called without an active exception", SIGABRT) after all the work is done:
     seen once in CI on a rank that had trained.
     """
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
     atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()

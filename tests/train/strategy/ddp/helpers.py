@@ -7,6 +7,7 @@ import copy
 import io
 import json
 import os
+import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -236,12 +237,20 @@ def raise_on_rank(rank: int) -> None:
     dist.barrier()
 
 
-def train_then_register_exit(out_dir: str) -> None:
-    """Train one epoch, then leave an atexit handler that writes this rank's file."""
+def train_then_leave_work_for_the_exit(out_dir: str) -> None:
+    """Train one epoch, then leave an atexit handler and a running thread (not a daemon) that
+    each write a file of this rank's once ``fn`` has returned."""
     rank = dist.get_rank()
     builder, learner = training(Path(out_dir) / f"run-{rank}", 1, DistributedDataParallel())
     _succeeded(builder.launch(learner))
     atexit.register(Path(out_dir, f"exit-{rank}").write_text, "ran", encoding="utf-8")
+
+    def after_return() -> None:
+        # outlives fn for sure (the rank's exit must wait for it; nothing here waits on it)
+        time.sleep(0.5)
+        Path(out_dir, f"thread-{rank}").write_text("ran", encoding="utf-8")
+
+    threading.Thread(target=after_return, name="user-thread").start()
 
 
 def on_gpus(out_dir: str) -> None:
