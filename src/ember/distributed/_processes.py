@@ -161,7 +161,8 @@ def spawn(
     processes (a module-level function; ``args`` are handed over by ``multiprocessing``, so
     they must be picklable); its return value is dropped (write results to files). A rank
     exits once ``fn`` has returned and the group is destroyed: its threads are waited for and
-    its atexit handlers run, as at a normal exit; the interpreter's finalisation does not run (torch's gloo objects can abort a process there).
+    its atexit handlers run, as at a normal exit; the interpreter's finalisation does not run
+    (torch's gloo objects can abort a process there).
 
     Returns when every rank has exited 0. Raises :class:`DistributedError` naming the rank that
     failed first, its exit code and its traceback (then any others), once the others are
