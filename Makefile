@@ -4,16 +4,18 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.ember-installed
+EXTRAS := dev,metrics,plot,examples,tensorboard,mlflow-skinny,hf
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint pytest package bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
 
-$(STAMP): pyproject.toml | $(BIN)/python
+# the version is part of the installed metadata: a new one reinstalls
+$(STAMP): pyproject.toml src/ember/_version.py | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[dev,metrics,plot,examples,tensorboard,mlflow-skinny,hf]'
+	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -24,12 +26,19 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/mypy
 
-test: lint
+pytest: $(STAMP)
 	$(BIN)/python -m pytest
+
+# ember installed as a user installs it: the sdist and the wheel built from it, the wheel in a
+# fresh virtual environment (torch==2.13.0 first), run from outside the checkout
+package: $(STAMP)
+	bash .ci/wheel-check $(BIN)/python
+
+test: lint pytest package
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/dataloader.py
 	$(BIN)/python benchmarks/learner_overhead.py
 
 clean:
-	rm -rf $(VENV) artifacts
+	rm -rf $(VENV) artifacts dist build

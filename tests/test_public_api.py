@@ -1,7 +1,9 @@
-"""The public surface, pinned: each namespace's ``__all__``, its docstrings, ``docs/api.md``.
+"""The public surface, pinned: ``tests/api/current.txt`` holds every public name and member
+with its signature; each change to it is in ``CHANGELOG.md``; ``docs/api.md`` lists every name.
 
-A name added to or removed from a public ``__all__`` fails here until the set below and
-``docs/api.md`` say so: the public surface changes on purpose only.
+A change to the public API fails here until the snapshot is taken again on purpose
+(``python -m tests.api.snapshot``) and the changelog's section for this version names what
+changed: the public surface changes on purpose only, and users are told.
 """
 
 from __future__ import annotations
@@ -11,252 +13,148 @@ import inspect
 import re
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
 
-API_PAGE = Path(__file__).resolve().parents[1] / "docs" / "api.md"
+import ember
+from tests.api.snapshot import CURRENT, NAMESPACES, Entry, read, surface
 
-EMBER = {
-    "AccuracyMetric",
-    "BatchDataLoader",
-    "Batcher",
-    "CheckpointError",
-    "ClassificationOutput",
-    "DataLoader",
-    "DataLoaderBuilder",
-    "DataLoaderError",
-    "Dataset",
-    "DistributedError",
-    "EmberError",
-    "InMemDataset",
-    "Learner",
-    "LearnerModel",
-    "LearningResult",
-    "LossMetric",
-    "MultiThreadDataLoader",
-    "NonFiniteLossError",
-    "RegressionOutput",
-    "RunDirectoryError",
-    "SupervisedTraining",
-    "TrainOutput",
-    "TrainingError",
+ROOT = Path(__file__).resolve().parents[1]
+API_PAGE = ROOT / "docs" / "api.md"
+CHANGELOG = ROOT / "CHANGELOG.md"
+RELEASES = ROOT / "tests" / "api"
+
+
+def namespace_of(dotted: str, namespaces: Iterable[str] = NAMESPACES) -> str:
+    """The namespace a snapshot name lives in (the longest of ``namespaces`` that prefixes it)."""
+    return max((ns for ns in namespaces if dotted.startswith(ns + ".")), key=len)
+
+
+def pinned_names() -> dict[str, set[str]]:
+    """Each namespace's names, as the snapshot has them (members left out)."""
+    names: dict[str, set[str]] = {ns: set() for ns in NAMESPACES}
+    for dotted, _, _ in read(CURRENT):
+        namespace = namespace_of(dotted)
+        rest = dotted[len(namespace) + 1 :]
+        if "." not in rest:
+            names[namespace].add(rest)
+    return names
+
+
+PUBLIC = pinned_names()
+EMBER, TRAIN = PUBLIC["ember"], PUBLIC["ember.train"]
+
+
+def test_the_public_api_is_the_snapshot() -> None:
+    """Every public name and member has the signature ``tests/api/current.txt`` pins."""
+    pinned, now = set(read(CURRENT)), set(surface())
+    gone = sorted(pinned - now)
+    new = sorted(now - pinned)
+    assert not gone and not new, (
+        "the public API changed: if on purpose, run `python -m tests.api.snapshot` and say what "
+        f"changed in CHANGELOG.md.\nno longer: {gone[:20]}\nnew: {new[:20]}"
+    )
+
+
+def release_of(path: Path) -> tuple[int, ...]:
+    return tuple(int(part) for part in path.stem.split("."))
+
+
+def last_release() -> Path:
+    """The snapshot of the newest release before this version (``tests/api/X.Y.Z.txt``)."""
+    version = tuple(int(part) for part in ember.__version__.split(".")[:3])
+    older = [p for p in RELEASES.glob("*.*.*.txt") if release_of(p) < version]
+    return max(older, key=release_of)
+
+
+def leaves(rows: list[Entry]) -> dict[str, set[tuple[str, str]]]:
+    """Rows keyed by name without their namespace (``Learner``, ``Learner.fork``), so that a
+    name re-exported or moved to another namespace is the same name."""
+    found: dict[str, set[tuple[str, str]]] = {}
+    for dotted, kind, signature in rows:
+        namespace = namespace_of(dotted, ALL_NS)
+        found.setdefault(dotted[len(namespace) + 1 :], set()).add((kind, signature))
+    return found
+
+
+# namespaces of this release and of the releases before it (0.1.0 had packages under ember.train)
+ALL_NS = {
+    *NAMESPACES,
+    "ember.errors",
+    "ember.train.checkpoint",
+    "ember.train.logger",
+    "ember.train.lr_scheduler",
+    "ember.train.metric",
+    "ember.train.renderer",
+    "ember.train.strategy",
 }
 
-DATA = {
-    "BatchDataLoader",
-    "BatchFn",
-    "Batcher",
-    "ComposedDataset",
-    "DataLoader",
-    "DataLoaderBuilder",
-    "DataLoaderError",
-    "DataLoaderIterator",
-    "Dataset",
-    "DeviceLike",
-    "InMemDataset",
-    "MapperDataset",
-    "MultiThreadDataLoader",
-    "PartialDataset",
-    "Progress",
-    "SamplerDataset",
-    "ShardedDataLoader",
-    "ShuffledDataset",
-    "StatefulSource",
-    "StreamingDataLoader",
-    "TorchDataLoader",
-    "WindowsDataset",
-    "default_collate",
-    "move_to_device",
-}
 
-TRAIN = {
-    "AccuracyMetric",
-    "AsyncCheckpointer",
-    "AsyncProcessorTraining",
-    "AurocMetric",
-    "CharErrorRate",
-    "ClassReduction",
-    "ClassificationOutput",
-    "CliMetricsRenderer",
-    "ComposedCheckpointingStrategy",
-    "ComposedLr",
-    "ConstantLr",
-    "CosineAnnealingLr",
-    "CpuMemory",
-    "CpuUse",
-    "CsvMetricLogger",
-    "CudaMetric",
-    "Direction",
-    "DistributedDataParallel",
-    "EvaluationSummary",
-    "Evaluator",
-    "EvaluatorBuilder",
-    "ExponentialLr",
-    "FBetaScoreMetric",
-    "FileCheckpointer",
-    "FileMetricLogger",
-    "FullEventProcessorTraining",
-    "FullyShardedDataParallel",
-    "GradNormMetric",
-    "GradientCheckpointing",
-    "GradientsAccumulator",
-    "GradientsParams",
-    "HammingScore",
-    "Hooks",
-    "InMemoryMetricLogger",
-    "InferenceStep",
-    "Interrupter",
-    "IterationSpeedMetric",
-    "KeepLastNCheckpoints",
-    "Learner",
-    "LearnerModel",
-    "LearnerSummary",
-    "LearningCheckpointer",
-    "LearningRateMetric",
-    "LearningResult",
-    "LinearLr",
-    "LossMetric",
-    "LrScheduler",
-    "MLflowLogger",
-    "Metric",
-    "MetricCheckpointingStrategy",
-    "MetricEarlyStoppingStrategy",
-    "MetricSummary",
-    "MultiDevice",
-    "MultiLabelClassificationOutput",
-    "NoamLr",
-    "Numeric",
-    "PerplexityMetric",
-    "PrecisionMetric",
-    "RecallMetric",
-    "RegressionOutput",
-    "RunDirectoryError",
-    "SequenceOutput",
-    "SequentialLr",
-    "SingleDevice",
-    "Split",
-    "Stateful",
-    "StepContext",
-    "StepLr",
-    "StoppingCondition",
-    "SupervisedLearningStrategy",
-    "SupervisedTraining",
-    "TensorBoardLogger",
-    "TestValue",
-    "TopKAccuracyMetric",
-    "TorchLrScheduler",
-    "TorchMetric",
-    "TrainOutput",
-    "TrainingError",
-    "TrainStep",
-    "TrainingHooks",
-    "TrainingItem",
-    "TuiMetricsRenderer",
-    "WordErrorRate",
-    "apply_gradient_checkpointing",
-    "current_step",
-    "default_renderer",
-    "export_weights",
-    "iter_predictions",
-    "load_checkpoint",
-    "predict",
-}
+def changelog_section(version: str) -> str:
+    """The text of ``CHANGELOG.md``'s section for ``version``."""
+    text = CHANGELOG.read_text(encoding="utf-8")
+    match = re.search(rf"^## \[{re.escape(version)}\].*?(?=^## \[|\Z)", text, re.M | re.S)
+    assert match, f"CHANGELOG.md has no section ## [{version}]"
+    return match.group(0)
 
-EXTEND = {
-    "AccuracyInput",
-    "ArtifactLogger",
-    "CerInput",
-    "CheckpointFile",
-    "Checkpointer",
-    "CheckpointingAction",
-    "CheckpointingStrategy",
-    "ConfusionStatsInput",
-    "Delete",
-    "Direction",
-    "EarlyStoppingStrategy",
-    "End",
-    "EndEpoch",
-    "EndEvaluation",
-    "EndSplit",
-    "EndTest",
-    "EvaluationRenderer",
-    "EvaluatorEvent",
-    "EventProcessor",
-    "HammingScoreInput",
-    "ItemLazy",
-    "LearnerEvent",
-    "LocalRun",
-    "LossInput",
-    "MeanMetric",
-    "Metric",
-    "MetricAttributes",
-    "MetricDefinition",
-    "MetricEntry",
-    "MetricLogger",
-    "MetricMetadata",
-    "MetricQuery",
-    "MetricReader",
-    "MetricState",
-    "MetricText",
-    "MetricValue",
-    "MetricsRenderer",
-    "MetricsRendererEvaluation",
-    "MetricsRendererTraining",
-    "Numeric",
-    "NumericEntry",
-    "PerplexityInput",
-    "ProcessedItem",
-    "Progress",
-    "Record",
-    "RunCheckpointer",
-    "Save",
-    "Split",
-    "Start",
-    "StartEvaluation",
-    "StartSplit",
-    "StartTest",
-    "Stateful",
-    "StatefulMetric",
-    "StepProgressLogger",
-    "ResumedSplitLogger",
-    "ResumePoint",
-    "ResumableLogger",
-    "MidRoundCheckpointer",
-    "StepContext",
-    "StrategyRun",
-    "SupervisedLearningStrategy",
-    "TextLogger",
-    "TopKAccuracyInput",
-    "TrainingHooks",
-    "TrainingItem",
-    "TrainingProgressLogger",
-    "TrainingRecords",
-    "WerInput",
-    "adapt",
-    "add_gradients",
-    "current_step",
-    "merge_outputs",
-    "register_adaptor",
-    "register_output_merge",
-    "with_progress",
-}
 
-DISTRIBUTED = {
-    "DistributedError",
-    "spawn",
-}
+def mentioned(name: str, section: str, classes: set[str]) -> bool:
+    """Whether the changelog ``section`` names ``name`` in backticks: a top-level name as
+    itself; a member as ``Class.member``, as ``.member``, or through its class when the class
+    itself came or went (``classes``)."""
+    owner, _, member = name.partition(".")
+    if not member:
+        return f"`{name}`" in section
+    return f"`{name}`" in section or f"`.{member}`" in section or owner in classes
 
-PUBLIC = {
-    "ember": EMBER,
-    "ember.data": DATA,
-    "ember.train": TRAIN,
-    "ember.extend": EXTEND,
-    "ember.distributed": DISTRIBUTED,
-}
 
-# The names users' code and outside checks are written against (docs/design.md): a subset of
-# ember.train's, kept here so that pruning the surface can never drop one.
+def test_every_change_since_the_last_release_is_in_the_changelog() -> None:
+    """Every name or member added, removed or changed since the last release's snapshot is
+    named in this version's changelog section."""
+    before, now = leaves(read(last_release())), leaves(read(CURRENT))
+    changed = {name for name in before.keys() | now.keys() if before.get(name) != now.get(name)}
+    came_or_went = {
+        name for name in changed if "." not in name and (name in before) != (name in now)
+    }
+    section = changelog_section(ember.__version__)
+    missing = sorted(name for name in changed if not mentioned(name, section, came_or_went))
+    assert missing == [], (
+        f"CHANGELOG.md's [{ember.__version__}] section does not mention: {missing}"
+    )
+
+
+def test_every_moved_or_removed_name_is_in_the_changelog() -> None:
+    """Each entry of the table of moved names (``ember/_moved.py``) is in the changelog with its
+    old namespace on the same line."""
+    from ember._moved import DEPRECATED, MOVED, REMOVED
+
+    section = changelog_section(ember.__version__)
+    missing = [
+        f"{namespace}.{name}"
+        for table in (MOVED, DEPRECATED, REMOVED)
+        for namespace, names in table.items()
+        for name in names
+        if not any(
+            f"`{namespace}`" in line and f"`{name}`" in line for line in section.splitlines()
+        )
+        and f"`{namespace}.{name}`" not in section
+    ]
+    assert missing == [], f"CHANGELOG.md does not list these moved or removed names: {missing}"
+
+
+def test_the_version_has_one_source() -> None:
+    """``ember.__version__``, the installed package's metadata and ``ember --version`` agree."""
+    from importlib.metadata import version
+
+    assert version("ember") == ember.__version__
+    printed = subprocess.run(
+        [sys.executable, "-m", "ember", "--version"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert printed == f"ember {ember.__version__}"
+
+
 DOCUMENTED_NAMES_TRAIN = {
     "TrainStep",
     "InferenceStep",

@@ -8,20 +8,17 @@ too); a float or a string where an integer belongs is refused, everywhere with t
 
 from __future__ import annotations
 
-import inspect
 import math
 import numbers
-from typing import Any, Generic, Protocol
+from typing import Any
 
 __all__ = [
     "check_int",
     "check_optional_int",
     "check_positive_int",
-    "check_protocol",
     "check_real",
     "check_seed",
     "check_slice",
-    "protocol_members",
 ]
 
 
@@ -94,36 +91,3 @@ def check_slice(start: Any, end: Any, num_items: int) -> tuple[int, int]:
             f"got start={start}, end={end}"
         )
     return start, end
-
-
-def protocol_members(protocol: type) -> dict[str, bool]:
-    """The public members a Protocol declares, each with whether it must be callable."""
-    members: dict[str, bool] = {}
-    for base in reversed(protocol.__mro__):
-        if base in (object, Protocol, Generic) or not getattr(base, "_is_protocol", False):
-            continue
-        for name, value in vars(base).items():
-            if not name.startswith("_"):
-                members[name] = inspect.isfunction(value)
-        for name in getattr(base, "__annotations__", {}):
-            if not name.startswith("_"):
-                members.setdefault(name, False)
-    return members
-
-
-def check_protocol(value: Any, protocol: type, what: str) -> None:
-    """Raise TypeError naming every member of ``protocol`` that ``value`` lacks.
-
-    ``what`` names the argument (``"renderer"``); the message points to the protocol's
-    documentation in :mod:`ember.extend`.
-    """
-    missing = [
-        name
-        for name, method in protocol_members(protocol).items()
-        if not hasattr(value, name) or (method and not callable(getattr(value, name)))
-    ]
-    if missing:
-        raise TypeError(
-            f"{what} {type(value).__name__} lacks {', '.join(missing)}: it must implement "
-            f"ember.extend.{protocol.__name__}"
-        )

@@ -1,5 +1,5 @@
-"""ember's version (also in pyproject.toml)."""
+"""ember's version: the one source (the package metadata is built from it, see pyproject.toml)."""
 
 __all__ = ["__version__"]
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

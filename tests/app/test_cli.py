@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import ember
 from ember.app.cli import main
 from ember.extend import MetricEntry, MetricState, NumericEntry
 from ember.train import FileMetricLogger, LearnerSummary, Split
@@ -177,7 +178,7 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as done:
         main(["--version"])
     assert done.value.code == 0
-    assert capsys.readouterr().out.strip() == "ember 0.1.0"
+    assert capsys.readouterr().out.strip() == f"ember {ember.__version__}"
 
 
 @pytest.mark.parametrize("command", [[], ["demo"], ["summary"], ["plot"], ["eval"], ["export"]])

@@ -5,9 +5,13 @@ and tests (see ``docs/strategies.md``). Ranks exchange tensors only, never pickl
 """
 
 from ember._errors import DistributedError
+from ember._moved import moved_names
 from ember.distributed._processes import spawn
 
 __all__ = [
     "DistributedError",
     "spawn",
 ]
+
+# 0.1.0's names that moved or went (ember/_moved.py)
+__getattr__ = moved_names(__name__)

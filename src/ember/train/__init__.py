@@ -9,6 +9,7 @@ See ``docs/training.md``.
 """
 
 from ember._errors import RunDirectoryError, TrainingError
+from ember._moved import moved_names
 from ember.train._builder import SupervisedTraining
 from ember.train._checkpoint.asynchronous import AsyncCheckpointer
 from ember.train._checkpoint.export import export_weights, load_checkpoint
@@ -185,3 +186,6 @@ __all__ = [
     "load_checkpoint",
     "predict",
 ]
+
+# 0.1.0's names that moved or went (ember/_moved.py)
+__getattr__ = moved_names(__name__)

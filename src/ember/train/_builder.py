@@ -23,7 +23,8 @@ from typing import Any, TypeVar
 from torch import nn
 from torch.utils.data import DataLoader as TorchLoader
 
-from ember._checks import check_positive_int, check_protocol, check_real
+from ember._checks import check_positive_int, check_real
+from ember._protocols import check_protocol, with_defaults
 from ember.data import DataLoader
 from ember.data._torch_loader import as_ember_loader
 from ember.train._checkpoint.export import CheckpointEpoch, check_checkpoint_epoch
@@ -252,8 +253,9 @@ class SupervisedTraining:
 
     def early_stopping(self, strategy: EarlyStoppingStrategy) -> SupervisedTraining:
         """Ask ``strategy`` after every epoch whether to stop."""
-        check_protocol(strategy, EarlyStoppingStrategy, "early stopping")
-        return self._set(early_stopping=strategy)
+        return self._set(
+            early_stopping=with_defaults(strategy, EarlyStoppingStrategy, "early stopping")
+        )
 
     def with_interrupter(self, interrupter: Interrupter) -> SupervisedTraining:
         """Use ``interrupter`` to stop training from elsewhere."""

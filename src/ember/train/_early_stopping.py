@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from ember._checks import check_positive_int
+from ember._protocols import added
 from ember.train._metric.base import NamedMetric, metric_name
 from ember.train._metric.query import MetricQuery
-from ember.train._vocabulary import Direction, Split
+from ember.train._vocabulary import Aggregate, Direction, Split, warn_aggregate
 
 __all__ = ["EarlyStoppingStrategy", "MetricEarlyStoppingStrategy", "StoppingCondition"]
 
@@ -22,7 +23,9 @@ class EarlyStoppingStrategy(Protocol):
     """Asked after each completed epoch (after its checkpoint) whether to stop.
 
     Its state is part of every checkpoint (JSON), so a resumed run stops where an uninterrupted
-    one would; a stateless strategy returns ``{}`` and ignores what it is given back.
+    one would. ``reason``, ``state_dict`` and ``load_state_dict`` were added in 0.2.0 with
+    defaults (no reason, no state): a strategy written for 0.1.0 (``should_stop`` only) still
+    runs, with a warning saying what to add.
     """
 
     def should_stop(self, epoch: int, query: MetricQuery) -> bool:
@@ -30,17 +33,20 @@ class EarlyStoppingStrategy(Protocol):
         ...
 
     @property
+    @added("0.2.0")
     def reason(self) -> str | None:
-        """Why the last ``should_stop`` said True (shown and kept as the run's stop reason)."""
-        ...
+        """Why the last ``should_stop`` said True (shown and kept as the run's stop reason);
+        default: None (the run says "early stopping after epoch N")."""
+        return None
 
+    @added("0.2.0")
     def state_dict(self) -> dict[str, Any]:
-        """The strategy's state as JSON."""
-        ...
+        """The strategy's state as JSON; default: ``{}`` (a stateless strategy)."""
+        return {}
 
+    @added("0.2.0")
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned."""
-        ...
+        """Restore what :meth:`state_dict` returned; default: nothing to restore."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +78,18 @@ class MetricEarlyStoppingStrategy:
         direction: Direction = Direction.LOWEST,
         split: Split = Split.VALID,
         condition: StoppingCondition | None = None,
+        *burn: StoppingCondition,
+        aggregate: Aggregate | None = None,
     ) -> None:
+        if isinstance(direction, Aggregate) or aggregate is not None:
+            # 0.1.0's (and Burn's) order: (metric, aggregate, direction, split, condition)
+            warn_aggregate("MetricEarlyStoppingStrategy")
+        if isinstance(direction, Aggregate):
+            direction, split, condition = (
+                split if isinstance(split, Direction) else Direction.LOWEST,
+                condition if isinstance(condition, Split) else Split.VALID,
+                burn[0] if burn else None,
+            )
         name = metric_name(metric)
         for value, kind in ((direction, Direction), (split, Split)):
             if not isinstance(value, kind):

@@ -3,7 +3,7 @@
 Written to ``DIR/config.json`` at launch and handed to every logger's ``start`` (trackers record
 it as the run's parameters)::
 
-    {"directory": "runs/mnist", "ember_version": "0.1.0", "torch_version": "2.13.0+cpu",
+    {"directory": "runs/mnist", "ember_version": "0.2.0", "torch_version": "2.13.0+cpu",
      "num_epochs": 3, "max_steps": null, "validate_every": "epochs=1", "checkpoint_every": null,
      "grads_accumulation": 1, "strategy": "SingleDevice",
      "train": {"batches": 40, "items": 1280, "batch_size": 32, "seed": 7}, "valid": {...},

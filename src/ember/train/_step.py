@@ -206,6 +206,10 @@ class GradientsAccumulator:
             else:
                 total.add_(grad)
 
+    def is_empty(self) -> bool:
+        """True when nothing was accumulated since the last :meth:`grads`."""
+        return not self._sum
+
     def grads(self) -> GradientsParams:
         """The summed gradients; the accumulator starts empty again."""
         grads = GradientsParams(self._sum)

@@ -1,5 +1,5 @@
 """The words the training layer speaks in: which pass (``Split``), which way is better
-(``Direction``).
+(``Direction``), and 0.1.0's ``Aggregate`` (deprecated).
 
 Every part of ``ember.train`` that names a split or compares metric values uses these, so they
 live apart from the metrics, loggers and checkpoints that share them.
@@ -8,8 +8,9 @@ live apart from the metrics, loggers and checkpoints that share them.
 from __future__ import annotations
 
 import enum
+import warnings
 
-__all__ = ["Direction", "Split"]
+__all__ = ["Aggregate", "Direction", "Split", "warn_aggregate"]
 
 
 class Split(enum.Enum):
@@ -30,3 +31,20 @@ class Direction(enum.Enum):
 
     LOWEST = "lowest"
     HIGHEST = "highest"
+
+
+class Aggregate(enum.Enum):
+    """Deprecated since 0.2.0 (Burn's one-member ``Aggregate``): an epoch's value is always the
+    mean of its batches, so the argument is dropped; 0.1.0's calls that pass it still work."""
+
+    MEAN = "mean"
+
+
+def warn_aggregate(what: str) -> None:
+    """Say once per call site that ``what`` was given 0.1.0's ``Aggregate`` argument."""
+    warnings.warn(
+        f"{what}: the Aggregate argument is deprecated since ember 0.2.0 and goes in 0.3.0 (an "
+        "epoch's value is always the mean): drop it",
+        DeprecationWarning,
+        stacklevel=3,
+    )

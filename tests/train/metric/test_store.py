@@ -35,6 +35,7 @@ from ember.train import (
 )
 from ember.train._metric.base import format_number
 from ember.train._metric.store import EventStore
+from ember.train._vocabulary import Aggregate
 from tests.train.fixtures import metric_value
 
 META = MetricMetadata(Progress(1, 1), 1, None)
@@ -261,3 +262,18 @@ def test_event_store_memory_is_bounded_over_epochs(tmp_path: Path) -> None:
     assert len(store._cache) <= 256
     assert len(logger._started) + len(logger._paths) + len(logger._pending) <= 8
     assert logger.read_numeric("Loss", 3000, Split.VALID)[-1] == NumericEntry(4, final=True)
+
+
+def test_queries_in_0_1_0s_form_with_an_aggregate_answer_the_same() -> None:
+    """``find_metric(name, epoch, Aggregate.MEAN, split)`` and ``find_epoch(name,
+    Aggregate.MEAN, direction, split)``, as 0.1.0's strategies asked, give the new answers."""
+    store = EventStore([InMemoryMetricLogger()])
+    for epoch, value in enumerate([3.0, 1.0, 2.0], 1):
+        store.start_split(Split.VALID, epoch)
+        store.log(Split.VALID, [MetricState(MetricEntry("Loss", "", f"{value},final"))], 0)
+        store.end_split(Split.VALID)
+    with pytest.warns(DeprecationWarning, match="find_metric: the Aggregate argument"):
+        assert store.find_metric("Loss", 2, Aggregate.MEAN, Split.VALID) == 1.0  # type: ignore[arg-type]
+    with pytest.warns(DeprecationWarning, match="find_epoch: the Aggregate argument"):
+        best = store.find_epoch("Loss", Aggregate.MEAN, Direction.LOWEST, Split.VALID)  # type: ignore[arg-type]
+    assert best == store.find_epoch("Loss", Direction.LOWEST, Split.VALID) == 2

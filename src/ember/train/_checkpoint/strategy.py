@@ -24,7 +24,7 @@ from ember._checks import check_positive_int
 from ember.train._checkpoint.file import check_epoch
 from ember.train._metric.base import NamedMetric, metric_name
 from ember.train._metric.query import MetricQuery
-from ember.train._vocabulary import Direction, Split
+from ember.train._vocabulary import Aggregate, Direction, Split, warn_aggregate
 
 __all__ = [
     "CheckpointingAction",
@@ -117,7 +117,15 @@ class MetricCheckpointingStrategy:
         metric: str | NamedMetric,
         direction: Direction = Direction.LOWEST,
         split: Split = Split.VALID,
+        *burn: Split,
+        aggregate: Aggregate | None = None,
     ) -> None:
+        if isinstance(direction, Aggregate) or aggregate is not None:
+            # 0.1.0's (and Burn's) order: (metric, aggregate, direction, split)
+            warn_aggregate("MetricCheckpointingStrategy")
+        if isinstance(direction, Aggregate):
+            direction = split if isinstance(split, Direction) else Direction.LOWEST
+            split = burn[0] if burn else Split.VALID
         name = metric_name(metric)
         for value, kind in ((direction, Direction), (split, Split)):
             if not isinstance(value, kind):

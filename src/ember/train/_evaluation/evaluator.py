@@ -42,8 +42,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ember._checks import check_protocol
 from ember._errors import DistributedError
+from ember._protocols import check_protocol
 from ember.data import DataLoader
 from ember.data._torch_loader import as_ember_loader
 from ember.train._application_log import experiment_log

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ember._checks import check_protocol
+from ember._protocols import check_protocol
 from ember.data import DataLoader
 from ember.train._learner import Learner
 from ember.train._outputs import ItemLazy

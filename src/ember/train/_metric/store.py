@@ -24,7 +24,7 @@ from ember.train._logger.base import (
     TextLogger,
 )
 from ember.train._metric.base import NumericEntry
-from ember.train._vocabulary import Direction, Split
+from ember.train._vocabulary import Aggregate, Direction, Split, warn_aggregate
 
 if TYPE_CHECKING:
     from ember.train._renderer.base import MetricState
@@ -178,16 +178,22 @@ class EventStore:
         """Flush every logger; errors of one do not keep the others from closing."""
         _each(self.loggers, lambda logger: logger.close())
 
-    def find_metric(self, name: str, epoch: int, split: Split) -> float | None:
+    def find_metric(self, name: str, epoch: int, split: Split, *burn: Split) -> float | None:
         """The epoch value of ``name`` from the first logger that has it."""
+        if isinstance(split, Aggregate):  # 0.1.0's (name, epoch, aggregate, split)
+            warn_aggregate("find_metric")
+            split = burn[0]
         return self._value(name, epoch, split)[0]
 
-    def find_epoch(self, name: str, direction: Direction, split: Split) -> int | None:
+    def find_epoch(self, name: str, direction: Direction, split: Split, *burn: Split) -> int | None:
         """The best epoch so far; ties keep the earliest and NaN never wins.
 
         The best of the finished epochs is kept per question, so each call reads only the
         epochs logged since the last one (and nothing per epoch stays in memory).
         """
+        if isinstance(direction, Aggregate):  # 0.1.0's (name, aggregate, direction, split)
+            warn_aggregate("find_epoch")
+            direction, split = split, burn[0]  # type: ignore[assignment]  # 0.1.0's order
         key = (name, direction, split)
         epoch, best_epoch, best = self._best.get(
             key, (1, None, math.inf if direction is Direction.LOWEST else -math.inf)
