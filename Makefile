@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.ember-installed
 EXTRAS := dev,metrics,plot,examples,tensorboard,mlflow-skinny,hf
 
-.PHONY: demo test lint pytest package bench clean
+.PHONY: demo test test-slow lint pytest package bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -35,6 +35,10 @@ package: $(STAMP)
 	bash .ci/wheel-check $(BIN)/python
 
 test: lint pytest package
+
+# the properties that take minutes at full size (CI runs their smaller variants)
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -m slow
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/dataloader.py

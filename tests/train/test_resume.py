@@ -321,9 +321,12 @@ print("done", flush=True)
 """
 
 
-@pytest.mark.slow
-def test_sigkill_at_random_moments_then_resume_latest(tmp_path: Path) -> None:
-    """SIGKILL at seeded random moments, then resume_latest: final weights equal one run's."""
+@pytest.mark.parametrize(
+    "trials", [pytest.param(3, id="ci"), pytest.param(10, id="full", marks=pytest.mark.slow)]
+)
+def test_sigkill_at_random_moments_then_resume_latest(tmp_path: Path, trials: int) -> None:
+    """SIGKILL at seeded random moments, then resume_latest: final weights equal one run's
+    (``trials`` kills; the full property is ``make test-slow``)."""
     from safetensors.torch import load_file
 
     script = tmp_path / "train.py"
@@ -349,7 +352,7 @@ def test_sigkill_at_random_moments_then_resume_latest(tmp_path: Path) -> None:
 
     rng = random.Random(1234)
     killed = 0
-    for trial in range(10):
+    for trial in range(trials):
         directory, out = tmp_path / f"trial-{trial}", tmp_path / f"trial-{trial}.safetensors"
         victim = train(directory, out, "fresh")
         assert victim.stdout is not None
@@ -367,4 +370,4 @@ def test_sigkill_at_random_moments_then_resume_latest(tmp_path: Path) -> None:
         got = load_file(out)
         for name, tensor in expected.items():
             assert torch.equal(tensor, got[name]), (trial, name)
-    assert killed >= 5  # most kill moments fall inside the run, not after it
+    assert killed >= trials // 2  # most kill moments fall inside the run, not after it

@@ -382,9 +382,13 @@ def killed_run(directory: str, out: str, kill_at: int, checkpoint: int) -> None:
     save_file({k: v.contiguous() for k, v in trainer.model.state_dict().items()}, out)
 
 
-@pytest.mark.slow
-def test_sigkill_at_random_steps_then_resume(tmp_path: Path) -> None:
-    """SIGKILL at 20 seeded random steps in a chain of resumes: the weights and metric logs
+@pytest.mark.parametrize(
+    ("kills", "seed"),
+    [pytest.param(5, 3, id="ci"), pytest.param(20, 13, id="full", marks=pytest.mark.slow)],
+)
+def test_sigkill_at_random_steps_then_resume(tmp_path: Path, kills: int, seed: int) -> None:
+    """SIGKILL at ``kills`` seeded random steps in a chain of resumes (20 in the full property,
+    ``make test-slow``; 5 in CI): the weights and metric logs
     end bit-identical to one uninterrupted run. Checkpoints are taken every 2 steps with a
     validation every 3: at round ends (steps 6, 12, ...) and inside rounds (2, 4, 8, ...), so
     the chain resumes from both kinds, and a resume from a mid-round one cuts the partial
@@ -396,9 +400,9 @@ def test_sigkill_at_random_steps_then_resume(tmp_path: Path) -> None:
     context.set_forkserver_preload(["tests.train.test_schedule"])
     _, reference = step_run(tmp_path / "full", checkpoint=2)
     directory, out = tmp_path / "killed", tmp_path / "out.safetensors"
-    kills = sorted(random.Random(13).sample(range(25), 20))
+    steps = sorted(random.Random(seed).sample(range(25), kills))
     resumed_from: set[str] = set()
-    for kill_at in [*kills, -1]:
+    for kill_at in [*steps, -1]:
         checkpoints = LearningCheckpointer(directory / "checkpoint", KeepLastNCheckpoints(2))
         with checkpoints:
             point = checkpoints.latest_complete_point()

@@ -161,7 +161,10 @@ class _StopAfter:
 def main(argv: list[str]) -> None:
     """Write both run directories under ``argv[0]``."""
     root = Path(argv[0])
-    for name, stops in (("rounds", {"stop_after_epoch": 2}), ("mid_round", {"stop_at_step": STOP_STEP})):
+    for name, stops in (
+        ("rounds", {"stop_after_epoch": 2}),
+        ("mid_round", {"stop_at_step": STOP_STEP}),
+    ):
         result = train(root / name, **stops)  # type: ignore[arg-type]
         assert result.error is None, result.error
         print(name, result.last_epoch, result.stop_reason)
