@@ -1,8 +1,9 @@
 """A custom training strategy: one device, and a line per epoch saying how long each split took.
 
-A strategy is any object with ``is_main`` and ``start(learner, train, valid)`` returning a
+A strategy is any object with ``is_main`` and ``start(model, loaders)`` returning a
 ``StrategyRun`` (the ``SupervisedLearningStrategy`` protocol; no base class needed): it decides
-where the model lives and how a unit of work runs. The loop is ember's and the same for every
+where the model and the loaders live and how a unit of work runs; the Learner builds its
+optimizer on the placed parameters afterwards. The loop is ember's and the same for every
 strategy — the events, the accumulation window, checkpoints, early stopping, interrupts — so a
 custom strategy behaves like the built-in ones in all of that. ``LocalRun`` (from
 ``ember.extend``) supplies what every single-process run shares; this one is ``SingleDevice``
@@ -16,12 +17,13 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 import torch
+from torch import nn
 
 from ember.app.demo import Batch, Mlp, make_samples, sample_batcher
 from ember.data import DataLoader, DataLoaderBuilder, InMemDataset, Progress
@@ -62,35 +64,29 @@ class TimedSingleDevice:
         self.clock = clock
         self.epochs: list[EpochTimes] = []
 
-    def start(
-        self, learner: Learner[Any], train: DataLoader[Any], valid: DataLoader[Any]
-    ) -> TimedRun:
-        """Put the model and the loaders on the device."""
-        learner.fork(self.device)
-        return TimedRun(self, learner, train.to_device(self.device), valid.to_device(self.device))
+    def start(self, model: nn.Module, loaders: Mapping[str, DataLoader[Any]]) -> TimedRun:
+        """Put the model and the loaders (``train``, ``valid``) on the device."""
+        model.to(self.device)
+        placed = {name: loader.to_device(self.device) for name, loader in loaders.items()}
+        return TimedRun(self, model, placed)
 
 
 class TimedRun(LocalRun):
     """One model on one device; each pass timed with the strategy's clock."""
 
     def __init__(
-        self,
-        strategy: TimedSingleDevice,
-        learner: Learner[Any],
-        train: DataLoader[Any],
-        valid: DataLoader[Any],
+        self, strategy: TimedSingleDevice, model: nn.Module, loaders: dict[str, DataLoader[Any]]
     ) -> None:
         self._strategy = strategy
-        self._model = learner.model
-        self._train, self._valid = train, valid
-        self.replicas = (learner.model,)  # gradient checkpointing applies to these
-        self.loaders = {"train": train, "valid": valid}  # their states go into checkpoints
+        self._model = model
+        self.replicas = (model,)  # gradient checkpointing applies to these
+        self.loaders = loaders  # their states go into checkpoints
         self._epoch = 0
         self._train_seconds = 0.0
 
     def train_pass(self) -> Iterator[tuple[Any, Progress]]:
         start = self._strategy.clock()
-        yield from with_progress(self._train)
+        yield from with_progress(self.loaders["train"])
         self._train_seconds = self._strategy.clock() - start
 
     def train_step(self, learner: Learner[Any], batch: Any) -> Sequence[TrainOutput[Any]]:
@@ -100,22 +96,20 @@ class TimedRun(LocalRun):
         add_gradients(self._model, output.grads)  # a no-op for TrainOutput.from_loss's
         return (output,)
 
-    def valid_pass(self) -> Iterator[tuple[Any, Progress]]:
+    def valid_pass(self, name: str) -> Iterator[tuple[Any, Progress]]:
         strategy = self._strategy
         start = strategy.clock()
-        yield from with_progress(self._valid)
+        yield from with_progress(self.loaders[name])
         times = EpochTimes(self._epoch, self._train_seconds, strategy.clock() - start)
         strategy.epochs.append(times)
-        rate = self._train.num_items() / times.train_seconds if times.train_seconds > 0 else 0.0
+        items = self.loaders["train"].num_items() or 0
+        rate = items / times.train_seconds if times.train_seconds > 0 else 0.0
         print(
             f"epoch {times.epoch}: train {times.train_seconds:.3f} s ({rate:.0f} items/s), "
             f"valid {times.valid_seconds:.3f} s",
             file=strategy.stream,
             flush=True,
         )
-
-    def inference_step(self, batch: Any) -> Any:
-        return self._model.inference_step(batch)
 
 
 def loader(count: int, seed: int) -> DataLoader[Batch]:

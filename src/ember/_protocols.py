@@ -2,11 +2,12 @@
 
 What a user implements is a ``typing.Protocol`` (``ember.extend``): a plain class with the
 members is an implementation, and the builder checks it at the call (:func:`check_protocol`),
-naming every member it lacks. A member added to a protocol after a release is declared with
-:func:`added` and has a body: that body is the default an older implementation gets. Such an
-implementation keeps working: :func:`with_defaults` warns once that it should add the member
-and hands the run an adapter in which the missing members are the protocol's defaults
-(``docs/design.md``, "Stability")::
+naming every member it lacks. A member with a default has a body, the default an implementation
+that leaves it out gets: :func:`optional` marks one an implementation may leave out freely (a
+renderer's ``on_warning``), :func:`added` one that came after a release (``docs/design.md``,
+"Stability"). An implementation without an added member keeps working: :func:`with_defaults`
+warns once that it should add it. Either way the run is handed an adapter in which the missing
+members are the protocol's defaults::
 
     class EarlyStoppingStrategy(Protocol):
         def should_stop(self, epoch: int, query: MetricQuery) -> bool: ...
@@ -26,28 +27,41 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from ember._moved import FORMER_CONTRACTS
 
-__all__ = ["added", "added_in", "check_protocol", "with_defaults"]
+__all__ = ["added", "added_in", "check_protocol", "optional", "with_defaults"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
-_ADDED = "__ember_added__"
+_DEFAULT = "__ember_default__"
+_OPTIONAL = ""  # the mark of an optional member: it came with its protocol, not after
 
 
 def added(version: str) -> Callable[[F], F]:
-    """Mark a protocol member as added in ``version``: its body is its default."""
+    """Mark a protocol member as added in ``version``: its body is its default, and an
+    implementation without it is warned of (once)."""
 
     def mark(member: F) -> F:
-        setattr(member, _ADDED, version)
+        setattr(member, _DEFAULT, version)
         return member
 
     return mark
 
 
-def added_in(member: object) -> str | None:
-    """The version a protocol member was added in (``@added``), or None: it is required."""
+def optional(member: F) -> F:
+    """Mark a protocol member as optional: its body is its default (no warning)."""
+    setattr(member, _DEFAULT, _OPTIONAL)
+    return member
+
+
+def _mark(member: object) -> str | None:
     function = member.fget if isinstance(member, property) else member
-    return getattr(function, _ADDED, None)
+    return getattr(function, _DEFAULT, None)
+
+
+def added_in(member: object) -> str | None:
+    """The version a protocol member was added in (``@added``), or None: it is required or
+    optional from the start."""
+    return _mark(member) or None
 
 
 def _declared(protocol: type) -> dict[str, object]:
@@ -77,7 +91,7 @@ def check_protocol(value: Any, protocol: type, what: str) -> None:
     missing = [
         name
         for name, member in _declared(protocol).items()
-        if added_in(member) is None and _lacks(value, name, inspect.isfunction(member))
+        if _mark(member) is None and _lacks(value, name, inspect.isfunction(member))
     ]
     if missing:
         raise TypeError(
@@ -102,24 +116,25 @@ _warned: set[tuple[type, type]] = set()
 
 
 def with_defaults(value: T, protocol: type[Any], what: str) -> T:
-    """``value`` checked against ``protocol``; if it lacks members added after a release, an
-    adapter that forwards to it and takes the protocol's defaults for those (warned of once
-    per class, with the members to add)."""
+    """``value`` checked against ``protocol``; if it lacks members that have defaults, an
+    adapter that forwards to it and takes the protocol's defaults for those (members added
+    after a release are warned of once per class, with the members to add)."""
     check_protocol(value, protocol, what)
     declared = _declared(protocol)
     missing = sorted(
         name
         for name, member in declared.items()
-        if added_in(member) is not None and _lacks(value, name, inspect.isfunction(member))
+        if _mark(member) is not None and _lacks(value, name, inspect.isfunction(member))
     )
     if not missing:
         return value
-    if (type(value), protocol) not in _warned:
+    late = [name for name in missing if added_in(declared[name]) is not None]
+    if late and (type(value), protocol) not in _warned:
         _warned.add((type(value), protocol))
-        versions = sorted({str(added_in(declared[name])) for name in missing})
+        versions = sorted({str(added_in(declared[name])) for name in late})
         warnings.warn(
             f"{what} {type(value).__name__} implements an older ember.extend."
-            f"{protocol.__name__}: it lacks {', '.join(missing)} (added in "
+            f"{protocol.__name__}: it lacks {', '.join(late)} (added in "
             f"{', '.join(versions)}), so their defaults are used; add them (see "
             f"help(ember.extend.{protocol.__name__}))",
             DeprecationWarning,

@@ -128,7 +128,8 @@ def run_loop(
     **plan: Any,
 ) -> LoopResult:
     """The training loop alone (no launch): ``strategy`` on the loaders, events to ``processor``."""
-    run = strategy.start(learner, train, valid)
+    run = strategy.start(learner.model, {"train": train, "valid": valid})
+    learner.bind()
     try:
         return TrainingLoop(
             LoopPlan(epochs, **plan),

@@ -248,8 +248,7 @@ class SupervisedTraining:
 
     def with_training_strategy(self, strategy: SupervisedLearningStrategy) -> SupervisedTraining:
         """Run the epochs with ``strategy`` (default: ``SingleDevice``)."""
-        check_protocol(strategy, SupervisedLearningStrategy, "strategy")
-        return self._set(strategy=strategy)
+        return self._set(strategy=with_defaults(strategy, SupervisedLearningStrategy, "strategy"))
 
     def early_stopping(self, strategy: EarlyStoppingStrategy) -> SupervisedTraining:
         """Ask ``strategy`` after every epoch whether to stop."""

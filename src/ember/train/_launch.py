@@ -96,7 +96,7 @@ from ember.train._run_config import run_configuration
 from ember.train._run_directory import claim_for_run
 from ember.train._schedule import Schedule, check_schedule, steps_per_pass
 from ember.train._signals import graceful_stop
-from ember.train._strategy.base import PrecisionStrategy, StrategyRun
+from ember.train._strategy.base import StrategyRun
 from ember.train._strategy.single import SingleDevice
 from ember.train._summary import LearnerSummary, describe_model
 from ember.train._vocabulary import Split
@@ -127,6 +127,7 @@ def launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
 def _launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
     check_monitor(config, learner)
     check_metric_names(config)
+    (config.strategy or SingleDevice()).check(learner)
     loggers = run_loggers(config)
     checkpointer = _checkpointer(config)
     if config.resume != "latest":
@@ -208,12 +209,16 @@ def _launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
             )
             if main and checkpointer is not None:
                 clear_run_end(checkpointer.directory)  # this run trains: not finished
-            if isinstance(strategy, PrecisionStrategy):  # e.g. FSDP's mixed-precision policy
-                strategy.use_precision(config.precision)
-            # train only: the strategy places the train loader in valid's place too (never
-            # iterated: the loop skips validation), so every strategy runs unchanged
-            valid = config.train if config.valid is None else config.valid
-            run = strategy.start(learner, config.train, valid)
+            strategy.use_precision(config.precision)  # e.g. FSDP's mixed-precision policy
+            loaders = {"train": config.train}
+            if config.valid is not None:
+                loaders["valid"] = config.valid
+            run = strategy.start(learner.model, loaders)
+            try:
+                learner.bind()  # the optimizers, on the placed parameters
+            except BaseException as failure:
+                run.close(failure)
+                raise
             async_processor.inline = _on_cpu(run)  # nothing to wait for: no thread hand-offs
             loop = TrainingLoop(
                 plan,

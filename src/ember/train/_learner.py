@@ -195,12 +195,19 @@ class Learner(Generic[M]):
         self._lr_current = lr
 
     def fork(self, device: torch.device | str) -> None:
-        """Move the model to ``device``, then build the optimizer if it came as a factory.
-
-        ValueError if the optimizer holds a parameter that is not the model's (an optimizer
-        built on another model, or on this one before a copy, would train nothing).
-        """
+        """Move the model to ``device``, then :meth:`bind` the optimizers to it."""
         self._model.to(device)
+        self.bind()
+
+    def bind(self) -> None:
+        """The model is placed (moved, replicated or sharded by a strategy): build each
+        optimizer that came as a factory on its parameters, and check every optimizer holds
+        the model's parameters.
+
+        ValueError if an optimizer holds a parameter that is not the model's (an optimizer
+        built on another model, or on this one before a copy or a strategy replaced its
+        parameters, would train nothing).
+        """
         names = {id(param): name for name, param in trained_parameters(self._model, refresh=True)}
         for optimizer in self.optimizers.values():
             for index, group in enumerate(optimizer.param_groups):
@@ -210,7 +217,9 @@ class Learner(Generic[M]):
                             f"the optimizer's parameter {position} of group {index} (shape "
                             f"{tuple(param.shape)}) is not a parameter of the model "
                             f"{type(self._model).__name__}: build the optimizer on "
-                            "model.parameters() of the model being trained, or pass a factory"
+                            "model.parameters() of the model being trained, or pass a factory "
+                            "(lambda params: torch.optim.Adam(params)) that ember calls once "
+                            "the model is placed"
                         )
         if self._scheduler is not None and not isinstance(self._scheduler, GroupLrScheduler):
             self._group_ratios()  # the groups' lrs as built, before any step writes them

@@ -81,6 +81,7 @@ from ember.train._checkpoint.mid_round import ResumePoint
 from ember.train._early_stopping import EarlyStoppingStrategy
 from ember.train._events import EndEpoch, EndSplit, ProcessedItem, Start, StartSplit, TrainingItem
 from ember.train._gradient_checkpointing import checkpointed
+from ember.train._inference import InferencePass
 from ember.train._interrupter import Interrupter
 from ember.train._learner import Learner
 from ember.train._loop_checkpoints import LoopCheckpoints
@@ -125,7 +126,7 @@ class TrainingLoop:
         self.processor = processor
         self.store = store
         self.interrupter = interrupter
-        device = model_device(learner)
+        device = model_device(learner.model)
         self.window = OptimizerWindow(
             plan.grads_accumulation,
             mean=plan.mean_accumulation,
@@ -332,29 +333,16 @@ class TrainingLoop:
         processor.process_valid(StartSplit(epoch, run.loaders["valid"].num_items()))
         for hooks in self.plan.hooks:
             hooks.on_split_start(Split.VALID, epoch)
-        model = self.learner.model
-        model.eval()
-        autocast = self.window.autocast
-        with torch.inference_mode():
-            iteration = 0
-            stamps: deque[tuple[Progress, int]] = deque()
-            for batch, progress in run.valid_pass():
-                if autocast is None:
-                    output = run.inference_step(batch)
-                else:
-                    with torch.autocast(*autocast):
-                        output = run.inference_step(batch)
-                stamps.append((progress, self.window.optimizer_steps))
-                items, stopper = run.report([output], self.interrupter.should_stop())
-                for item in items:
-                    iteration += 1
-                    at, step = stamps.popleft()
-                    processor.process_valid(
-                        ProcessedItem(TrainingItem(item, at, iteration, None, step))
-                    )
-                if stopper is not None:
-                    self._stopped_by(stopper)
-                    break
+        outputs = InferencePass(
+            run, "valid", autocast=self.window.autocast, should_stop=self.interrupter.should_stop
+        )
+        step = self.window.optimizer_steps
+        for iteration, (item, progress) in enumerate(outputs, 1):
+            processor.process_valid(
+                ProcessedItem(TrainingItem(item, progress, iteration, None, step))
+            )
+        if outputs.stopper is not None:
+            self._stopped_by(outputs.stopper)
         processor.process_valid(EndSplit(epoch))
         for hooks in self.plan.hooks:
             hooks.on_split_end(Split.VALID, epoch)

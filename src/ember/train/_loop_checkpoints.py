@@ -135,7 +135,9 @@ class LoopCheckpoints:
         run, plan = self.run, self.plan
         states = run.gather(rng_state())
         shards = (
-            run.write_shards(point_directory(checkpointer.directory, point), point.epoch)
+            run.write_shards(
+                point_directory(checkpointer.directory, point), point.epoch, self.learner
+            )
             if isinstance(run, ShardingRun)
             else None
         )

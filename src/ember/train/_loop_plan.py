@@ -90,7 +90,7 @@ def same_training_facts(
 ) -> dict[str, int]:
     """What every process must share, by the name a disagreement is reported under."""
     train_items, train_batches = pass_size(loaders["train"])
-    valid_items, valid_batches = pass_size(loaders["valid"])
+    valid_items, valid_batches = pass_size(loaders["valid"]) if "valid" in loaders else (0, 0)
     return {
         "the starting epoch (is the checkpoint directory visible to every rank?)": (
             plan.starting_epoch

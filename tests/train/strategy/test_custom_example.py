@@ -12,6 +12,7 @@ from types import ModuleType
 import pytest
 import torch
 
+from ember._protocols import check_protocol
 from ember.train import (
     CliMetricsRenderer,
     Learner,
@@ -56,8 +57,9 @@ def test_strategy_times_the_splits_with_the_given_clock(
     ticks = itertools.count(step=0.5)
     stream = io.StringIO()
     strategy = example.TimedSingleDevice("cpu", stream, clock=lambda: next(ticks))
-    as_declared: object = strategy  # the example's class, checked against the protocol
-    assert isinstance(as_declared, SupervisedLearningStrategy)
+    # the example's class, checked against the protocol as the builder checks it: every
+    # required member is there (the optional ones have defaults)
+    check_protocol(strategy, SupervisedLearningStrategy, "strategy")
     result = (
         SupervisedTraining(tmp_path / "run", loader(20, 4), loader(8, 4))
         .renderer(CliMetricsRenderer(io.StringIO()))

@@ -83,8 +83,11 @@ class ShardedRecords:
 class ShardingRun(Protocol):
     """A strategy run whose model is sharded: every rank takes part in each checkpoint."""
 
-    def write_shards(self, directory: Path, epoch: int) -> ShardedRecords | None:
-        """Write this rank's shards; rank 0 gets the records, the others None."""
+    def write_shards(
+        self, directory: Path, epoch: int, learner: Learner[Any]
+    ) -> ShardedRecords | None:
+        """Write this rank's shards of the model and ``learner``'s optimizer; rank 0 gets the
+        records, the others None."""
         ...
 
 

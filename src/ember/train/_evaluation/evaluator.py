@@ -13,13 +13,13 @@ One ``eval_all`` (``eval`` is one test)::
     check every name and loader (nothing is run or written before)
     main process: directory, evaluation.log, the renderer, eval-worker (the metrics thread)
     StartEvaluation(n)
+    run = strategy.start(model, tests)    # the model placed once, as for training (default:
+                                          # where it is); DDP: each rank reads its share, rank
+                                          # 0 logs the merged outputs: every item counted once
     for each test:
-        run = strategy.start(...)         # the model placed as for training (default: where
-                                          # it is); DDP: each rank reads its share, rank 0
-                                          # logs the merged outputs: every item counted once
         StartTest(name, items)
-        model in eval mode, under inference_mode:
-            ProcessedItem(run.inference_step(batch)) per batch (never read back here)
+        the inference pass (_inference.py, as validation's): ProcessedItem per output, never
+            read back here
         EndTest(name)                     # test/{name}/{Metric}.log complete
     flush; the summary (every process gets rank 0's); test/summary.json if asked
     EndEvaluation(summary) · stop eval-worker · close the renderer; the model's mode restored
@@ -34,21 +34,18 @@ import dataclasses
 import logging
 import os
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch import nn
 
 from ember._errors import DistributedError
-from ember._protocols import check_protocol
+from ember._protocols import check_protocol, with_defaults
 from ember.data import DataLoader
 from ember.data._torch_loader import as_ember_loader
 from ember.train._application_log import experiment_log
 from ember.train._checkpoint.file import atomic_write, check_name
-from ember.train._evaluation.prediction import inference_learner
 from ember.train._evaluation.processor import FullEventProcessorEvaluation
 from ember.train._evaluation.summary import EvaluationSummary
 from ember.train._events import (
@@ -60,14 +57,15 @@ from ember.train._events import (
     StartTest,
     TrainingItem,
 )
+from ember.train._inference import InferencePass
 from ember.train._metric.base import Metric, Numeric
 from ember.train._metric.registered import MetricsTraining
 from ember.train._precision import Precision, autocast_of, check_precision
 from ember.train._processor import AsyncProcessorTraining
 from ember.train._renderer.base import EvaluationRenderer
 from ember.train._renderer.cli import CliMetricsRenderer
-from ember.train._step import InferenceStep, TrainStep
-from ember.train._strategy.base import SupervisedLearningStrategy, pass_size
+from ember.train._step import InferenceStep
+from ember.train._strategy.base import SupervisedLearningStrategy, model_device, pass_size
 from ember.train._strategy.single import SingleDevice
 from ember.train._vocabulary import Split
 
@@ -162,7 +160,7 @@ class EvaluatorBuilder:
     def with_strategy(self, strategy: SupervisedLearningStrategy) -> EvaluatorBuilder:
         """Place the model and read the tests as ``strategy`` does for validation (e.g.
         ``DistributedDataParallel()``: every rank runs ``eval``, each item is counted once)."""
-        check_protocol(strategy, SupervisedLearningStrategy, "strategy")
+        strategy = with_defaults(strategy, SupervisedLearningStrategy, "strategy")
         return self._set(strategy=strategy)
 
     def build(self, model: nn.Module) -> Evaluator:
@@ -183,12 +181,6 @@ class Evaluator:
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
         if not isinstance(model, InferenceStep):
             raise TypeError(f"model {type(model).__name__} has no inference_step(batch) method")
-        if not isinstance(model, TrainStep):
-            raise TypeError(
-                f"model {type(model).__name__} has no train_step(batch) method: the strategies "
-                "place a model through a Learner, so subclass ember.train.LearnerModel (its "
-                "train_step need not be implemented for an evaluation)"
-            )
         self._config = config
         self._model = model
         self._evaluated = EvaluationSummary()
@@ -267,39 +259,32 @@ class Evaluator:
         processor: AsyncProcessorTraining | None,
         full: FullEventProcessorEvaluation | None,
     ) -> EvaluationSummary:
-        """Run every test; the main process's summarised values, on every process."""
+        """Run every test on the model placed once; the main process's summarised values, on
+        every process."""
         model = self._model
+        strategy.use_precision(self._config.precision)
+        run = strategy.start(model, {_key(name): loader for name, loader in tests})
         rows: list[dict[str, Any]] = []
-        for name, loader in tests:
-            run = strategy.start(inference_learner(model), loader, loader)
-            try:
+        try:
+            autocast = autocast_of(self._config.precision, model_device(model))
+            for name, loader in tests:
                 size, batches = pass_size(loader)
                 run.check_same({"the test loader's items": size, "its batches": batches})
                 log.info("Evaluating test %r over %s items", name, loader.num_items())
                 emit(StartTest(name, loader.num_items()))
-                model.eval()
-                first = next(model.parameters(), None)  # placed by the strategy's start
-                device = first.device if first is not None else torch.device("cpu")
-                autocast = autocast_of(self._config.precision, device)
-                with torch.inference_mode():
-                    iteration = 0
-                    for batch, progress in run.valid_pass():
-                        with torch.autocast(*autocast) if autocast else nullcontext():
-                            output = run.inference_step(batch)
-                        items, _ = run.report([output], False)
-                        for item in items:
-                            iteration += 1
-                            emit(ProcessedItem(TrainingItem(item, progress, iteration, None)))
+                outputs = InferencePass(run, _key(name), autocast=autocast)
+                for iteration, (item, progress) in enumerate(outputs, 1):
+                    emit(ProcessedItem(TrainingItem(item, progress, iteration, None)))
                 emit(EndTest(name))
                 decided = run.decide(self._values(processor, full))
-            except BaseException as error:
-                run.close(error)
-                raise
-            run.close()
-            if decided is None:  # the metrics thread failed; every process stops here
-                failure = processor.error if processor is not None else None
-                raise failure or DistributedError("the evaluation failed on the main process")
-            rows = decided
+                if decided is None:  # the metrics thread failed; every process stops here
+                    failure = processor.error if processor is not None else None
+                    raise failure or DistributedError("the evaluation failed on the main process")
+                rows = decided
+        except BaseException as error:
+            run.close(error)
+            raise
+        run.close()
         return EvaluationSummary.from_json({"tests": rows})
 
     def _values(
@@ -319,6 +304,12 @@ class Evaluator:
         }
         rows: list[dict[str, Any]] = EvaluationSummary.from_values(values).to_json()["tests"]
         return rows
+
+
+def _key(name: str) -> str:
+    """The loader of test ``name`` as placed by the strategy: apart from the training roles
+    (``MultiDevice`` slices a loader named ``train``)."""
+    return f"test:{name}"
 
 
 def _drop(event: EvaluatorEvent) -> None:

@@ -1,42 +1,49 @@
 """What a training strategy supplies to the loop: where the model runs, how gradients combine.
 
-The loop (``train/_loop.py``) is the same for every strategy. A strategy
+The loop (``train/_loop.py``) is the same for every strategy, and so is the inference pass of
+validation, the Evaluator and ``predict`` (``train/_inference.py``). A strategy
 (:class:`SupervisedLearningStrategy`) says whether this process is the main one and, when a run
 starts, places the model and the loaders and returns a :class:`StrategyRun`, which the loop then
 asks for each batch::
 
-    run = strategy.start(learner, train, valid)      # learner.fork(device), loaders moved
-    for batch, progress in run.train_pass():          # a unit of work: one batch, a batch per
-        outputs = run.train_step(learner, batch)      # device, or this rank's share; forward
-                                                      # + backward, the gradients combined into
-                                                      # the main model's .grad slots
-        (optimizer step)  run.after_optimizer_step()  # e.g. copy the weights to the replicas
-        items, stopper = run.report(items, wish)      # what the main process logs; the lowest
-                                                      # rank that wants to stop (all stop), or None
-    for batch, progress in run.valid_pass(): run.inference_step(batch) ...
+    run = strategy.start(model, {"train": t, "valid": v})   # the model moved, replicated or
+                                                          # sharded; each loader placed (its
+                                                          # device, this rank's share)
+    learner.bind()                                        # a training run: the optimizers on
+                                                          # the placed parameters
+    for unit, progress in run.train_pass():               # a unit of work: one batch, a batch
+        outputs = run.train_step(learner, unit)           # per device, or this rank's share;
+                                                          # forward + backward, the gradients
+                                                          # combined into the main model's .grad
+        (optimizer step)  run.after_optimizer_step()      # e.g. copy the weights to the replicas
+        items, stopper = run.report(items, wish)          # what the main process logs; the lowest
+                                                          # rank that wants to stop, or None
+    for batch, progress in run.valid_pass("valid"): run.inference_step(batch) ...
     run.decide(value) · run.gather(value) · run.check_same(facts)   # decisions across processes
-    run.close(error)                                  # error: what ended the run, if any
+    run.close(error)                                      # error: what ended the run, if any
 
-:class:`LocalRun` implements the members that are the same for every single-process strategy
-(one process decides alone); ember's strategies and ``examples/custom_strategy.py`` build on it.
+An evaluation places the model without a Learner (``strategy.start(model, {name: loader, ...})``)
+and runs ``valid_pass(name)`` for each test. :class:`LocalRun` implements the members that are
+the same for every single-process strategy (one process decides alone); ember's strategies and
+``examples/custom_strategy.py`` build on it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 
 import torch
 from torch import nn
 
+from ember._protocols import optional
 from ember.data import DataLoader, Progress
 from ember.train._learner import Learner
 from ember.train._precision import Precision
-from ember.train._step import GradientsParams, TrainOutput, trained_parameters
+from ember.train._step import GradientsParams, InferenceStep, TrainOutput, trained_parameters
 
 __all__ = [
     "LocalRun",
-    "PrecisionStrategy",
     "StrategyRun",
     "SupervisedLearningStrategy",
     "add_gradients",
@@ -46,6 +53,9 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+Step = Callable[[Any], Any]
+"""What runs on one inference batch: the model's ``inference_step``, or ``predict``'s ``step``."""
 
 
 @runtime_checkable
@@ -60,7 +70,8 @@ class StrategyRun(Protocol):
 
     @property
     def loaders(self) -> Mapping[str, DataLoader[Any]]:
-        """The loaders whose positions a checkpoint keeps, by name (``train``, ``valid``, …)."""
+        """The placed loaders whose positions a checkpoint keeps, by their key there
+        (``train``, ``valid``, ``train-device-1``, …)."""
         ...
 
     @property
@@ -69,10 +80,11 @@ class StrategyRun(Protocol):
         ...
 
     def train_pass(self) -> Iterator[tuple[Any, Progress]]:
-        """One training pass: each unit of work and the split's progress after it."""
+        """One pass over the ``train`` loader: each unit of work and the split's progress
+        after it."""
         ...
 
-    def train_step(self, learner: Learner[Any], batch: Any) -> Sequence[TrainOutput[Any]]:
+    def train_step(self, learner: Learner[Any], unit: Any) -> Sequence[TrainOutput[Any]]:
         """Forward and backward on one unit; leave the combined gradients in the main model's
         ``.grad`` slots (adding to them inside an accumulation window)."""
         ...
@@ -81,12 +93,14 @@ class StrategyRun(Protocol):
         """The main model has stepped (e.g. copy its parameters into the replicas)."""
         ...
 
-    def valid_pass(self) -> Iterator[tuple[Any, Progress]]:
-        """One validation pass: each batch and the split's progress after it."""
+    def valid_pass(self, name: str) -> Iterator[tuple[Any, Progress]]:
+        """One inference pass over the loader placed under ``name`` (``valid``, a test's
+        name): each batch and the pass's progress after it."""
         ...
 
-    def inference_step(self, batch: Any) -> Any:
-        """The main model's ``inference_step`` on a validation batch (eval mode, no graph)."""
+    def inference_step(self, batch: Any, step: Step | None = None) -> Any:
+        """The main model's ``inference_step`` on ``batch`` (eval mode, no graph), or ``step``
+        when given; None for a rank's empty share of a global batch."""
         ...
 
     def report(self, items: Sequence[Any], stop: bool) -> tuple[Sequence[Any], int | None]:
@@ -116,9 +130,11 @@ class StrategyRun(Protocol):
 
 @runtime_checkable
 class SupervisedLearningStrategy(Protocol):
-    """Where and how the model trains; passed to ``SupervisedTraining.with_training_strategy``.
+    """Where and how the model trains; passed to ``SupervisedTraining.with_training_strategy``
+    (and to ``EvaluatorBuilder.with_strategy``, ``predict``).
 
-    A plain class with these members is a strategy (see ``examples/custom_strategy.py``).
+    A plain class with ``is_main`` and ``start`` is a strategy (see
+    ``examples/custom_strategy.py``); ``check`` and ``use_precision`` have defaults.
     """
 
     @property
@@ -126,26 +142,26 @@ class SupervisedLearningStrategy(Protocol):
         """True in the process that renders and writes files (the only one, or rank 0)."""
         ...
 
-    def start(
-        self, learner: Learner[Any], train: DataLoader[Any], valid: DataLoader[Any]
-    ) -> StrategyRun:
-        """Place the model (``learner.fork``) and the loaders for one run."""
+    def start(self, model: nn.Module, loaders: Mapping[str, DataLoader[Any]]) -> StrategyRun:
+        """Place ``model`` (moved, replicated or sharded) and each of ``loaders`` (by role:
+        ``train``, ``valid``, a test's name) for one run. A training run's optimizers do not
+        exist yet: the Learner builds them on the placed parameters right after."""
         ...
 
+    @optional
+    def check(self, learner: Learner[Any]) -> None:
+        """Refuse, before anything starts, a learner this strategy cannot train (naming what
+        to change); default: every learner is fine."""
 
-@runtime_checkable
-class PrecisionStrategy(Protocol):
-    """A strategy that needs the run's precision when it places the model (FSDP casts the
-    parameters it gathers); ``launch`` calls :meth:`use_precision` right before ``start``."""
-
+    @optional
     def use_precision(self, precision: Precision) -> None:
-        """Remember the run's ``precision`` for the next :meth:`start`."""
-        ...
+        """The run's precision, told right before :meth:`start` (FSDP casts the parameters it
+        gathers); default: nothing to do."""
 
 
-def model_device(learner: Learner[Any]) -> torch.device:
+def model_device(model: nn.Module) -> torch.device:
     """The device of the model's first parameter (CPU for a model without parameters)."""
-    param = next(learner.model.parameters(), None)
+    param = next(model.parameters(), None)
     return param.device if param is not None else torch.device("cpu")
 
 
@@ -188,11 +204,23 @@ def with_progress(loader: DataLoader[Any]) -> Iterator[tuple[Any, Progress]]:
 class LocalRun:
     """The members of a :class:`StrategyRun` that every single-process strategy shares.
 
-    Subclasses set :attr:`replicas` and :attr:`loaders` and implement the passes and steps.
+    Subclasses set :attr:`replicas` and :attr:`loaders` and implement the training pass and
+    step; the inference pass iterates the loader placed under its name on the main model.
     """
 
     replicas: Sequence[nn.Module]
     loaders: Mapping[str, DataLoader[Any]]
+
+    def valid_pass(self, name: str) -> Iterator[tuple[Any, Progress]]:
+        """The batches of the loader placed under ``name``."""
+        return with_progress(self.loaders[name])
+
+    def inference_step(self, batch: Any, step: Step | None = None) -> Any:
+        """The main model's ``inference_step`` (or ``step``) on ``batch``."""
+        if step is not None:
+            return step(batch)
+        model = cast("InferenceStep[Any, Any]", self.replicas[0])  # checked when it was placed
+        return model.inference_step(batch)
 
     @property
     def rank(self) -> int:

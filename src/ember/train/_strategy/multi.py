@@ -3,7 +3,7 @@
 ``MultiDevice(["cuda:0", "cuda:1"])`` trains one replica of the model per device, each on its own
 worker thread, and takes one optimizer step on the main device (the first one) per round::
 
-    learner.fork(devices[0]); replicas = [model, deepcopy(model) on devices[1], ...]
+    model on devices[0]; replicas = [model, deepcopy(model) on devices[1], ...]
     train loader → n contiguous slices, slice i on devices[i]   (see split_loader)
     threads train-device-0 … train-device-{n-1}, one per device, for the whole fit
     a unit of work of the loop (train/_loop.py) is a round, one batch per device:
@@ -49,7 +49,7 @@ import dataclasses
 import logging
 import queue
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -60,6 +60,7 @@ from ember.data import DataLoader, DataLoaderError, DataLoaderIterator, DeviceLi
 from ember.data._device import as_device
 from ember.train._first_batch import check_train_output
 from ember.train._learner import Learner
+from ember.train._precision import Precision
 from ember.train._step import (
     StepContext,
     TrainOutput,
@@ -68,7 +69,7 @@ from ember.train._step import (
     step_context,
     trained_parameters,
 )
-from ember.train._strategy.base import LocalRun, StrategyRun, add_gradients, with_progress
+from ember.train._strategy.base import LocalRun, StrategyRun, add_gradients
 from ember.train._strategy.single import SingleDevice
 
 __all__ = ["MultiDevice", "split_loader"]
@@ -131,16 +132,21 @@ class MultiDevice:
     def __repr__(self) -> str:
         return f"MultiDevice({[str(device) for device in self.devices]})"
 
-    def start(
-        self, learner: Learner[Any], train: DataLoader[Any], valid: DataLoader[Any]
-    ) -> StrategyRun:
-        """The main model on ``devices[0]``, a replica and a slice of ``train`` per device."""
+    def start(self, model: nn.Module, loaders: Mapping[str, DataLoader[Any]]) -> StrategyRun:
+        """The main model on ``devices[0]``, a replica and a slice of ``train`` per device; the
+        other loaders on the main device."""
         if len(self.devices) == 1:
-            return SingleDevice(self.devices[0]).start(learner, train, valid)
+            return SingleDevice(self.devices[0]).start(model, loaders)
         devices = [_indexed(device) for device in self.devices]
         log.info("Training on %d devices: %s", len(devices), ", ".join(map(str, devices)))
-        learner.fork(devices[0])
-        return MultiDeviceRun(learner, devices, split_loader(train, devices), train, valid)
+        model.to(devices[0])
+        return MultiDeviceRun(model, devices, loaders)
+
+    def check(self, learner: Learner[Any]) -> None:
+        """Any learner: the optimizer steps the main model only."""
+
+    def use_precision(self, precision: Precision) -> None:
+        """Autocast is entered on every device's thread from the step context."""
 
 
 def _indexed(device: torch.device) -> torch.device:
@@ -167,27 +173,24 @@ class MultiDeviceRun(LocalRun):
 
     def __init__(
         self,
-        learner: Learner[Any],
+        model: nn.Module,
         devices: Sequence[torch.device],
-        slices: Sequence[DataLoader[Any]],
-        train: DataLoader[Any],
-        valid: DataLoader[Any],
+        loaders: Mapping[str, DataLoader[Any]],
     ) -> None:
         main = devices[0]
-        self._main = learner.model
-        self._slices = slices
-        self._valid = valid.to_device(main)
+        self._main = model
         # "train" is only read for its size (StartSplit) and saved in checkpoints: the slices,
         # saved as train-device-{i}, are what is iterated.
-        loaders: dict[str, DataLoader[Any]] = {"train": train.to_device(main), "valid": self._valid}
-        loaders.update({f"train-device-{i}": part for i, part in enumerate(slices)})
-        self.loaders = loaders
-        self.replicas = (learner.model, *_replicate(learner.model, devices[1:]))
+        placed = {name: loader.to_device(main) for name, loader in loaders.items()}
+        self._slices = split_loader(loaders["train"], devices) if "train" in loaders else []
+        placed.update({f"train-device-{i}": part for i, part in enumerate(self._slices)})
+        self.loaders = placed
+        self.replicas = (model, *_replicate(model, devices[1:]))
         self._threads = _DeviceThreads(self.replicas, devices)
         self._checked = False  # the first round's outputs are checked (_first_batch.py)
         # The replicas' tensors, paired with the main model's, for re-synchronising them.
-        main_params = [param for _, param in trained_parameters(learner.model)]
-        main_buffers = list(learner.model.buffers())
+        main_params = [param for _, param in trained_parameters(model)]
+        main_buffers = list(model.buffers())
         self._params = [
             list(zip(main_params, (p for _, p in trained_parameters(r)), strict=True))
             for r in self.replicas[1:]
@@ -244,14 +247,6 @@ class MultiDeviceRun(LocalRun):
     def after_optimizer_step(self) -> None:
         """Copy the main model's new parameters into the replicas."""
         self._synchronise(self._params)
-
-    def valid_pass(self) -> Iterator[tuple[Any, Progress]]:
-        """The valid loader's batches, on the main device."""
-        return with_progress(self._valid)
-
-    def inference_step(self, batch: Any) -> Any:
-        """The main model's ``inference_step``."""
-        return self._main.inference_step(batch)
 
     def close(self, error: BaseException | None = None) -> None:
         """Stop the device threads, then close the loaders made for the run."""

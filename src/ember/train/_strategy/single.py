@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
+from torch import nn
 
 from ember.data import DataLoader, Progress
 from ember.train._learner import Learner
+from ember.train._precision import Precision
 from ember.train._step import TrainOutput
 from ember.train._strategy.base import LocalRun, add_gradients, model_device, with_progress
 
@@ -26,41 +28,35 @@ class SingleDevice:
     def __repr__(self) -> str:
         return f"SingleDevice({self.device})"
 
-    def start(
-        self, learner: Learner[Any], train: DataLoader[Any], valid: DataLoader[Any]
-    ) -> SingleDeviceRun:
-        """Move the model, then build the optimizer if it came as a factory; move the loaders."""
-        device = self.device or model_device(learner)
-        learner.fork(device)
-        return SingleDeviceRun(learner, train.to_device(device), valid.to_device(device))
+    def start(self, model: nn.Module, loaders: Mapping[str, DataLoader[Any]]) -> SingleDeviceRun:
+        """Move the model and the loaders to the device."""
+        device = self.device or model_device(model)
+        model.to(device)
+        return SingleDeviceRun(
+            model, {name: loader.to_device(device) for name, loader in loaders.items()}
+        )
+
+    def check(self, learner: Learner[Any]) -> None:
+        """Any learner trains on one device."""
+
+    def use_precision(self, precision: Precision) -> None:
+        """Autocast is the loop's: nothing to prepare."""
 
 
 class SingleDeviceRun(LocalRun):
     """One model, one device: each unit of work is one batch."""
 
-    def __init__(
-        self, learner: Learner[Any], train: DataLoader[Any], valid: DataLoader[Any]
-    ) -> None:
-        self._model = learner.model
-        self._train = train
-        self._valid = valid
-        self.replicas = (learner.model,)
-        self.loaders = {"train": train, "valid": valid}
+    def __init__(self, model: nn.Module, loaders: Mapping[str, DataLoader[Any]]) -> None:
+        self._model = model
+        self.replicas = (model,)
+        self.loaders = dict(loaders)
 
     def train_pass(self) -> Iterator[tuple[Any, Progress]]:
         """The train loader's batches."""
-        return with_progress(self._train)
+        return with_progress(self.loaders["train"])
 
     def train_step(self, learner: Learner[Any], batch: Any) -> Sequence[TrainOutput[Any]]:
         """The model's ``train_step``; gradients it computed elsewhere are added to ``.grad``."""
         output = learner.train_step(batch)
         add_gradients(self._model, output.grads)
         return (output,)
-
-    def valid_pass(self) -> Iterator[tuple[Any, Progress]]:
-        """The valid loader's batches."""
-        return with_progress(self._valid)
-
-    def inference_step(self, batch: Any) -> Any:
-        """The model's ``inference_step``."""
-        return self._model.inference_step(batch)

@@ -56,10 +56,11 @@ import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import timedelta
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 import torch
 import torch.distributed as dist
+from torch import nn
 
 from ember._checks import check_positive_int
 from ember._errors import DistributedError
@@ -69,7 +70,15 @@ from ember.data._shard import ShardedDataLoader, ShardIterator
 from ember.distributed._messages import broadcast_bytes, broadcast_coalesced, gather_bytes
 from ember.distributed._processes import DEFAULT_TIMEOUT, collective, init_from_environment
 from ember.train._learner import Learner
-from ember.train._step import TrainOutput, current_step, step_context, trained_parameters
+from ember.train._precision import Precision
+from ember.train._step import (
+    InferenceStep,
+    TrainOutput,
+    current_step,
+    step_context,
+    trained_parameters,
+)
+from ember.train._strategy.base import Step
 from ember.train._strategy.ddp.gradients import (
     TorchReducer,
     check_not_distributed,
@@ -173,22 +182,24 @@ class DistributedDataParallel:
         """True on rank 0, the only rank that renders and writes files."""
         return self.rank == 0
 
-    def start(
-        self, learner: Learner[Any], train: DataLoader[Any], valid: DataLoader[Any]
-    ) -> DistributedRun:
-        """Join (or initialise) the process group; this rank's device, shares and reducer."""
-        check_not_distributed(learner.model)
+    def start(self, model: nn.Module, loaders: Mapping[str, DataLoader[Any]]) -> DistributedRun:
+        """Join (or initialise) the process group; the model on this rank's device, this
+        rank's shares of the loaders, torch's reducer."""
+        check_not_distributed(model)
         ranks = self._setup()
         try:
-            learner.fork(ranks.device)
-            views = {
-                name: _shares(name, loader, ranks)
-                for name, loader in (("train", train), ("valid", valid))
-            }
-            return DistributedRun(self, ranks, learner, views)
+            model.to(ranks.device)
+            views = {name: _shares(name, loader, ranks) for name, loader in loaders.items()}
+            return DistributedRun(self, ranks, model, views)
         except BaseException:
             self._abandon()
             raise
+
+    def check(self, learner: Learner[Any]) -> None:
+        """Any learner: every rank steps the same reduced gradients."""
+
+    def use_precision(self, precision: Precision) -> None:
+        """Autocast is the loop's, and torch's reducer reduces in the gradients' dtype."""
 
     def _setup(self) -> Ranks:
         """Initialise the process group if needed; find this rank's device and CPU group."""
@@ -257,10 +268,10 @@ class DistributedRun:
         self,
         strategy: DistributedDataParallel,
         ranks: Ranks,
-        learner: Learner[Any],
+        model: nn.Module,
         views: Mapping[str, Shares],
     ) -> None:
-        self._agreements(strategy, ranks, learner, views)
+        self._agreements(strategy, ranks, model, views)
         model = self._model
         self._reducer = TorchReducer(model, ranks, strategy.bucket_cap_mb)
         with collective("broadcasting rank 0's buffers"):
@@ -270,7 +281,7 @@ class DistributedRun:
         self,
         strategy: DistributedDataParallel,
         ranks: Ranks,
-        learner: Learner[Any],
+        model: nn.Module,
         views: Mapping[str, Shares],
     ) -> None:
         """The state every distributed run keeps, whatever reduces its gradients: the shares,
@@ -278,7 +289,7 @@ class DistributedRun:
         self._strategy = strategy
         self._ranks = ranks
         self._views = views
-        self._model = model = learner.model
+        self._model = model
         self._mean = strategy.loss_reduction == "mean"
         self._buffers = list(model.buffers()) if strategy.broadcast_buffers else []
         self._shares: tuple[int, ...] = ()
@@ -299,10 +310,10 @@ class DistributedRun:
         """This rank's share (or None) of every global batch; the global progress."""
         return self._shares_of(self._views["train"])
 
-    def valid_pass(self) -> Iterator[tuple[Any, Progress]]:
-        """This rank's share (or None) of every global validation batch."""
+    def valid_pass(self, name: str) -> Iterator[tuple[Any, Progress]]:
+        """This rank's share (or None) of every global batch of the loader ``name``."""
         self._sync_buffers()
-        return self._shares_of(self._views["valid"])
+        return self._shares_of(self._views[name])
 
     def _shares_of(self, view: Shares) -> Iterator[tuple[Any, Progress]]:
         iterator: ShardIterator[Any] | SharesIterator = view.__iter__()  # iter() loses the type
@@ -351,11 +362,14 @@ class DistributedRun:
                 self._reducer.all_reduce_by_hand()
         return () if output is None else (output,)
 
-    def inference_step(self, batch: Any) -> Any:
-        """The model's ``inference_step`` on this rank's share (None for an empty one)."""
+    def inference_step(self, batch: Any, step: Step | None = None) -> Any:
+        """The model's ``inference_step`` (or ``step``) on this rank's share (None for an
+        empty one)."""
         if batch is None:
             return None
-        return self._model.inference_step(batch)
+        if step is None:  # the model was checked when it was placed
+            step = cast("InferenceStep[Any, Any]", self._model).inference_step
+        return step(batch)
 
     def after_optimizer_step(self) -> None:
         """Nothing: every rank applied the same reduced gradients."""

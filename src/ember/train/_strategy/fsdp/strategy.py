@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 import torch
+from torch import nn
 
 if TYPE_CHECKING:  # torch's FSDP costs most of a second to import: only a sharded run pays it
     from torch.distributed.fsdp import FSDPModule
@@ -48,7 +49,8 @@ from ember.distributed._processes import DEFAULT_TIMEOUT, collective
 from ember.train._checkpoint.sharded import ShardedRecords, write_shards
 from ember.train._learner import Learner
 from ember.train._precision import Precision
-from ember.train._step import TrainOutput, current_step, step_context
+from ember.train._step import InferenceStep, TrainOutput, current_step, step_context
+from ember.train._strategy.base import Step
 from ember.train._strategy.ddp.ranks import Ranks
 from ember.train._strategy.ddp.strategy import DistributedDataParallel, DistributedRun
 from ember.train._strategy.fsdp.sharding import (
@@ -117,11 +119,9 @@ class FullyShardedDataParallel(DistributedDataParallel):
         """The run's precision (``launch`` tells it before :meth:`start`)."""
         self.precision = precision
 
-    def start(
-        self, learner: Learner[Any], train: DataLoader[Any], valid: DataLoader[Any]
-    ) -> FullyShardedRun:
-        """Join (or initialise) the process group, shard the model over the mesh, then build
-        the optimizer on the sharded parameters; this rank's shares of the loaders."""
+    def check(self, learner: Learner[Any]) -> None:
+        """One optimizer, built by a factory on the sharded parameters (refused before any
+        process joins)."""
         if isinstance(learner.optimizer_or_factory, dict):
             raise ValueError(
                 "FullyShardedDataParallel trains one optimizer (its sharded checkpoints hold "
@@ -133,7 +133,11 @@ class FullyShardedDataParallel(DistributedDataParallel):
                 "pass the optimizer as a factory, e.g. Learner(model, "
                 "lambda params: torch.optim.Adam(params), lr), so that it is built on them"
             )
-        model = learner.model
+
+    def start(self, model: nn.Module, loaders: Mapping[str, DataLoader[Any]]) -> FullyShardedRun:
+        """Join (or initialise) the process group, shard the model over the mesh (the
+        optimizer is built on the sharded parameters after this); this rank's shares of the
+        loaders."""
         units = plan_units(model, self.shard)
         ranks = self._setup()
         try:
@@ -148,14 +152,13 @@ class FullyShardedDataParallel(DistributedDataParallel):
                 reshard_after_forward=self.reshard_after_forward,
                 precision=mixed_precision(self.precision),
             )
-            learner.fork(ranks.device)
             views = {
                 name: ShardedDataLoader(
                     _batching(name, loader).to_device(ranks.device), ranks.rank, ranks.world
                 )
-                for name, loader in (("train", train), ("valid", valid))
+                for name, loader in loaders.items()
             }
-            return FullyShardedRun(self, ranks, learner, views)
+            return FullyShardedRun(self, ranks, model, views)
         except BaseException:
             self._abandon()
             raise
@@ -178,12 +181,11 @@ class FullyShardedRun(DistributedRun):
         self,
         strategy: FullyShardedDataParallel,
         ranks: Ranks,
-        learner: Learner[Any],
+        model: nn.Module,
         views: Mapping[str, ShardedDataLoader[Any]],
     ) -> None:
         # DistributedRun's own __init__ builds a gradient reducer: FSDP reduces in backward
-        self._agreements(strategy, ranks, learner, views)
-        self._learner = learner
+        self._agreements(strategy, ranks, model, views)
         self._last_share: dict[str, Any] = {}  # the last non-empty share of each split
         self._syncing = True  # fully_shard's default: reduce-scatter in every backward
 
@@ -191,9 +193,10 @@ class FullyShardedRun(DistributedRun):
         """This rank's share of every global batch (a stand-in for an empty one)."""
         return self._stand_in(super().train_pass(), "train")
 
-    def valid_pass(self) -> Iterator[tuple[Any, Progress]]:
-        """This rank's share of every global validation batch (a stand-in for an empty one)."""
-        return self._stand_in(super().valid_pass(), "valid")
+    def valid_pass(self, name: str) -> Iterator[tuple[Any, Progress]]:
+        """This rank's share of every global batch of the loader ``name`` (a stand-in for an
+        empty one)."""
+        return self._stand_in(super().valid_pass(name), name)
 
     def _stand_in(
         self, pass_: Iterator[tuple[Any, Progress]], split: str
@@ -249,18 +252,21 @@ class FullyShardedRun(DistributedRun):
             cast("FSDPModule", self._model).set_requires_gradient_sync(sync)
             self._syncing = sync
 
-    def inference_step(self, batch: Any) -> Any:
-        """The model's ``inference_step`` on this rank's share (None for a stand-in, whose
-        forward only takes part in the all-gathers)."""
+    def inference_step(self, batch: Any, step: Step | None = None) -> Any:
+        """The model's ``inference_step`` (or ``step``) on this rank's share (None for a
+        stand-in, whose forward only takes part in the all-gathers)."""
         share: _Share = batch
         self._watch.arrive("the forward all-gather")
-        output = self._model.inference_step(share.batch)
+        run = cast("InferenceStep[Any, Any]", self._model).inference_step if step is None else step
+        output = run(share.batch)
         return output if share.real else None
 
-    def write_shards(self, directory: Path, epoch: int) -> ShardedRecords | None:
-        """Every rank writes its shards of the model and the optimizer; rank 0 gets the index
-        records and every rank's file (None on the other ranks)."""
-        return write_shards(directory, epoch, self._learner, self)
+    def write_shards(
+        self, directory: Path, epoch: int, learner: Learner[Any]
+    ) -> ShardedRecords | None:
+        """Every rank writes its shards of the model and ``learner``'s optimizer; rank 0 gets
+        the index records and every rank's file (None on the other ranks)."""
+        return write_shards(directory, epoch, learner, self)
 
     def close(self, error: BaseException | None = None) -> None:
         """Close the shares; after an ``error`` on this rank, tear the process group down.
