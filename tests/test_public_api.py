@@ -127,6 +127,7 @@ TRAIN = {
     "MultiDevice",
     "MultiLabelClassificationOutput",
     "NoamLr",
+    "NotebookMetricsRenderer",
     "Numeric",
     "PerplexityMetric",
     "PrecisionMetric",
