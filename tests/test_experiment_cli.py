@@ -293,12 +293,14 @@ def train(
     lr: float = 0.05,
     data: Loaders = Loaders(),
     tracking: Path | None = None,
+    tensorboard: Path | None = None,
 ) -> LearningResult[TinyRegressor]:
     """Train the tiny regressor.
 
     Args:
         directory: The run directory.
         tracking: An MLflow sqlite store to log to too.
+        tensorboard: A TensorBoard log directory to log to too.
     """
     torch.manual_seed(0)
     model = TinyRegressor()
@@ -313,6 +315,10 @@ def train(
 
         logger = MLflowLogger(tracking_uri=f"sqlite:///{tracking.resolve()}", experiment="cli")
         training = training.with_metric_logger(logger)
+    if tensorboard is not None:
+        from ember.train import TensorBoardLogger
+
+        training = training.with_metric_logger(TensorBoardLogger(tensorboard))
     return training.launch(Learner(model, torch.optim.SGD(model.parameters(), lr=lr), lr))
 
 
@@ -331,6 +337,7 @@ def test_the_resolved_configuration_lands_in_config_json_and_config_yaml(tmp_pat
         "lr": 0.1,
         "data": {"items": 12, "batch_size": 4},
         "tracking": None,
+        "tensorboard": None,
     }
     assert config["cli"] == expected
     assert config["num_epochs"] == 2 and config["train"]["items"] == 12  # what the run did
@@ -356,13 +363,20 @@ def test_a_run_launched_without_ember_cli_records_none(tmp_path: Path) -> None:
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
 def test_the_trackers_get_the_configuration_as_params(tmp_path: Path) -> None:
-    """MLflow's params hold the resolved values under cli., dotted as the options are."""
+    """MLflow's params hold the resolved values under cli., dotted as the options are;
+    TensorBoard's config text is config.json, cli included."""
     mlflow = pytest.importorskip("mlflow")
-    store = tmp_path / "mlflow.db"
+    events = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    store, board = tmp_path / "mlflow.db", tmp_path / "board"
     args = ["--directory", str(tmp_path / "run"), "--data.batch_size", "2", "--tracking"]
-    ember.cli(train, args=[*args, str(store)])
+    ember.cli(train, args=[*args, str(store), "--tensorboard", str(board)])
     client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{store.resolve()}")
     (run,) = client.search_runs([client.get_experiment_by_name("cli").experiment_id])
     params = run.data.params
     assert params["cli.data.batch_size"] == "2" and params["cli.lr"] == "0.05"
     assert params["cli.directory"] == str(tmp_path / "run")
+    accumulator = events.EventAccumulator(str(board))
+    accumulator.Reload()
+    (text,) = accumulator.Tensors("config/text_summary")
+    config = json.loads(text.tensor_proto.string_val[0].decode("utf-8"))
+    assert config["cli"]["data"] == {"items": 8, "batch_size": 2}
