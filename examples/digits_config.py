@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import ember
-from ember.data import DataLoaderBuilder, InMemDataset
+from ember.data import DataLoader, DataLoaderBuilder, InMemDataset
 from ember.train import (
     AccuracyMetric,
     ClassificationOutput,
@@ -122,6 +122,16 @@ def digits(data: Data) -> tuple[list[tuple[torch.Tensor, int]], list[tuple[torch
     return items[data.valid_size :], items[: data.valid_size]
 
 
+def loader(
+    items: list[tuple[torch.Tensor, int]], batch_size: int, shuffle: int | None
+) -> DataLoader[Batch]:
+    """The items in batches, shuffled every epoch from ``shuffle`` (None: in order)."""
+    builder = DataLoaderBuilder(batcher).batch_size(batch_size)
+    if shuffle is not None:
+        builder.shuffle(shuffle)
+    return builder.build(InMemDataset(items))
+
+
 def main(
     directory: Path = Path("runs/digits"),
     epochs: int = 15,
@@ -138,14 +148,14 @@ def main(
         resume: Go on in the newest version from its last checkpoint.
     """
     train, valid = digits(data)
-    loader = DataLoaderBuilder(batcher).batch_size(data.batch_size)
-    shuffled = loader if data.shuffle_seed is None else loader.shuffle(data.shuffle_seed)
     torch.manual_seed(model.seed)
     net = Mlp(model)
     kind = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}[optimizer.kind]
     training = (
         SupervisedTraining(
-            directory, shuffled.build(InMemDataset(train)), loader.build(InMemDataset(valid))
+            directory,
+            loader(train, data.batch_size, data.shuffle_seed),
+            loader(valid, data.batch_size, None),
         )
         .metrics(LossMetric(), AccuracyMetric())
         .num_epochs(epochs)
