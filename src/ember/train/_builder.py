@@ -314,8 +314,9 @@ class SupervisedTraining:
 
     def overwrite(self) -> SupervisedTraining:
         """Start afresh in a directory that holds an earlier run: remove what ember wrote there
-        (split logs, checkpoints, ``experiment.log``, ``config.json``, ``summary.json``; never
-        other files) at launch. Without it, such a fresh run is refused (``RunDirectoryError``)."""
+        (its metric logs, checkpoints, ``experiment.log``, ``config.json``, ``summary.json``;
+        never other files, also inside ``train/``) at launch. Without it, such a fresh run is
+        refused (``RunDirectoryError``)."""
         return self._set(overwrite=True)
 
     # output ------------------------------------------------------------------------------
