@@ -1,7 +1,7 @@
 """ember: Burn's Learner and data loaders, rebuilt in Python on PyTorch.
 
 The most used names are re-exported here; everything lives in :mod:`ember.data` and
-:mod:`ember.train`.
+:mod:`ember.train`, except :func:`cli` (an experiment's command line, ``ember[cli]``).
 """
 
 from ember._errors import (
@@ -13,6 +13,7 @@ from ember._errors import (
     RunDirectoryError,
     TrainingError,
 )
+from ember._experiment_cli import cli
 from ember._version import __version__ as __version__
 from ember.data._batcher import Batcher
 from ember.data._builder import DataLoaderBuilder
@@ -51,4 +52,5 @@ __all__ = [
     "SupervisedTraining",
     "TrainOutput",
     "TrainingError",
+    "cli",
 ]

@@ -190,3 +190,86 @@ def test_under_ddp_only_rank_0_claims_the_directory(
         claim_for_run(config),
     ):
         pass
+
+
+def test_overwrite_keeps_the_user_s_files_inside_the_split_directories(run_dir: Path) -> None:
+    """The user's mistake (issue 29, item 6): notes and data kept inside train/ and valid/, then
+    overwrite(). ember's logs go, the user's files stay (and the directories that hold them)."""
+    training(run_dir, epochs=3).launch(learner())
+    (run_dir / "train" / "notes.md").write_text("lr 0.1 diverged")
+    (run_dir / "train" / "epoch-3" / "plot.png").write_bytes(b"mine")
+    (run_dir / "valid" / "labels").mkdir()
+    (run_dir / "valid" / "labels" / "extra.log").write_text("not a metric log")
+    (run_dir / "test").mkdir()
+    (run_dir / "test" / "images.txt").write_text("my test set")
+    result = training(run_dir, epochs=2).overwrite().launch(learner())
+    assert result.last_epoch == 2
+    assert (run_dir / "train" / "notes.md").read_text() == "lr 0.1 diverged"
+    assert (run_dir / "train" / "epoch-3" / "plot.png").read_bytes() == b"mine"
+    assert not (run_dir / "train" / "epoch-3" / "Loss.log").exists()  # the old epoch's log
+    assert (run_dir / "valid" / "labels" / "extra.log").read_text() == "not a metric log"
+    assert (run_dir / "test" / "images.txt").read_text() == "my test set"
+    assert not (run_dir / "valid" / "epoch-3").exists()
+    assert (run_dir / "train" / "epoch-2" / "Loss.log").is_file()  # the new run's
+
+
+def test_split_directories_of_the_user_s_alone_are_not_a_run(run_dir: Path) -> None:
+    """A directory whose train/ holds only the user's files is not taken for an earlier run."""
+    (run_dir / "train").mkdir(parents=True)
+    (run_dir / "train" / "images.txt").write_text("data")
+    assert training(run_dir, epochs=1).launch(learner()).last_epoch == 1
+    assert (run_dir / "train" / "images.txt").read_text() == "data"
+
+
+def test_a_versioned_run_takes_the_next_version_and_a_resume_the_newest(tmp_path: Path) -> None:
+    """The same launch, run again unchanged (a notebook cell), goes to version_0, version_1...;
+    resume_latest() goes on in the newest; the guard against mixing runs stays."""
+    runs = tmp_path / "runs"
+    first = training(runs, epochs=1).versioned().launch(learner())
+    second = training(runs, epochs=1).versioned().launch(learner())
+    assert (first.directory, second.directory) == (runs / "version_0", runs / "version_1")
+    assert (runs / "version_1" / "experiment.log").is_file()
+    assert not (runs / "experiment.log").exists()
+    resumed = training(runs, epochs=3).versioned().resume_latest().launch(learner())
+    assert resumed.directory == runs / "version_1" and resumed.last_epoch == 3
+    assert sorted(p.name for p in (runs / "version_1" / "train").iterdir()) == [
+        "epoch-1",
+        "epoch-2",
+        "epoch-3",
+    ]
+    assert sorted(p.name for p in runs.iterdir()) == ["version_0", "version_1"]
+    with pytest.raises(RunDirectoryError, match="another run's logs"):
+        training(runs / "version_1", epochs=1).launch(learner())
+
+
+def test_a_resume_with_no_version_yet_starts_version_0(tmp_path: Path) -> None:
+    """The first run of a notebook that always resumes: version_0, from epoch 1."""
+    result = training(tmp_path / "runs", epochs=1).versioned().resume_latest().launch(learner())
+    assert result.directory == tmp_path / "runs" / "version_0" and result.last_epoch == 1
+
+
+def test_a_refused_versioned_launch_leaves_no_directory(tmp_path: Path) -> None:
+    """The version and the parent the claim made are removed again when launch refuses."""
+    runs = tmp_path / "runs"
+    with pytest.raises(ValueError, match="resuming needs checkpointers"):
+        SupervisedTraining(runs, loader(8), loader(4)).versioned().checkpoint(1).launch(learner())
+    assert not runs.exists()
+
+
+def test_versioned_with_what_contradicts_it_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """overwrite(), a checkpointer with its own directory, several processes: each refused at
+    launch with the reason and the fix, before anything is written."""
+    from ember.train import KeepLastNCheckpoints, LearningCheckpointer
+
+    runs = tmp_path / "runs"
+    with pytest.raises(ValueError, match=r"overwrite\(\) has nothing to remove"):
+        training(runs).versioned().overwrite().launch(learner())
+    own = LearningCheckpointer(tmp_path / "ckpt", KeepLastNCheckpoints(1))
+    with pytest.raises(ValueError, match=r"with_checkpointers\(\) writes .*ckpt.*default"):
+        training(runs).with_checkpointers(own).versioned().launch(learner())
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ValueError, match=r"this job has 2 \(WORLD_SIZE\)"):
+        training(runs).versioned().launch(learner())
+    assert not runs.exists()

@@ -74,6 +74,7 @@ from ember.train._outputs import (
 from ember.train._processor import AsyncProcessorTraining, FullEventProcessorTraining
 from ember.train._renderer.cli import CliMetricsRenderer
 from ember.train._renderer.default import default_renderer
+from ember.train._renderer.notebook import NotebookMetricsRenderer
 from ember.train._renderer.tui.renderer import TuiMetricsRenderer
 from ember.train._result import LearningResult
 from ember.train._step import (
@@ -150,6 +151,7 @@ __all__ = [
     "MultiDevice",
     "MultiLabelClassificationOutput",
     "NoamLr",
+    "NotebookMetricsRenderer",
     "Numeric",
     "PerplexityMetric",
     "PrecisionMetric",

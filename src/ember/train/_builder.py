@@ -44,6 +44,7 @@ from ember.train._precision import Precision, check_precision
 from ember.train._renderer.base import MetricsRenderer
 from ember.train._result import LearningResult
 from ember.train._run_config import check_hparams
+from ember.train._run_directory import versioned_run
 from ember.train._schedule import Unit, every
 from ember.train._strategy.base import SupervisedLearningStrategy
 from ember.train._vocabulary import Split
@@ -306,10 +307,17 @@ class SupervisedTraining:
             )
         return self._set(resume="latest", fresh_if_unusable=fresh_if_unusable)
 
+    def versioned(self) -> SupervisedTraining:
+        """Launch into a new ``directory/version_N`` each time (N one more than the highest
+        there, from 0), so that a notebook cell or a script runs again unchanged; with
+        ``resume_latest()``, into the newest version. ``LearningResult.directory`` says which."""
+        return self._set(versioned=True)
+
     def overwrite(self) -> SupervisedTraining:
         """Start afresh in a directory that holds an earlier run: remove what ember wrote there
-        (split logs, checkpoints, ``experiment.log``, ``config.json``, ``summary.json``; never
-        other files) at launch. Without it, such a fresh run is refused (``RunDirectoryError``)."""
+        (its metric logs, checkpoints, ``experiment.log``, ``config.json``, ``summary.json``;
+        never other files, also inside ``train/``) at launch. Without it, such a fresh run is
+        refused (``RunDirectoryError``)."""
         return self._set(overwrite=True)
 
     # output ------------------------------------------------------------------------------
@@ -385,4 +393,4 @@ class SupervisedTraining:
 
         A failed training raises ``TrainingError`` (its ``.result`` is the run's result) once the
         run is finished, unless ``errors_in_result()``."""
-        return launch(self._config, learner)
+        return launch(versioned_run(self._config), learner)

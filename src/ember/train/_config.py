@@ -87,5 +87,7 @@ class TrainingConfig:
     """With ``resume="latest"``: train from epoch 1 when every checkpoint is unusable."""
     overwrite: bool = False
     """A fresh run removes what an earlier run wrote in the directory (else it is refused)."""
+    versioned: bool = False
+    """The run goes into ``directory/version_N`` (``_run_directory.versioned_run``)."""
     errors_in_result: bool = False
     """A failed training is returned in ``LearningResult.error``, not raised (Burn's way)."""

@@ -8,7 +8,7 @@
         check the learner; find the starting epoch (a requested checkpoint must exist)
         the loggers: the file logs and the given ones (refused if nothing reads back what the
             summary, early stopping or checkpointing need)
-        main process: experiment.log; the renderer; config.json;
+        main process: experiment.log; the renderer; config.json (and ember.cli's config.yaml);
             every logger's start(config) (an error there stops the launch, before training)
         resume_latest(): the newest usable checkpoint, skipped ones warned of in experiment.log
                          (none usable of several: CheckpointError, unless fresh_if_unusable);
@@ -70,6 +70,7 @@ from ember.train._checkpoint.strategy import (
 )
 from ember.train._config import DEFAULT_CHECKPOINTERS, TrainingConfig
 from ember.train._events import End
+from ember.train._experiment import write_experiment_config
 from ember.train._finished import finished_result, finished_run, run_result
 from ember.train._gradient_checkpointing import checkpointed_modules
 from ember.train._hooks import TrainingHooks
@@ -438,6 +439,7 @@ def _start_loggers(config: TrainingConfig, learner: Learner[Any], store: EventSt
         # not flushed to disk: written again by every launch (a resume too), and two flushes
         # cost a short run several percent of its time (benchmarks/precision.py)
         atomic_write(config.directory / "config.json", text.encode("utf-8"), sync=False)
+        write_experiment_config(config.directory)  # ember.cli's config.yaml (_experiment.py)
         store.start(run_config)
     except BaseException:
         store.close()

@@ -10,10 +10,12 @@ it as the run's parameters)::
      "optimizer": {"class": "torch.optim.sgd.SGD", "param_groups": [{"lr": 0.1, ...}]},
      "lr_scheduler": {"class": "...ConstantLr", "state": {...}},
      "metrics": {"train": ["Loss"], "valid": ["Loss"]}, "resume": null,
-     "hparams": {"hidden": 64}}
+     "hparams": {"hidden": 64}, "cli": {"lr": 0.1, "data": {"batch_size": 64}}}
 
-``hparams`` holds the user's own entries (``SupervisedTraining.hparams``). A value the run cannot
-describe as JSON (an optimizer hyper-parameter that is a tensor, say) is written as its ``repr``.
+``hparams`` holds the user's own entries (``SupervisedTraining.hparams``); ``cli`` the values
+``ember.cli`` resolved for the ``main`` that launched the run, keys as ``main`` spells them, or
+null (``_experiment.py``). A value the run cannot describe as JSON (an optimizer hyper-parameter
+that is a tensor, say) is written as its ``repr``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ember._version import __version__
+from ember.train._experiment import current_experiment
 from ember.train._strategy.single import SingleDevice
 
 if TYPE_CHECKING:
@@ -88,7 +91,13 @@ def run_configuration(config: TrainingConfig, learner: Learner[Any]) -> dict[str
         "metrics": metrics,
         "resume": config.resume,
         "hparams": dict(config.hparams),
+        "cli": _cli_values(),
     }
+
+
+def _cli_values() -> dict[str, Any] | None:
+    experiment = current_experiment()
+    return None if experiment is None else _json(experiment.values)
 
 
 def _loader(loader: DataLoader[Any]) -> dict[str, Any]:

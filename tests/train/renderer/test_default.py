@@ -1,4 +1,5 @@
-"""default_renderer: the TUI for a person at a terminal, the CLI renderer otherwise."""
+"""default_renderer: the TUI for a person at a terminal, the live display in a notebook, the CLI
+renderer otherwise."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import TextIO
 import pytest
 
 from ember.train import CliMetricsRenderer, Interrupter, default_renderer
+from ember.train._renderer.notebook import NotebookMetricsRenderer, in_jupyter_kernel
 from ember.train._renderer.tui.renderer import TuiMetricsRenderer
 
 
@@ -59,5 +61,19 @@ def test_ember_renderer_forces_a_renderer(
     with pytest.raises(ValueError, match="EMBER_RENDERER=tui needs the run's interrupter"):
         default_renderer(None, io.StringIO())
     monkeypatch.setenv("EMBER_RENDERER", "gui")
-    with pytest.raises(ValueError, match=r"EMBER_RENDERER must be 'cli' or 'tui'.*'gui'"):
+    with pytest.raises(
+        ValueError, match=r"EMBER_RENDERER must be 'cli', 'tui' or 'notebook'.*'gui'"
+    ):
         default_renderer(Interrupter(), io.StringIO())
+    monkeypatch.setenv("EMBER_RENDERER", "notebook")
+    assert isinstance(default_renderer(Interrupter(), terminal), NotebookMetricsRenderer)
+
+
+def test_outside_a_jupyter_kernel_no_notebook_display_is_chosen(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Plain Python, or IPython in a terminal (no kernel): not the notebook's display. (In a
+    kernel it is: tests/train/test_notebook.py runs one.)"""
+    monkeypatch.delenv("EMBER_RENDERER", raising=False)
+    assert not in_jupyter_kernel()
+    assert isinstance(default_renderer(Interrupter()), CliMetricsRenderer)

@@ -1,4 +1,5 @@
-"""The renderer used when none is given: the full-screen TUI on a terminal, else the CLI lines."""
+"""The renderer used when none is given: a live display in a Jupyter notebook, the full-screen
+TUI on a terminal, else the CLI lines (pipes, files, logs of batch jobs)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from ember.train._renderer.base import MetricsRenderer
 from ember.train._renderer.cli import CliMetricsRenderer
+from ember.train._renderer.notebook import NotebookMetricsRenderer, in_jupyter_kernel
 
 if TYPE_CHECKING:
     from ember.train._interrupter import Interrupter
@@ -15,7 +17,8 @@ if TYPE_CHECKING:
 __all__ = ["default_renderer"]
 
 
-_RENDERER_ENV = "EMBER_RENDERER"  # forces a renderer: cli or tui
+_RENDERER_ENV = "EMBER_RENDERER"  # forces a renderer: cli, tui or notebook
+_CHOICES = ("", "cli", "tui", "notebook")
 
 
 def default_renderer(
@@ -23,17 +26,22 @@ def default_renderer(
 ) -> MetricsRenderer:
     """The renderer used when none is given.
 
-    The full-screen :class:`~ember.train._renderer.tui.TuiMetricsRenderer` when ``stream``
+    In a Jupyter kernel (a notebook), with no ``stream`` given, the
+    :class:`~ember.train._renderer.notebook.NotebookMetricsRenderer`: one live display in the
+    cell. The full-screen :class:`~ember.train._renderer.tui.TuiMetricsRenderer` when ``stream``
     (default: stdout) and stdin are terminals, ``TERM`` is not ``dumb``, the platform has
     termios (not Windows) and an ``interrupter`` is given (the TUI stops training through it);
-    the :class:`CliMetricsRenderer` on ``stream`` otherwise. ``EMBER_RENDERER=cli`` or
-    ``EMBER_RENDERER=tui`` forces one.
+    the :class:`CliMetricsRenderer` on ``stream`` otherwise. ``EMBER_RENDERER=cli``, ``tui`` or
+    ``notebook`` forces one.
     """
     choice = os.environ.get(_RENDERER_ENV, "").strip().lower()
-    if choice not in ("", "cli", "tui"):
+    if choice not in _CHOICES:
         raise ValueError(
-            f"{_RENDERER_ENV} must be 'cli' or 'tui' (or unset), got {os.environ[_RENDERER_ENV]!r}"
+            f"{_RENDERER_ENV} must be 'cli', 'tui' or 'notebook' (or unset), got "
+            f"{os.environ[_RENDERER_ENV]!r}"
         )
+    if choice == "notebook" or (choice == "" and stream is None and in_jupyter_kernel()):
+        return NotebookMetricsRenderer(interrupter)
     stream = stream if stream is not None else sys.stdout
     tui = choice == "tui" or (choice == "" and interrupter is not None and _interactive(stream))
     if not tui:

@@ -25,7 +25,7 @@ from ember.train._renderer.plot_data import BrailleCanvas, PlotKind, data_range
 from ember.train._renderer.tui.state import Frame
 from ember.train._vocabulary import Split
 
-__all__ = ["render_frame"]
+__all__ = ["frame_height", "render_frame"]
 
 _SPLIT_STYLE = {Split.TRAIN: "bright_red", Split.VALID: "bright_blue", Split.TEST: "bright_green"}
 _SPLIT_LABEL = {Split.TRAIN: "Train", Split.VALID: "Valid", Split.TEST: "Test"}
@@ -228,8 +228,9 @@ def _quit_popup() -> Panel:
     return Panel(text, title="Quit", border_style="bold red")
 
 
-def render_frame(frame: Frame) -> RenderableType:
-    """The whole screen for ``frame``: Burn's layout (``docs/renderers.md``)."""
+def render_frame(frame: Frame, *, keys: bool = True) -> RenderableType:
+    """The whole screen for ``frame``: Burn's layout (``docs/renderers.md``); without the
+    Controls pane when no key is read (``keys=False``: the notebook's display)."""
     layout = Layout()
     layout.split_column(
         Layout(name="top", ratio=1, minimum_size=16),
@@ -240,10 +241,18 @@ def render_frame(frame: Frame) -> RenderableType:
         Layout(Panel(_PlotPane(frame), title="Plots", title_align="left"), ratio=62),
     )
     layout["left"].split_column(
-        Layout(_controls_pane(), size=5),
+        *([Layout(_controls_pane(), size=5)] if keys else []),
         Layout(_metrics_pane(frame), ratio=1, minimum_size=6),
         Layout(_status_pane(frame), size=8 if frame.total_steps is None else 9),
     )
     if frame.popup:
         return _Overlay(layout, _quit_popup(), 44, 6)
     return layout
+
+
+def frame_height(frame: Frame) -> int:
+    """The rows ``render_frame(frame, keys=False)`` needs to show every metric's line."""
+    metric_lines = sum(1 + len(per_split) for _, per_split in frame.metrics)
+    status = 8 if frame.total_steps is None else 9
+    progress = 4 if frame.stopping is None else 5
+    return max(16, max(6, metric_lines + 2) + status) + progress

@@ -11,9 +11,9 @@ An evaluation (``EvaluatorBuilder(...).renderer(tui)``) is Burn's ``Evaluation``
 Status pane shows ``Mode : Evaluation`` and counts tests, the test values are drawn in green
 (``Test``); an evaluation cannot be stopped from the keyboard except by Ctrl-C.
 
-Threads: the protocol methods run on ``train-worker``, or on the training thread in a run on
-the CPU (``on_error`` and ``close`` on the caller's thread), and only update state under a
-lock, never formatting text. A thread named
+Threads: the protocol methods (``tui/base.py``, shared with the notebook's renderer) run on
+``train-worker``, or on the training thread in a run on the CPU (``on_error`` and ``close`` on
+the caller's thread), and only update state under a lock, never formatting text. A thread named
 ``train-renderer`` reads keys and draws, at most ``max_refresh_per_second`` times a second;
 metric entries are formatted only there.
 
@@ -22,9 +22,10 @@ The terminal is always given back: ``close()``, ``on_error()``, a failure while 
 (saved before cbreak mode was set). The summary and errors are printed after that, on the normal
 screen, so they stay visible.
 
-This module holds the renderer itself: the protocol methods, the lock, the ``train-renderer``
-thread and the terminal. What is shown is in :mod:`~ember.train._renderer.tui.state`, how it is
-drawn in :mod:`~ember.train._renderer.tui.panes`, how keys are read in
+This module holds the renderer itself: the keys, the ``train-renderer`` thread and the
+terminal; the protocol methods and the lock are in :mod:`~ember.train._renderer.tui.base`.
+What is shown is in :mod:`~ember.train._renderer.tui.state`, how it is drawn in
+:mod:`~ember.train._renderer.tui.panes`, how keys are read in
 :mod:`~ember.train._renderer.tui.keys`.
 """
 
@@ -39,20 +40,16 @@ import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TextIO
 
-from ember.train._metric.base import MetricDefinition
-from ember.train._renderer.base import MetricState
 from ember.train._renderer.plot_data import PlotKind
+from ember.train._renderer.tui.base import StateRenderer
 from ember.train._renderer.tui.keys import KeyReader, decode_keys, input_fd
-from ember.train._renderer.tui.state import RunState, format_eta
-from ember.train._vocabulary import Split
+from ember.train._renderer.tui.state import format_eta
 
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.live import Live
 
-    from ember.train._evaluation.summary import EvaluationSummary
     from ember.train._interrupter import Interrupter
-    from ember.train._summary import LearnerSummary
 
 __all__ = ["STOP_REASON", "TuiMetricsRenderer", "decode_keys", "format_eta"]
 
@@ -64,7 +61,7 @@ STOP_REASON = "Stopping training from user input."
 _IDLE_REDRAW = 1.0  # seconds: redraw without news so that items/s and the ETA move on
 
 
-class TuiMetricsRenderer:
+class TuiMetricsRenderer(StateRenderer):
     """The full-screen renderer; stops training through ``interrupter`` when asked to.
 
     ``console`` (default: a rich console on stdout), ``input_stream`` (where keys are read: a
@@ -86,7 +83,7 @@ class TuiMetricsRenderer:
     ) -> None:
         if not max_refresh_per_second > 0:
             raise ValueError(f"max_refresh_per_second must be > 0, got {max_refresh_per_second}")
-        self._interrupter = interrupter
+        super().__init__(interrupter, clock)
         if console is None:
             # imported here, as below: rich's layout machinery is not needed by `import ember`
             from rich.console import Console
@@ -94,176 +91,17 @@ class TuiMetricsRenderer:
             console = Console()
         self._console = console
         self._input = input_stream
-        self._clock = clock
         self._interval = 1.0 / max_refresh_per_second
         self._threaded = threaded
-        self._lock = threading.Lock()  # the state below, written on the metrics thread
-        self._state = RunState()
-        self._dirty = True
         self._popup = False
         self._kind = PlotKind.FULL
         self._selected = 0
-        self._summary: LearnerSummary | EvaluationSummary | None = None
         self._draw_lock = threading.RLock()  # the terminal: drawing, entering, leaving
         self._live: Live | None = None
         self._reader: KeyReader | None = None
         self._thread: threading.Thread | None = None
         self._stop_thread = threading.Event()
         self._last_draw = -math.inf
-
-    # the renderer protocol (train-worker thread) ----------------------------------------------
-
-    def register_metric(self, definition: MetricDefinition) -> None:
-        """Give the metric a place in the Metrics pane, and a plot if it is numeric."""
-        with self._lock:
-            self._state.register(definition)
-            self._dirty = True
-
-    def start(self, total_epochs: int, starting_epoch: int) -> None:
-        """Take over the terminal and start drawing."""
-        with self._lock:
-            self._state.begin(total_epochs, starting_epoch, self._clock())
-            self._dirty = True
-        self._open()
-
-    def start_steps(self, total_steps: int, starting_step: int) -> None:
-        """Show the run's progress and ETA in optimizer steps (``StepProgressLogger``)."""
-        with self._lock:
-            self._state.start_steps(total_steps, starting_step, self._clock())
-            self._dirty = True
-
-    def update_step(self, step: int) -> None:
-        """The optimizer steps taken so far."""
-        with self._lock:
-            self._state.step = step
-            self._dirty = True
-
-    def start_split(self, split: Split, total_items: int | None) -> None:
-        """A pass over ``total_items`` items begins."""
-        with self._lock:
-            self._state.start_split(split, total_items, self._clock())
-            self._dirty = True
-
-    def resume_split(self, items_done: int) -> None:
-        """The split goes on after ``items_done`` items (``ResumedSplitLogger``)."""
-        with self._lock:
-            self._state.resume_split(items_done)
-            self._dirty = True
-
-    def update_split(self, items_processed: int) -> None:
-        """Items processed so far in the current split."""
-        with self._lock:
-            self._state.split_done = items_processed
-            self._state.iteration += 1
-            self._dirty = True
-
-    def update_train(self, state: MetricState) -> None:
-        """Record a training value (its text is formatted only when drawn)."""
-        with self._lock:
-            self._state.update(Split.TRAIN, state)
-            self._dirty = True
-
-    def update_valid(self, state: MetricState) -> None:
-        """Record a validation value (its text is formatted only when drawn)."""
-        with self._lock:
-            self._state.update(Split.VALID, state)
-            self._dirty = True
-
-    def end_split(self) -> None:
-        """The current split ended."""
-        with self._lock:
-            self._state.end_split()
-            self._dirty = True
-
-    def update_epoch(self, epoch: int) -> None:
-        """``epoch`` is complete."""
-        with self._lock:
-            self._state.epoch = epoch + 1
-            self._dirty = True
-
-    def end(self) -> None:
-        """Training ended."""
-        with self._lock:
-            self._state.finished = True
-            self._dirty = True
-
-    def on_train_end(self, summary: LearnerSummary | None) -> None:
-        """Keep the summary: :meth:`close` prints it once the terminal is back."""
-        self._summary = summary
-
-    # evaluation (eval-worker thread) -------------------------------------------------------
-
-    def start_evaluation(self, total_tests: int) -> None:
-        """Take over the terminal for ``total_tests`` tests (Burn's ``Evaluation`` mode); the
-        Status pane counts tests instead of epochs."""
-        with self._lock:
-            self._state.begin(total_tests, 1, self._clock())
-            self._state.evaluating = True
-            self._dirty = True
-        self._open()
-
-    def start_test(self, name: str, total_items: int | None) -> None:
-        """A test over ``total_items`` items begins."""
-        self.start_split(Split.TEST, total_items)
-
-    def update_test(self, name: str, state: MetricState) -> None:
-        """Record a test value."""
-        with self._lock:
-            self._state.update(Split.TEST, state)
-            self._dirty = True
-
-    def end_test(self) -> None:
-        """The current test ended: the next one counts."""
-        with self._lock:
-            self._state.end_split()
-            self._state.epoch += 1
-            self._dirty = True
-
-    def end_evaluation(self) -> None:
-        """Every test ended."""
-        self.end()
-
-    def on_test_end(self, summary: EvaluationSummary | None) -> None:
-        """Keep the summary: :meth:`close` prints it once the terminal is back."""
-        self._summary = summary
-
-    def on_error(self, error: BaseException) -> None:
-        """Give the terminal back and print the error with its traceback."""
-        self._restore()
-        text = "".join(traceback.format_exception(error)).rstrip()
-        self._print(f"Training failed: {type(error).__name__}: {error}\n{text}")
-
-    def close(self) -> None:
-        """Give the terminal back, then print how training ended and the summary."""
-        self._restore()
-        with self._lock:
-            started, self._state.started = self._state.started, False
-            evaluating, self._state.evaluating = self._state.evaluating, False
-            done, total = self._state.epoch - 1, self._state.total_epochs
-            stopped = not evaluating and self._interrupter.should_stop()
-            # a stop inside an epoch abandons it: show the last completed epoch's values
-            values = self._state.epoch_values(done if stopped else None)
-            partial = stopped and self._state.has_values_after(done)
-        if started:
-            if evaluating:
-                self._print(f"Evaluation ended after {done} of {total} tests.")
-            elif stopped:
-                reason = self._interrupter.message or "interrupted"
-                self._print(f"Training stopped after {done} of {total} epochs: {reason}")
-                if partial:
-                    kept = f"the values are epoch {done}'s" if done else "no epoch completed"
-                    self._print(
-                        f"  epoch {done + 1} was stopped partway and not kept (a resume trains "
-                        f"it again); {kept}"
-                    )
-            else:
-                self._print(f"Training ended after {done} of {total} epochs.")
-            for split, pairs in values.items():
-                shown = " · ".join(f"{name} {value:.4g}" for name, value in pairs)
-                self._print(f"  {split.value:<5}  {shown}")
-        summary, self._summary = self._summary, None
-        if summary is not None:
-            self._print(str(summary))
 
     # keys and drawing ------------------------------------------------------------------------
 

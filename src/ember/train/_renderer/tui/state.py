@@ -102,6 +102,11 @@ class RunState:
         self.run_started, self.items_before, self.split_totals = now, 0, {}
         self.total_steps = None
 
+    def begin_evaluation(self, total_tests: int, now: float) -> None:
+        """An evaluation of ``total_tests`` tests starts: ``epoch`` counts tests."""
+        self.begin(total_tests, 1, now)
+        self.evaluating = True
+
     def start_steps(self, total_steps: int, starting_step: int, now: float) -> None:
         """The run is bounded by ``total_steps`` optimizer steps; ``starting_step`` are taken."""
         self.total_steps, self.step, self.steps_since = (
@@ -124,11 +129,21 @@ class RunState:
         """The split just started goes on after ``items_done`` items of its pass."""
         self.split_done = self.split_base = items_done
 
+    def update_progress(self, items_processed: int) -> None:
+        """A batch was processed: ``items_processed`` items of the split so far."""
+        self.split_done = items_processed
+        self.iteration += 1
+
     def end_split(self) -> None:
         """The current split ended: its items count towards the run's progress."""
         if self.split_open:
             self.items_before += self.split_done - self.split_base
             self.split_open = False
+
+    def end_test(self) -> None:
+        """The current test ended: the next one counts."""
+        self.end_split()
+        self.epoch += 1
 
     def update(self, split: Split, state: MetricState) -> None:
         """Keep the latest entry of a metric and add its numeric value to its plot."""
