@@ -2,7 +2,8 @@
 
 The rules: no import cycles, the data layer stands without the training layer, the library never
 imports the application, implementation modules are private, package ``__init__`` files only
-re-export, every module says what it is and what it exports, no module grows past 450 lines.
+re-export, every module says what it is and what it exports, no module is a prefix satellite of
+another (one concept per module, split by concept, never by size).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 PUBLIC = {"ember", "ember.data", "ember.train", "ember.extend", "ember.distributed"}
 # ``python -m ember`` runs the application: a script, never imported, so it declares no __all__
 SCRIPT = "ember.__main__"
-MAX_LINES = 450
 
 
 @dataclass(frozen=True)
@@ -286,21 +286,21 @@ def test_the_script_is_documented() -> None:
     assert ast.get_docstring(modules()[SCRIPT].tree), f"{SCRIPT} has no module docstring"
 
 
-# Modules over the limit when this test was written; each is to be split, and strict xfail fails
-# the day it is, so that the entry is removed with it.
-TOO_LONG_TODAY: set[str] = set()
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="to be split"))
-        if n in TOO_LONG_TODAY
-        else n
-        for n in NAMES
-    ],
-)
-def test_no_module_is_too_long(name: str) -> None:
-    """One concept per module: none over 450 lines."""
-    lines = len(modules()[name].path.read_text(encoding="utf-8").splitlines())
-    assert lines <= MAX_LINES, f"{name} has {lines} lines (at most {MAX_LINES}): split it"
+def test_no_module_is_a_prefix_satellite() -> None:
+    """One concept per module, split by concept, never by size: no two modules of a package
+    share their first word (``_loop_plan``, ``_loop_state`` beside ``_loop``; ``_run_config``
+    beside ``_run_logs``): a module is a line of the code map that names one concept."""
+    packages: dict[str, dict[str, list[str]]] = {}
+    for name, module in modules().items():
+        if module.is_package or name == SCRIPT or is_alias_module(module):
+            continue
+        package, _, leaf = name.rpartition(".")
+        first = leaf.lstrip("_").split("_")[0]
+        packages.setdefault(package, {}).setdefault(first, []).append(leaf)
+    satellites = {
+        f"{package}: {sorted(leaves)}"
+        for package, words in packages.items()
+        for leaves in words.values()
+        if len(leaves) > 1
+    }
+    assert satellites == set(), f"modules sharing a first word: {sorted(satellites)}"

@@ -7,10 +7,14 @@ travel with them. A plain class with the protocol's members is an extension; see
 """
 
 from ember.data._pass import Progress
+from ember.train._checkpoint.checkpointer import (
+    MidRoundCheckpointer,
+    RunCheckpointer,
+    TrainingRecords,
+)
 from ember.train._checkpoint.file import Checkpointer, CheckpointFile
 from ember.train._checkpoint.mid_round import ResumePoint
 from ember.train._checkpoint.record import Record
-from ember.train._checkpoint.run import MidRoundCheckpointer, RunCheckpointer, TrainingRecords
 from ember.train._checkpoint.strategy import (
     CheckpointingAction,
     CheckpointingStrategy,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import subprocess
@@ -29,10 +30,12 @@ from ember.train import (
     SupervisedTraining,
     TrainOutput,
 )
+from ember.train._config import TrainingConfig
+from ember.train._counters import RunCounters
 from ember.train._logger.base import MetricValue
-from ember.train._loop import TrainingLoop
-from ember.train._loop_plan import LoopPlan, LoopResult
+from ember.train._loop import LoopOutcome, TrainingLoop
 from ember.train._metric.store import EventStore
+from ember.train._plan import RunPlan, plan_run
 
 
 @dataclass(frozen=True)
@@ -125,21 +128,31 @@ def run_loop(
     processor: Any,
     epochs: int,
     interrupter: Interrupter | None = None,
-    **plan: Any,
-) -> LoopResult:
-    """The training loop alone (no launch): ``strategy`` on the loaders, events to ``processor``."""
+    **given: Any,
+) -> LoopOutcome:
+    """The training loop alone (no session): ``strategy`` on the loaders, events to
+    ``processor``. ``given`` holds configuration fields (``grads_accumulation``) and, to put a
+    part in by hand, plan fields (``schedule``, ``checkpointer``, ``mid_round_blocker``)."""
+    plan_fields = {f.name for f in dataclasses.fields(RunPlan)}
+    config = TrainingConfig(
+        Path("unused"),
+        train,
+        valid,
+        num_epochs=epochs,
+        strategy=strategy,
+        interrupter=interrupter or Interrupter(),
+        **{key: value for key, value in given.items() if key not in plan_fields},
+    )
+    plan = dataclasses.replace(
+        plan_run(config, learner),
+        **{key: value for key, value in given.items() if key in plan_fields},
+    )
     run = strategy.start(learner.model, {"train": train, "valid": valid})
     learner.bind()
     try:
-        return TrainingLoop(
-            LoopPlan(epochs, **plan),
-            learner,
-            run,
-            main=True,
-            processor=processor,
-            store=EventStore([InMemoryMetricLogger()]),
-            interrupter=interrupter or Interrupter(),
-        ).execute()
+        counters = RunCounters()
+        store = EventStore([InMemoryMetricLogger()])
+        return TrainingLoop(plan, learner, run, counters, processor, store).execute()
     finally:
         run.close()
 

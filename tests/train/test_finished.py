@@ -18,7 +18,7 @@ from ember.train import (
     StoppingCondition,
     SupervisedTraining,
 )
-from ember.train._checkpoint.run_state import RUN_END
+from ember.train._checkpoint.end import RUN_END
 from tests.train.fixtures import TinyRegressor, loader
 
 

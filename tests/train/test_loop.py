@@ -56,7 +56,7 @@ def test_event_order_matches_reference(model: TinyRegressor) -> None:
         expected += [("valid", "ProcessedItem", i) for i in (1, 2)]
         expected += [("valid", "EndSplit", epoch), ("train", "EndEpoch", epoch)]
     assert shape(spy.events) == expected
-    assert result.last_epoch == 2 and result.stop_reason is None
+    assert result.last_round == 2 and result.stop_reason is None
     starts = [e for _, e in spy.events if isinstance(e, StartSplit)]
     assert [s.total_items for s in starts] == [10, 6, 10, 6]
 
@@ -129,7 +129,7 @@ def test_interrupted_epoch_leaves_partial_window_unapplied() -> None:
         grads_accumulation=3,
     )
     assert len(model.steps) == 1
-    assert result.stop_reason == "test" and result.last_epoch == 0
+    assert result.stop_reason == "test" and result.last_round == 0
 
 
 def test_event_lr_is_the_lr_the_optimizer_used(run_dir: Path) -> None:
@@ -211,7 +211,7 @@ def test_stop_during_train_skips_validation(model: TinyRegressor) -> None:
         ("train", "EndSplit", 1),
         ("flush", "NoneType", None),
     ]
-    assert result.stop_reason == "enough" and result.last_epoch == 0
+    assert result.stop_reason == "enough" and result.last_round == 0
 
 
 def test_stop_during_valid_finishes_epoch_without_training_more(model: TinyRegressor) -> None:
@@ -236,7 +236,7 @@ def test_stop_during_valid_finishes_epoch_without_training_more(model: TinyRegre
     result = run_loop(SingleDevice(), learner, loader(8), loader(8), spy, 3, interrupter)
     assert trained == 2
     assert shape(spy.events)[-2:] == [("train", "EndEpoch", 1), ("flush", "NoneType", None)]
-    assert result.last_epoch == 1 and result.stop_reason == "valid stop"
+    assert result.last_round == 1 and result.stop_reason == "valid stop"
 
 
 def test_validation_runs_in_eval_mode_without_graph(run_dir: Path) -> None:
@@ -265,7 +265,7 @@ def test_training_thread_never_reads_outputs_back(
     """The loop reads no tensor back to the host: only the processor does. A run on the CPU
     processes its metrics on the training thread (nothing to wait for there); here it is made
     to use ``train-worker``, as a run on an accelerator does, so any read by the loop shows."""
-    monkeypatch.setattr("ember.train._launch._on_cpu", lambda run: False)
+    monkeypatch.setattr("ember.train._session._on_cpu", lambda run: False)
     main = threading.current_thread()
     offenders: list[str] = []
     for name in ("item", "tolist", "__float__", "__int__", "__bool__", "numpy"):

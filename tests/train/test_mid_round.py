@@ -243,7 +243,7 @@ def test_a_resume_whose_logs_were_cut_short_or_whose_metrics_changed_is_refused(
     assert "holds no running state of the train metric 'Batches'" in str(changed.error)
 
 
-def test_mid_round_checkpoints_in_the_run_directory_and_for_export(tmp_path: Path) -> None:
+def test_mid_round_checkpoints_in_the_directory_and_for_export(tmp_path: Path) -> None:
     """A stopped run's mid-round checkpoint counts as the run's (a fresh run is refused, and
     overwrite() removes it); load_checkpoint and the result list round ends only."""
     directory = tmp_path / "run"

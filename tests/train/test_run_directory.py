@@ -15,7 +15,7 @@ import torch
 
 from ember import RunDirectoryError
 from ember.train import CliMetricsRenderer, Learner, LossMetric, SupervisedTraining
-from ember.train._run_directory import LOCK, claim_run_directory
+from ember.train._directory import LOCK, claim_directory
 from tests.train.fixtures import TinyRegressor, loader
 
 
@@ -164,9 +164,9 @@ def test_the_lock_is_held_during_the_run_and_released_after_an_error(run_dir: Pa
 def test_the_lock_is_taken_with_o_excl(tmp_path: Path) -> None:
     """Two claims of one directory in one process: the second is refused (O_EXCL)."""
     with (
-        claim_run_directory(tmp_path, fresh=False, overwrite=False, checkpoints=None),
+        claim_directory(tmp_path, fresh=False, overwrite=False, checkpoints=None),
         pytest.raises(RunDirectoryError, match=f"pid {os.getpid()} on this host"),
-        claim_run_directory(tmp_path, fresh=False, overwrite=False, checkpoints=None),
+        claim_directory(tmp_path, fresh=False, overwrite=False, checkpoints=None),
     ):
         pass
     assert not (tmp_path / LOCK).exists()
@@ -177,7 +177,7 @@ def test_under_ddp_only_rank_0_claims_the_directory(
 ) -> None:
     """A rank > 0 writes nothing, so it takes no lock and checks nothing (rank 0 does)."""
     from ember.train import DistributedDataParallel
-    from ember.train._run_directory import claim_for_run
+    from ember.train._directory import claim_for_run
 
     write_lock(run_dir, 4242, "node-17")  # would refuse rank 0
     monkeypatch.setenv("RANK", "1")

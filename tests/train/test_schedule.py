@@ -25,9 +25,9 @@ from ember.train import (
     SingleDevice,
     SupervisedTraining,
 )
+from ember.train._checkpoint.checkpointer import TrainingRecords
 from ember.train._checkpoint.learning import LearningCheckpointer
 from ember.train._checkpoint.mid_round import ResumePoint
-from ember.train._checkpoint.run import TrainingRecords
 from ember.train._events import EndEpoch, ProcessedItem, Start, StartSplit
 from ember.train._metric.base import MetricEntry, MetricMetadata
 from ember.train._metric.query import MetricQuery
@@ -282,7 +282,7 @@ def test_event_sequence_steps_validation_and_checkpoint_points(
             valid_steps.append(event.item.step)
     first_valid_step = valid_steps[:: math.ceil(3 / 2)]  # the first item of each validation
     assert first_valid_step == points
-    assert result.last_epoch == len(points)
+    assert result.last_round == len(points)
     assert result.stop_reason is None
     starts = [e for _, e in spy.events if isinstance(e, Start)]
     assert starts == [Start(len(points), 1, None if max_steps is None else points[-1], 0)]

@@ -72,5 +72,5 @@ def test_a_training_epoch_makes_no_host_synchronisation(plan: dict[str, Any]) ->
     spy = SpyProcessor()
     with sync_errors():
         result = run_loop(SingleDevice("cuda"), learner, train, valid, spy, 2, **plan)
-    assert result.last_epoch == 2
+    assert result.last_round == 2
     assert sum(1 for _, event in spy.events if type(event).__name__ == "ProcessedItem") == 18

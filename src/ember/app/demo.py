@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ember._errors import TrainingError
-from ember.app.rundir import claim_run_directory, marker_name
+from ember.app.rundir import claim_directory, marker_name
 from ember.data import DataLoader, DataLoaderBuilder, InMemDataset
 from ember.train._builder import SupervisedTraining
 from ember.train._learner import Learner
@@ -142,7 +142,7 @@ def run_demo(
     directory: Path, *, epochs: int = 3, workers: int = 0, shuffle: int | None = None
 ) -> DemoReport:
     """Run both loops; the Learner's lines are captured into ``DemoReport.output``."""
-    claim_run_directory(directory, "demo")
+    claim_directory(directory, "demo")
     train_samples, valid_samples = make_samples(200, seed=1), make_samples(64, seed=2)
     torch.manual_seed(0)
     model = Mlp()

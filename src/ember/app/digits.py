@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ember._checks import check_positive_int
-from ember.app.rundir import claim_run_directory
+from ember.app.rundir import claim_directory
 from ember.data import DataLoader, DataLoaderBuilder, InMemDataset
 from ember.train._builder import SupervisedTraining
 from ember.train._evaluation.summary import EvaluationSummary
@@ -165,7 +165,7 @@ def run_digits(
         train, valid, test_set = load_digits_with_test()
     else:
         (train, valid), test_set = load_digits(), []
-    claim_run_directory(directory, "eval" if test else "digits")
+    claim_directory(directory, "eval" if test else "digits")
     with torch.random.fork_rng(devices=[]):  # seeded weights, the caller's RNG left alone
         torch.manual_seed(MODEL_SEED)
         model = DigitsMlp()

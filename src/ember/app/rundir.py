@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-__all__ = ["claim_run_directory", "marker_name"]
+__all__ = ["claim_directory", "marker_name"]
 
 
 def marker_name(command: str) -> str:
@@ -13,7 +13,7 @@ def marker_name(command: str) -> str:
     return f".ember-{command}"
 
 
-def claim_run_directory(directory: Path, command: str) -> None:
+def claim_directory(directory: Path, command: str) -> None:
     """Give ``ember {command}`` an empty ``directory``, replacing an earlier run of it.
 
     A directory that exists without the command's marker is someone else's: it is never

@@ -9,7 +9,7 @@
 
 Every method validates its argument at the call, raising ``TypeError``/``ValueError`` that names
 the argument, the value and what is expected, and returns the builder; the values go into a
-frozen :class:`~ember.train._config.TrainingConfig` that ``launch`` reads (``_launch.py``).
+frozen :class:`~ember.train._config.TrainingConfig` that ``launch`` reads (``_training.py``).
 """
 
 from __future__ import annotations
@@ -27,26 +27,25 @@ from ember._checks import check_positive_int, check_real
 from ember._protocols import check_protocol, with_defaults
 from ember.data import DataLoader
 from ember.data._torch_loader import as_ember_loader
+from ember.train._checkpoint.checkpointer import RunCheckpointer
 from ember.train._checkpoint.export import CheckpointEpoch, check_checkpoint_epoch
-from ember.train._checkpoint.run import RunCheckpointer
 from ember.train._checkpoint.strategy import CheckpointingStrategy
-from ember.train._config import DEFAULT_CHECKPOINTERS, TrainingConfig
+from ember.train._config import DEFAULT_CHECKPOINTERS, TrainingConfig, check_hparams
+from ember.train._directory import versioned_run
 from ember.train._early_stopping import EarlyStoppingStrategy
 from ember.train._evaluation.evaluator import check_tests
 from ember.train._gradient_checkpointing import check_module_names
 from ember.train._hooks import Stateful, TrainingHooks
 from ember.train._interrupter import Interrupter
-from ember.train._launch import launch
 from ember.train._learner import Learner
 from ember.train._logger.base import MetricLogger
 from ember.train._metric.base import Metric, Numeric
 from ember.train._precision import Precision, check_precision
 from ember.train._renderer.base import MetricsRenderer
 from ember.train._result import LearningResult
-from ember.train._run_config import check_hparams
-from ember.train._run_directory import versioned_run
 from ember.train._schedule import Unit, every
 from ember.train._strategy.base import SupervisedLearningStrategy
+from ember.train._training import launch
 from ember.train._vocabulary import Split
 
 __all__ = ["SupervisedTraining"]
@@ -389,7 +388,7 @@ class SupervisedTraining:
     # launch ------------------------------------------------------------------------------
 
     def launch(self, learner: Learner[M]) -> LearningResult[M]:
-        """Train ``learner`` as configured; see ``_launch.launch`` for what happens, in order.
+        """Train ``learner`` as configured; see ``_training.launch`` for what happens, in order.
 
         A failed training raises ``TrainingError`` (its ``.result`` is the run's result) once the
         run is finished, unless ``errors_in_result()``."""

@@ -1,23 +1,47 @@
 """A training run's configuration: what the ``SupervisedTraining`` builder was given.
 
 The builder validates each value at its call and keeps them in one frozen
-:class:`TrainingConfig` (a new one per call); ``launch`` (``_launch.py``) reads it and owns the
+:class:`TrainingConfig` (a new one per call); ``launch`` (``_training.py``) reads it and owns the
 run's mutable state. So a builder can be launched twice, and a configuration can be looked at
 (``SupervisedTraining.config``) without touching what is running.
+
+The configuration is also described as JSON, ``DIR/config.json``, written at launch and
+handed to every logger's ``start`` (trackers record it as the run's parameters)::
+
+    {"directory": "runs/mnist", "ember_version": "0.2.0", "torch_version": "2.13.0+cpu",
+     "num_epochs": 3, "max_steps": null, "validate_every": "epochs=1", "checkpoint_every": null,
+     "grads_accumulation": 1, "strategy": "SingleDevice",
+     "train": {"batches": 40, "items": 1280, "batch_size": 32, "seed": 7}, "valid": {...},
+     "optimizer": {"class": "torch.optim.sgd.SGD", "param_groups": [{"lr": 0.1, ...}]},
+     "lr_scheduler": {"class": "...ConstantLr", "state": {...}},
+     "metrics": {"train": ["Loss"], "valid": ["Loss"]}, "resume": null,
+     "hparams": {"hidden": 64}, "cli": {"lr": 0.1, "data": {"batch_size": 64}}}
+
+``hparams`` holds the user's own entries (``SupervisedTraining.hparams``); ``cli`` the values
+``ember.cli`` resolved for the ``main`` that launched the run, keys as ``main`` spells them, or
+null (``_experiment.py``). A value the run cannot describe as JSON (an optimizer hyper-parameter
+that is a tensor, say) is written as its ``repr``.
 """
 
 from __future__ import annotations
 
+import functools
+import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
+import torch
+
+from ember._version import __version__
 from ember.data import DataLoader
+from ember.train._checkpoint.checkpointer import RunCheckpointer
 from ember.train._checkpoint.export import CheckpointEpoch
-from ember.train._checkpoint.run import RunCheckpointer
 from ember.train._checkpoint.strategy import CheckpointingStrategy
 from ember.train._early_stopping import EarlyStoppingStrategy
+from ember.train._experiment import current_experiment
 from ember.train._hooks import Stateful, TrainingHooks
 from ember.train._interrupter import Interrupter
 from ember.train._logger.base import MetricLogger
@@ -26,10 +50,21 @@ from ember.train._precision import Precision
 from ember.train._renderer.base import MetricsRenderer
 from ember.train._schedule import EVERY_EPOCH, Every
 from ember.train._strategy.base import SupervisedLearningStrategy
+from ember.train._strategy.single import SingleDevice
 from ember.train._vocabulary import Split
 from ember.train._window import Clipping
 
-__all__ = ["DEFAULT_CHECKPOINTERS", "Resume", "TrainingConfig"]
+if TYPE_CHECKING:
+    from ember.train._learner import Learner
+    from ember.train._lr_scheduler.base import LrScheduler
+
+__all__ = [
+    "DEFAULT_CHECKPOINTERS",
+    "Resume",
+    "TrainingConfig",
+    "check_hparams",
+    "run_configuration",
+]
 
 DEFAULT_CHECKPOINTERS = "default"
 """``checkpointer`` value meaning: ember's checkpointer in ``directory/checkpoint``, made at launch
@@ -88,6 +123,117 @@ class TrainingConfig:
     overwrite: bool = False
     """A fresh run removes what an earlier run wrote in the directory (else it is refused)."""
     versioned: bool = False
-    """The run goes into ``directory/version_N`` (``_run_directory.versioned_run``)."""
+    """The run goes into ``directory/version_N`` (``_directory.versioned_run``)."""
     errors_in_result: bool = False
     """A failed training is returned in ``LearningResult.error``, not raised (Burn's way)."""
+
+
+def check_hparams(entries: Mapping[str, Any]) -> dict[str, Any]:
+    """``entries`` as a dict, refusing a key that is not a string or a value that is not JSON
+    (dicts, lists, strings, finite numbers, bools, None), with the key in the message."""
+    if not isinstance(entries, Mapping):
+        raise TypeError(f"hparams takes a mapping of names to values, got {type(entries).__name__}")
+    checked: dict[str, Any] = {}
+    for key, value in entries.items():
+        if not isinstance(key, str):
+            raise TypeError(f"hparams keys must be strings, got {key!r} ({type(key).__name__})")
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError) as error:
+            raise ValueError(
+                f"hparams[{key!r}] is not JSON-able ({type(value).__name__}: {error}); give a "
+                "string, number, bool, None, or a list or dict of them (e.g. str(value))"
+            ) from None
+        checked[key] = value
+    return checked
+
+
+def run_configuration(config: TrainingConfig, learner: Learner[Any]) -> dict[str, Any]:
+    """The configuration of a run of ``learner`` as ``config`` says (see the module doc)."""
+    strategy = config.strategy or SingleDevice()
+    metrics: dict[str, list[str]] = {"train": [], "valid": []}
+    for split, metric in config.metrics:
+        metrics[split.value].append(metric.name)
+    return {
+        "directory": str(config.directory),
+        "ember_version": __version__,
+        "torch_version": torch.__version__,
+        "num_epochs": config.num_epochs,
+        "max_steps": config.max_steps,
+        "validate_every": str(config.validate_every),
+        "checkpoint_every": None
+        if config.checkpoint_every is None
+        else str(config.checkpoint_every),
+        "grads_accumulation": config.grads_accumulation or 1,
+        "mean_accumulation": config.mean_accumulation,
+        "precision": config.precision,
+        "clipping": _json(config.clipping),
+        "compile": _json(config.compile_options),
+        "gradient_checkpointing": _json(config.gradient_checkpointing),
+        "strategy": type(strategy).__name__,
+        "train": _loader(config.train),
+        "valid": None if config.valid is None else _loader(config.valid),
+        "optimizer": _optimizer(learner.optimizer_or_factory),
+        "lr_scheduler": _scheduler(learner.lr_scheduler),
+        "metrics": metrics,
+        "resume": config.resume,
+        "hparams": dict(config.hparams),
+        "cli": _cli_values(),
+    }
+
+
+def _cli_values() -> dict[str, Any] | None:
+    experiment = current_experiment()
+    return None if experiment is None else _json(experiment.values)
+
+
+def _loader(loader: DataLoader[Any]) -> dict[str, Any]:
+    items = loader.num_items()  # None: a stream of unknown length
+    described: dict[str, Any] = {"batches": None if items is None else len(loader), "items": items}
+    state = loader.state_dict()
+    for key in ("batch_size", "seed"):  # ember's loaders keep them in their state
+        if key in state:
+            described[key] = _json(state[key])
+    return described
+
+
+def _optimizer(optim: Any) -> dict[str, Any]:
+    if isinstance(optim, dict):  # several optimizers, by name
+        return {name: _optimizer(one) for name, one in optim.items()}
+    if isinstance(optim, torch.optim.Optimizer):
+        groups = [
+            {key: _json(value) for key, value in group.items() if key != "params"}
+            for group in optim.param_groups
+        ]
+        return {"class": _qualified(type(optim)), "param_groups": groups}
+    if isinstance(optim, functools.partial):  # the usual factory: partial(SGD, lr=...)
+        keywords = {key: _json(value) for key, value in optim.keywords.items()}
+        return {"class": _qualified(optim.func), "factory_keywords": keywords}
+    return {"factory": _json(optim)}
+
+
+def _scheduler(scheduler: LrScheduler | None) -> dict[str, Any] | None:
+    # a scheduler's state is JSON by design (it goes into checkpoints): its hyper-parameters
+    if scheduler is None:
+        return None  # the optimizer's own lrs
+    return {"class": _qualified(type(scheduler)), "state": _json(scheduler.state_dict())}
+
+
+def _qualified(kind: Any) -> str:
+    module = getattr(kind, "__module__", None)
+    name = getattr(kind, "__qualname__", None) or repr(kind)
+    return f"{module}.{name}" if module else name
+
+
+def _json(value: Any) -> Any:
+    """``value`` as JSON: containers element by element, anything else JSON cannot hold (a
+    tensor, a class, NaN) as its ``repr``."""
+    if isinstance(value, Mapping):
+        return {str(key): _json(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json(item) for item in value]
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float) and math.isfinite(value):
+        return value
+    return repr(value)

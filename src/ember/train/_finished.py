@@ -1,7 +1,7 @@
 """A run that already finished: what ``resume_latest()`` says and returns instead of training.
 
 A run that reached ``num_epochs`` or was stopped by early stopping records its end beside its
-checkpoints (``run-end.json``, ``_checkpoint/run_state.py``). ``resume_latest()`` on it, asking
+checkpoints (``run-end.json``, ``_checkpoint/end.py``). ``resume_latest()`` on it, asking
 for no more epochs than that run was, warns that the run is complete (in ``experiment.log`` and
 through the renderer's warnings) and returns its result: the weights of its last epoch, its
 summary (``summary.json``), its stop reason and checkpoints; nothing is trained or written.
@@ -18,9 +18,9 @@ from typing import TypeVar
 
 from torch import nn
 
+from ember.train._checkpoint.checkpointer import RunCheckpointer
+from ember.train._checkpoint.end import RunEnd, read_run_end
 from ember.train._checkpoint.record import load_model_record
-from ember.train._checkpoint.run import RunCheckpointer
-from ember.train._checkpoint.run_state import RunEnd, read_run_end
 from ember.train._config import TrainingConfig
 from ember.train._learner import Learner
 from ember.train._logger.run import run_loggers

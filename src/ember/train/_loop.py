@@ -1,32 +1,32 @@
 """The training loop: rounds, the train and valid passes, checkpoints, early stopping, stops.
 
 Every strategy runs this loop; a strategy only places the model and says how a unit of work
-runs and how gradients combine (``train/_strategy/base.py``). ``launch`` (``_launch.py``) sets
-up the run directory, the logs, the renderer and ``train-worker`` around it. The loop::
+runs and how gradients combine (``train/_strategy/base.py``). ``launch`` (``_training.py``)
+plans the run, opens its session (the directory, the logs, the renderer, ``train-worker``) and
+places the model before it. The loop reads the configuration through the plan
+(``plan.config``) and keeps where it is in the run's counters (``_counters.py``)::
 
-    run = strategy.start(learner, train, valid)        # model and loaders on their devices
     run.check_same(facts)                               # every process runs the same training
-    if resuming after epoch r:                          # every process restores
-        restore model, optimizer, scheduler, loaders, RNG states, early stopping and the
-        checkpointing strategy from the checkpoint of epoch r
-    if resuming at step k inside round r + 1 (a mid-round checkpoint): the same, plus the
-        round's counters and lr; the main process: each train metric's running state, and the
-        train logs of round r + 1 cut back to where the checkpoint left them (the loop's
-        checkpoints: _loop_checkpoints.py; what they keep of the loop: _loop_state.py)
-    Start(rounds, r + 1, total steps when max_steps bounds the run, steps taken)
-    for epoch = r + 1, ... until the schedule ends:     # a round ("epoch"): an epoch, or N
+    saver.begin(start)                                  # resuming: every process restores the
+                                                        # run's state from the checkpoint of a
+                                                        # round end, or of a step inside a round
+                                                        # (_checkpoint/state.py); then the
+                                                        # directory's recorded end is forgotten
+    Start(rounds, starting round, total steps when max_steps bounds the run, steps taken)
+    for each round r from the starting one, until the schedule ends:   # a round ("epoch" in
+                                                        # events and files): an epoch, or N
                                                         # steps or N epochs (_schedule.py)
-        StartSplit(epoch, train items, None in a step run) ; every replica in train mode
+        StartSplit(r, train items, None in a step run) ; every replica in train mode
                                                         # hooks: _hooks.py
         (a round resumed at its last step, whose training was over: straight to EndSplit)
         for unit, progress in the train pass under way, or a new one (run.train_pass()):
-            with the window's step context (epoch, iteration, optimizer steps, the unit;
-                                            autocast and loss scaling under mixed precision):
+            with the window's step context (round, iteration, optimizer steps, the unit;
+                                             autocast and loss scaling under mixed precision):
                 outputs = run.train_step(learner, unit)    # forward + backward; gradients in
                                                            # the main model's .grad slots
             if the window closes (n units, or the pass is complete):   (_window.py)
-                lr_step; unscale; clip; optimizer_step (the model's optimize), or skip it on
-                non-finite 16-mixed gradients; run.after_optimizer_step()
+                the optimizer step: lr, unscale, clip, measure, step or skip on non-finite
+                16-mixed gradients; run.after_optimizer_step()
             items, stopper = run.report(outputs' items, interrupter.should_stop())
             ProcessedItem per item (iteration counts items; lr = the last step's lr); a run
                 may return earlier units' items later (DDP's chunks): each gets its unit's stamp
@@ -37,34 +37,30 @@ up the run directory, the logs, the renderer and ``train-worker`` around it. The
                 goes on in the next round; else at the pass's end: the next pass
             else, after an optimizer step that checkpoint_every(steps=N | seconds=T) says is
                 due: a mid-round checkpoint (the same as at a stop, without stopping):
-                    what the run still holds is logged; flush train-worker; every process's
-                    RNG state gathered; the main process writes the records, each train
-                    metric's state and each log's position (it syncs the logs first)
-        EndSplit(epoch)
+                    what the run still holds is logged; flush train-worker; the saver
+                    snapshots the run's state (every process takes part)
+        EndSplit(r)
         if stopped: go to "stop"
-        StartSplit(epoch, valid items) ; main model in eval mode, under inference_mode
+        StartSplit(r, valid items) ; the inference pass over the valid loader (_inference.py:
+            main model in eval mode, under inference_mode): ProcessedItem per output; a stop
+            asked meanwhile waits for the pass's end, so the round and its checkpoint are whole
                                                         # (skipped when training only)
-        for batch, progress in run.valid_pass():
-            ProcessedItem(run.inference_step(batch)) ; stop after this batch if asked
-        EndSplit(epoch) ; EndEpoch(epoch)
+        EndSplit(r) ; EndEpoch(r)
         if checkpointer, early stopping or a metric-driven scheduler:
-            flush train-worker (the epoch's values are in the logs now)
+            flush train-worker (the round's values are in the logs now)
             if the metrics thread failed (the main process says): end here, write nothing
-        a per-epoch scheduler advances (ReduceLROnPlateau with its monitored valid value)
-            checkpoint(epoch) as checkpoint_every says (always the last round): the logs
-                synced, every process's RNG state gathered, the main process writes (its
-                checkpointing strategy decides what is kept; a sharded model: every rank
-                writes its shards first)
+            a per-epoch scheduler advances (ReduceLROnPlateau with its monitored valid value)
+            checkpoint(r) as checkpoint_every says (always the last round; the checkpointing
+                strategy decides what is kept)
             early stopping: the main process asks it; every process stops with its reason
-        if stopped during validation: go to "stop"       # the epoch itself is complete
-        asked to stop between two epochs: go to "stop"
-    stop: the last complete epoch's checkpoint is written if the strategy had not kept it (a
+        asked to stop (any process): go to "stop"
+    stop: the last complete round's checkpoint is written if the strategy had not kept it (a
           resume starts from it, or from the newer mid-round checkpoint); flush; log the reason
-    return the last complete epoch and the stop reason (None: num_epochs reached)
+    return the last complete round and the stop reason (None: the schedule's end)
 
-An exception anywhere (a step, a loader, a checkpoint write) leaves the loop as it is; ``launch``
-then finishes the run (``_launch.py``). The loop never reads a tensor back to the host: the
-metrics thread does.
+An exception anywhere (a step, a loader, a checkpoint write) leaves the loop as it is; the
+session then finishes the run (``_session.py``). The loop never reads a tensor back to the host:
+the metrics thread does.
 """
 
 from __future__ import annotations
@@ -72,144 +68,149 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from ember.data import Progress
 from ember.train._checkpoint.mid_round import ResumePoint
-from ember.train._early_stopping import EarlyStoppingStrategy
+from ember.train._checkpoint.saver import CheckpointSaver
+from ember.train._counters import RunCounters
 from ember.train._events import EndEpoch, EndSplit, ProcessedItem, Start, StartSplit, TrainingItem
 from ember.train._gradient_checkpointing import checkpointed
-from ember.train._inference import InferencePass
-from ember.train._interrupter import Interrupter
+from ember.train._inference import inference_pass
 from ember.train._learner import Learner
-from ember.train._loop_checkpoints import LoopCheckpoints
-from ember.train._loop_plan import LoopPlan, LoopResult, same_training_facts
-from ember.train._loop_state import LoopCounters
 from ember.train._metric.store import EventStore
+from ember.train._plan import RunPlan, same_training_facts
 from ember.train._precision import autocast_of, grad_scaler
 from ember.train._processor import EventProcessor
-from ember.train._schedule import Schedule, steps_per_pass
+from ember.train._schedule import steps_per_pass
 from ember.train._step import step_context
 from ember.train._strategy.base import StrategyRun, model_device
 from ember.train._vocabulary import Split
 from ember.train._window import OptimizerWindow
 
-__all__ = ["TrainingLoop"]
+__all__ = ["LoopOutcome", "TrainingLoop"]
 
 log = logging.getLogger("ember.train")
 
+_Stamp = tuple[Progress, float | None, int, torch.Tensor | None]
+"""A reported unit's progress, lr, optimizer steps and gradient norm, until its items log."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoopOutcome:
+    """How the loop ended: the last round completed and, if it stopped early, why; ``complete``:
+    the run is over (its schedule's end, or early stopping), not interrupted."""
+
+    last_round: int
+    stop_reason: str | None = None
+    complete: bool = False
+
 
 class TrainingLoop:
-    """Runs :class:`LoopPlan` with ``learner`` on a strategy's ``run`` (see the module doc).
-
-    ``main`` is the strategy's ``is_main``: only the main process writes checkpoints and asks
-    early stopping, whose logs only it has.
-    """
+    """Runs ``plan`` with ``learner`` on a strategy's ``run`` from ``start`` (a checkpoint to
+    resume from, or None); see the module doc. ``counters`` is the run's record of where it is:
+    the loop advances it."""
 
     def __init__(
         self,
-        plan: LoopPlan,
+        plan: RunPlan,
         learner: Learner[Any],
         run: StrategyRun,
-        *,
-        main: bool,
+        counters: RunCounters,
         processor: EventProcessor,
         store: EventStore,
-        interrupter: Interrupter,
+        start: ResumePoint | None = None,
     ) -> None:
-        self.plan = plan
-        self.learner = learner
-        self.run = run
-        self.main = main
-        self.processor = processor
-        self.store = store
-        self.interrupter = interrupter
+        config = plan.config
+        self.plan, self.learner, self.run, self.counters = plan, learner, run, counters
+        self.processor, self.store, self.start = processor, store, start
+        self.interrupter = config.interrupter
         device = model_device(learner.model)
         self.window = OptimizerWindow(
-            plan.grads_accumulation,
-            mean=plan.mean_accumulation,
-            clipping=plan.clipping,
-            scaler=grad_scaler(plan.precision, device),
-            autocast=autocast_of(plan.precision, device),
+            config.grads_accumulation,
+            mean=config.mean_accumulation,
+            clipping=config.clipping,
+            scaler=grad_scaler(config.precision, device),
+            autocast=autocast_of(config.precision, device),
             measure_norm=plan.measure_grad_norm,
+            counters=counters,
         )
-        self.last_epoch = plan.starting_epoch - 1
-        """The last epoch completed so far (what a run that fails now reports)."""
-        self.schedule = plan.schedule or Schedule(max_epochs=plan.num_epochs)
+        self.saver = CheckpointSaver(plan, learner, run, counters, store, self.window.scaler)
         self._units: Iterator[Any] | None = None  # the train pass under way, kept across rounds
-        self._count = LoopCounters(passes=plan.starting_epoch - 1)  # restored on resume
-        self._checkpoints = LoopCheckpoints(
-            plan, self.schedule, learner, run, self.window, self._count, store, main=main
-        )
-        # each reported item's stamp (progress, lr, step, norm) until the run hands it back
-        self._stamps: deque[tuple[Progress, float | None, int, torch.Tensor | None]] = deque()
+        self._stamps: deque[_Stamp] = deque()
         self._stopping: int | None = None  # asked to stop: the rank, until the window closes
         self._stop_reason: str | None = None
         self._early_stopped = False
 
-    def execute(self) -> LoopResult:
-        """Train from ``plan.starting_epoch`` (a round) until the schedule ends (or a stop)."""
-        plan, processor, schedule, count = self.plan, self.processor, self.schedule, self._count
-        self._check_same()
-        if plan.resume_step is not None:
-            self._checkpoints.restore(ResumePoint(plan.starting_epoch, plan.resume_step))
-        elif plan.starting_epoch > 1:
-            self._checkpoints.restore(ResumePoint(plan.starting_epoch - 1))
-        per_pass = steps_per_pass(self.run.loaders["train"], plan.grads_accumulation)
-        steps = self.window.optimizer_steps
-        total_steps = schedule.total_steps(per_pass)
-        processor.process_train(
-            Start(schedule.rounds(per_pass), plan.starting_epoch, total_steps, steps)
+    def execute(self) -> LoopOutcome:
+        """Train from the starting round until the schedule ends (or a stop)."""
+        plan, counters, start = self.plan, self.counters, self.start
+        starting = 1 if start is None else start.starting_epoch
+        self.run.check_same(
+            same_training_facts(
+                plan, self.run.loaders, starting, None if start is None else start.step
+            )
         )
-        self._checkpoints.start()
+        self.saver.begin(start)
+        per_pass = steps_per_pass(self.run.loaders["train"], plan.config.grads_accumulation)
+        schedule = plan.schedule
+        total = schedule.total_steps(per_pass)
+        self.processor.process_train(
+            Start(schedule.rounds(per_pass), starting, total, counters.optimizer_steps)
+        )
         with checkpointed(plan.gradient_checkpointing, *self.run.replicas):
-            epoch = plan.starting_epoch
-            while count.resumed or not schedule.ran_out(self.window.optimizer_steps, count.passes):
-                for hooks in plan.hooks:
-                    hooks.on_epoch_start(epoch)
-                self._train_pass(epoch)
-                if self._stop_reason is not None:
-                    break
-                self._valid_pass(epoch)
-                self.last_epoch = epoch
-                if self._end_epoch(epoch) or self._stop_reason is not None:
-                    break
-                _, stopper = self.run.report((), self.interrupter.should_stop())
-                if stopper is not None:  # asked between two rounds
-                    self._stopped_by(stopper)
-                    break
-                epoch += 1
+            self._rounds(starting)
         if self._stop_reason is not None and not self._early_stopped:
             if self.processor.error is None:  # never from weights a failed thread saw go bad
-                self._checkpoints.keep_last_round()
-            processor.flush()  # the epoch lines, written by the metrics thread, come first
+                self.saver.keep_last_round()
+            self.processor.flush()  # the round lines, written by the metrics thread, come first
             log.info("Training interrupted: %s", self._stop_reason)
         complete = self._stop_reason is None or self._early_stopped
-        return LoopResult(self.last_epoch, self._stop_reason, complete)
+        return LoopOutcome(counters.last_round, self._stop_reason, complete)
 
-    # --- the passes ----------------------------------------------------------------------------
+    def _rounds(self, epoch: int) -> None:
+        """Every round from ``epoch`` until the schedule ends or a stop."""
+        counters, schedule = self.counters, self.plan.schedule
+        while counters.resumed or not schedule.ran_out(counters.optimizer_steps, counters.passes):
+            for hooks in self.plan.hooks:
+                hooks.on_epoch_start(epoch)
+            self._train_split(epoch)
+            if self._stop_reason is not None:
+                return
+            self._valid_split(epoch)
+            counters.last_round = epoch
+            if self._end_round(epoch) or self._stop_reason is not None:
+                return
+            _, stopper = self.run.report((), self.interrupter.should_stop())
+            if stopper is not None:  # asked between two rounds (or during validation)
+                self._stopped_by(stopper)
+                return
+            epoch += 1
 
-    def _train_pass(self, epoch: int) -> None:
+    # --- the train split -----------------------------------------------------------------------
+
+    def _train_split(self, epoch: int) -> None:
         """Train round ``epoch``: one pass by default, else until the schedule ends the round
         (``_schedule.py``); a pass left mid-way goes on in the next round. A round resumed from
         a mid-round checkpoint goes on with its counters."""
-        run, processor, schedule, count = self.run, self.processor, self.schedule, self._count
-        resumed, count.resumed = count.resumed, False
-        total = None if schedule.by_steps else run.loaders["train"].num_items()
-        processor.process_train(StartSplit(epoch, total, count.consumed if resumed else 0))
+        run, processor, counters = self.run, self.processor, self.counters
+        resumed, counters.resumed = counters.resumed, False
+        total = None if self.plan.schedule.by_steps else run.loaders["train"].num_items()
+        processor.process_train(StartSplit(epoch, total, counters.pass_items if resumed else 0))
         for hooks in self.plan.hooks:
             hooks.on_split_start(Split.TRAIN, epoch)
         for replica in run.replicas:
             replica.train()
         if not resumed:
-            count.iteration = count.round_passes = 0
+            counters.round_items = counters.round_passes = 0
         self._stamps.clear()  # a process that logs nothing (DDP rank > 0) never pops its own
-        if not (resumed and count.round_trained):
+        if not (resumed and counters.round_trained):
             while self._train_units(epoch):
                 pass
-        count.round_trained = False
+        counters.round_trained = False
         processor.process_train(EndSplit(epoch))
         for hooks in self.plan.hooks:
             hooks.on_split_end(Split.TRAIN, epoch)
@@ -217,93 +218,116 @@ class TrainingLoop:
     def _train_units(self, epoch: int) -> bool:
         """Train units of the current pass (starting one if none is under way) until the round
         ends (False), a stop (False) or the pass ends with the round going on (True)."""
-        learner, run, window, count = self.learner, self.run, self.window, self._count
         if self._units is None:
-            self._units = run.train_pass()  # a restored loader goes on mid-pass
-        units, stamps = self._units, self._stamps
+            self._units = self.run.train_pass()  # a restored loader goes on mid-pass
+        units = self._units
         for unit, progress in units:
-            items, count.consumed = (
-                progress.items_processed - count.consumed,
-                progress.items_processed,
-            )
-            # the unit's iteration counts the items not logged yet too (a DDP chunk's)
-            context = window.context(
-                epoch, count.iteration + len(stamps) + 1, unit, items, progress
-            )
-            norm, stepped = None, False
-            with step_context(context):  # optimize() may read the batch too
-                if context.autocast is None:
-                    outputs = run.train_step(learner, unit)
-                else:
-                    with torch.autocast(*context.autocast):
-                        outputs = run.train_step(learner, unit)
-                if window.closes(progress):
-                    norm, stepped = window.step(learner), True
-                    run.after_optimizer_step()
-            reported = [output.item for output in outputs]
-            # the outputs hold this step's gradients: kept until the next step returned, they
-            # would double the gradients' memory during its backward
-            del outputs
-            stamps.extend(
-                [(progress, learner.lr_current, window.optimizer_steps, norm)] * len(reported)
-            )
-            logged, stopper = run.report(reported, self.interrupter.should_stop())
-            self._log_train(logged)
-            step = window.optimizer_steps
+            stepped = self._train_unit(epoch, unit, progress)
             ended = progress.is_completed
             if ended:
                 self._end_train_pass(units)
-            round_ends = self.schedule.round_ends(
-                step, count.passes, count.round_passes, stepped=stepped, pass_ended=ended
-            )
-            if stopper is not None and self._stopping is None and not self._stop_at_step(stopper):
-                return False  # the round is abandoned (no mid-round checkpoints)
-            if self._stopping is not None:
-                if not stepped:
-                    continue  # a stop waits for the window to close: a step leaves it empty
-                if self._checkpoint_mid_round(epoch, trained=round_ends):
-                    self._stopped_by(self._stopping)
-                return False
-            if round_ends and not ended:  # mid-pass: what the run still holds is this round's
-                self._log_train(run.report((), False)[0])
-            if round_ends:
-                return False
-            due = stepped and self._checkpoints.mid_round_due(step)
-            if due and not self._checkpoint_mid_round(epoch):
-                return False  # the metrics thread failed: the run ends (launch reports it)
-            if ended:
-                return True
+            verdict = self._after_unit(epoch, stepped=stepped, ended=ended)
+            if verdict is not None:
+                return verdict
+        return self._pass_ran_out(units)
+
+    def _train_unit(self, epoch: int, unit: Any, progress: Progress) -> bool:
+        """One unit of work: forward and backward, the optimizer step when its window closes,
+        its items reported and logged; True when it stepped."""
+        learner, run, window, counters = self.learner, self.run, self.window, self.counters
+        items, counters.pass_items = (
+            progress.items_processed - counters.pass_items,
+            progress.items_processed,
+        )
+        # the unit's iteration counts the items not logged yet too (a DDP chunk's)
+        context = window.context(
+            epoch, counters.round_items + len(self._stamps) + 1, unit, items, progress
+        )
+        norm, stepped = None, False
+        with step_context(context):  # optimize() may read the batch too
+            if context.autocast is None:
+                outputs = run.train_step(learner, unit)
+            else:
+                with torch.autocast(*context.autocast):
+                    outputs = run.train_step(learner, unit)
+            if window.closes(progress):
+                norm, stepped = window.step(learner), True
+                run.after_optimizer_step()
+        reported = [output.item for output in outputs]
+        # the outputs hold this step's gradients: kept until the next step returned, they would
+        # double the gradients' memory during its backward
+        del outputs
+        stamp = (progress, learner.lr_current, counters.optimizer_steps, norm)
+        self._stamps.extend([stamp] * len(reported))
+        logged, stopper = run.report(reported, self.interrupter.should_stop())
+        self._log_train(logged)
+        if stopper is not None and self._stopping is None:
+            self._ask_stop(stopper)
+        return stepped
+
+    def _after_unit(self, epoch: int, *, stepped: bool, ended: bool) -> bool | None:
+        """What follows a unit: None to go on with the pass, or :meth:`_train_units`' answer."""
+        counters = self.counters
+        step = counters.optimizer_steps
+        round_ends = self.plan.schedule.round_ends(
+            step, counters.passes, counters.round_passes, stepped=stepped, pass_ended=ended
+        )
+        if self._stop_reason is not None:  # a stop abandoned the round (no mid-round checkpoint)
+            return False
+        if self._stopping is not None:
+            if not stepped:
+                return None  # a stop waits for the window to close: a step leaves it empty
+            if self._checkpoint_mid_round(epoch, trained=round_ends):
+                self._stopped_by(self._stopping)
+            return False
+        if round_ends:
+            if not ended:  # mid-pass: what the run still holds is this round's
+                self._log_train(self.run.report((), False)[0])
+            return False
+        if stepped and self.saver.mid_round_due(step) and not self._checkpoint_mid_round(epoch):
+            return False  # the metrics thread failed: the run ends (the session reports it)
+        return True if ended else None
+
+    def _pass_ran_out(self, units: Iterator[Any]) -> bool:
+        """The pass's iterator ended without a unit saying it was the last (an empty pass, a
+        stream): end it; True when the round goes on with another pass."""
+        counters = self.counters
         if self._stopping is not None:  # a pass that ended without saying so (no step)
-            window.drop()
+            self.window.drop()
             self._stopped_by(self._stopping)
             return False
-        if self._units is not None:  # a pass that never said it was complete (or was empty)
-            if count.consumed == 0 and self.schedule.max_epochs is None:
+        if self._units is not None:
+            if counters.pass_items == 0 and self.plan.schedule.max_epochs is None:
                 raise ValueError(
                     "the train loader's pass has no batch, so max_steps can never be reached: "
                     "give it items, or bound the run with num_epochs(...)"
                 )
             self._end_train_pass(units)
-        return not self.schedule.round_ends(
-            window.optimizer_steps, count.passes, count.round_passes, stepped=False, pass_ended=True
+        return not self.plan.schedule.round_ends(
+            counters.optimizer_steps,
+            counters.passes,
+            counters.round_passes,
+            stepped=False,
+            pass_ended=True,
         )
 
     def _log_train(self, logged: Sequence[Any]) -> None:
         """Process the items a run hands back, each with its own unit's stamp (a run may hand
         back earlier units' items later: DDP's chunks)."""
-        count = self._count
+        counters = self.counters
         for item in logged:
-            count.iteration += 1
+            counters.round_items += 1
             at, lr, step, norm = self._stamps.popleft()
             self.processor.process_train(
-                ProcessedItem(TrainingItem(item, at, count.iteration, lr, step, norm))
+                ProcessedItem(TrainingItem(item, at, counters.round_items, lr, step, norm))
             )
 
     def _end_train_pass(self, units: Iterator[Any]) -> None:
         """The train pass ended: count it and let its iterator finish (it has nothing left)."""
-        self._count.passes += 1
-        self._count.round_passes += 1
-        self._count.consumed = 0
+        counters = self.counters
+        counters.passes += 1
+        counters.round_passes += 1
+        counters.pass_items = 0
         self._units = None
         for _ in units:  # a complete pass yields nothing more; this only ends its generator
             break
@@ -316,13 +340,15 @@ class TrainingLoop:
         self._log_train(self.run.report((), False)[0])  # what the run still holds comes first
         self.processor.flush()  # every train metric has seen every item logged
         if self.run.decide(self.processor.error is not None):
-            self._stopped_by(0)  # launch reports the metrics thread's error
+            self._stopped_by(0)  # the session reports the metrics thread's error
             return False
-        self._checkpoints.mid_round(epoch, trained=trained, pass_open=self._units is not None)
+        self.saver.mid_round(epoch, trained=trained)
         return True
 
-    def _valid_pass(self, epoch: int) -> None:
-        if self.plan.validate:  # train only: no valid split, no valid events
+    # --- the valid split and the end of a round -----------------------------------------------
+
+    def _valid_split(self, epoch: int) -> None:
+        if self.plan.validates:  # train only: no valid split, no valid events
             self._validate(epoch)
         self.processor.process_train(EndEpoch(epoch))
         for hooks in self.plan.hooks:
@@ -333,84 +359,71 @@ class TrainingLoop:
         processor.process_valid(StartSplit(epoch, run.loaders["valid"].num_items()))
         for hooks in self.plan.hooks:
             hooks.on_split_start(Split.VALID, epoch)
-        outputs = InferencePass(
-            run, "valid", autocast=self.window.autocast, should_stop=self.interrupter.should_stop
-        )
-        step = self.window.optimizer_steps
+        step = self.counters.optimizer_steps
+        outputs = inference_pass(run, "valid", autocast=self.window.autocast)
         for iteration, (item, progress) in enumerate(outputs, 1):
             processor.process_valid(
                 ProcessedItem(TrainingItem(item, progress, iteration, None, step))
             )
-        if outputs.stopper is not None:
-            self._stopped_by(outputs.stopper)
         processor.process_valid(EndSplit(epoch))
         for hooks in self.plan.hooks:
             hooks.on_split_end(Split.VALID, epoch)
 
-    # --- the end of an epoch ------------------------------------------------------------------
-
-    def _end_epoch(self, epoch: int) -> bool:
+    def _end_round(self, epoch: int) -> bool:
         """Flush, checkpoint, then ask early stopping; True when early stopping ends the run.
 
         Nothing is checkpointed once the metrics thread has failed, so non-finite weights are
         never saved.
         """
         plan, run, learner = self.plan, self.run, self.learner
+        stopping = plan.config.early_stopping
         monitor = learner.monitor
-        if plan.checkpointer is None and plan.early_stopping is None and monitor is None:
+        if plan.checkpointer is None and stopping is None and monitor is None:
             learner.end_epoch()
             return False
         self.processor.flush()
         if run.decide(self.processor.error is not None):
-            self._stopped_by(0)  # launch reports the metrics thread's error
+            self._stopped_by(0)  # the session reports the metrics thread's error
             return True
         value = None
         if monitor is not None:
-            mine = self.store.find_metric(monitor, epoch, Split.VALID) if self.main else None
+            mine = self.store.find_metric(monitor, epoch, Split.VALID) if plan.main else None
             value = run.decide(mine)
-        learner.end_epoch(value)  # the scheduler's new state goes into this epoch's checkpoint
-        self._checkpoints.round_end(epoch, pass_open=self._units is not None)
-        if plan.early_stopping is None:
+        learner.end_epoch(value)  # the scheduler's new state goes into this round's checkpoint
+        self.saver.round_end(epoch)
+        if stopping is None:
             return False
-        reason = self._ask_early_stopping(plan.early_stopping, epoch) if self.main else None
+        reason = None
+        if plan.main and stopping.should_stop(epoch, self.store):
+            reason = stopping.reason or f"early stopping after epoch {epoch}"
         reason = run.decide(reason)
         if reason is None:
             return False
         self._stop_reason, self._early_stopped = reason, True
         return True
 
-    def _ask_early_stopping(self, strategy: EarlyStoppingStrategy, epoch: int) -> str | None:
-        if not strategy.should_stop(epoch, self.store):
-            return None
-        return strategy.reason or f"early stopping after epoch {epoch}"
+    # --- stops ---------------------------------------------------------------------------------
 
-    # --- stops and resume ---------------------------------------------------------------------
-
-    def _stop_at_step(self, stopper: int) -> bool:
-        """A stop was asked inside a round: True when the run trains on to the end of the
-        window for a mid-round checkpoint; False when it abandons the round now (no mid-round
-        checkpoints: the partial window is dropped, a resume starts from the last round end)."""
+    def _ask_stop(self, stopper: int) -> None:
+        """A stop was asked inside a round: train on to the end of the window for a mid-round
+        checkpoint; without mid-round checkpoints, abandon the round now (the partial window is
+        dropped, a resume starts from the last round end)."""
         blocker = self.plan.mid_round_blocker
         if blocker is None:
             self._stopping = stopper
-            return True
-        if self.plan.checkpointer is not None and self.main:
+            return
+        if self.plan.checkpointer is not None and self.plan.main:
             log.warning(
                 "training stopped inside epoch %d without a checkpoint there, because %s: a "
                 "resume starts from the last checkpoint before it",
-                self.last_epoch + 1,
+                self.counters.last_round + 1,
                 blocker,
             )
         self.window.drop()
         self._stopped_by(stopper)
-        return False
 
     def _stopped_by(self, stopper: int) -> None:
         """Remember why the run stops: this process's interrupter, or another process."""
         own = stopper == self.run.rank and self.interrupter.should_stop()
         reason = self.interrupter.message if own else f"rank {stopper} stopped training"
         self._stop_reason = reason or "interrupted"
-
-    def _check_same(self) -> None:
-        """Every process must run the same training; a difference would hang a collective."""
-        self.run.check_same(same_training_facts(self.plan, self.run.loaders, self.schedule))

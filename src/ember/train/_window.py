@@ -36,6 +36,7 @@ import torch
 from torch.nn.utils import clip_grad_value_, clip_grads_with_norm_, get_total_norm
 
 from ember.data import Progress
+from ember.train._counters import RunCounters
 from ember.train._learner import Learner
 from ember.train._step import GradientsParams, StepContext, trained_parameters
 
@@ -57,12 +58,11 @@ class OptimizerWindow:
         "_items",
         "autocast",
         "clipping",
+        "counters",
         "mean",
         "measure_norm",
-        "optimizer_steps",
         "scaler",
         "size",
-        "skipped_steps",
     )
 
     def __init__(
@@ -74,7 +74,10 @@ class OptimizerWindow:
         scaler: torch.amp.GradScaler | None = None,
         autocast: tuple[str, torch.dtype] | None = None,
         measure_norm: bool = False,
+        counters: RunCounters | None = None,
     ) -> None:
+        self.counters = RunCounters() if counters is None else counters
+        """The run's counters: the window counts its optimizer steps there."""
         self.size = size or 1
         self.mean = mean and self.size > 1
         self.clipping = clipping
@@ -83,12 +86,20 @@ class OptimizerWindow:
         self.measure_norm = (
             measure_norm or scaler is not None or (clipping is not None and clipping[0] == "norm")
         )
-        self.optimizer_steps = 0
-        self.skipped_steps = 0
         self._adjusts = self.mean or self.measure_norm or clipping is not None or scaler is not None
         self._filled = 0
         self._items = 0
         self._first_items = 0
+
+    @property
+    def optimizer_steps(self) -> int:
+        """Optimizer steps taken so far (skipped ones included)."""
+        return self.counters.optimizer_steps
+
+    @property
+    def skipped_steps(self) -> int:
+        """Steps skipped for non-finite 16-mixed gradients."""
+        return self.counters.skipped_steps
 
     def context(
         self, epoch: int, iteration: int, batch: Any, items: int, progress: Progress | None = None
@@ -163,7 +174,7 @@ class OptimizerWindow:
     def _skip(self, model: Any) -> None:
         """A 16-mixed step whose gradients are not finite: dropped, the scale lowered."""
         assert self.scaler is not None
-        self.skipped_steps += 1  # the scaler lowers its scale in update()
+        self.counters.skipped_steps += 1  # the scaler lowers its scale in update()
         log.info(
             "Optimizer step %d skipped: non-finite gradients at loss scale %g",
             self.optimizer_steps + 1,
@@ -175,7 +186,7 @@ class OptimizerWindow:
         self._stepped()
 
     def _stepped(self) -> None:
-        self.optimizer_steps += 1
+        self.counters.optimizer_steps += 1
         self._filled = self._items = 0
 
     def drop(self) -> None:

@@ -33,10 +33,13 @@ def sample_record() -> Record:
 
 
 def test_path_follows_burns_naming(tmp_path: Path) -> None:
-    """Files are {directory}/{name}-{epoch}.safetensors; the directory is created."""
+    """Files are {directory}/{name}-{epoch}.safetensors; the directory is created by the first
+    write (describing a run writes nothing)."""
     checkpointer = FileCheckpointer(tmp_path / "a" / "b", "model")
     assert checkpointer.path(7) == tmp_path / "a" / "b" / "model-7.safetensors"
-    assert (tmp_path / "a" / "b").is_dir()
+    assert not (tmp_path / "a").exists()
+    checkpointer.save(7, Record(tensors={"w": torch.zeros(2)}))
+    assert (tmp_path / "a" / "b" / "model-7.safetensors").is_file()
 
 
 def test_save_restore_round_trip(tmp_path: Path) -> None:

@@ -47,6 +47,7 @@ __all__ = [
     "FileCheckpointer",
     "atomic_write",
     "check_epoch",
+    "checked_directory",
     "checkpoint_file_name",
     "read_regular",
     "refuse_non_finite",
@@ -107,12 +108,13 @@ def checkpoint_file_name(name: str, epoch: int) -> str:
     return f"{check_name(name)}-{check_epoch(epoch)}{SUFFIX}"
 
 
-def ensure_directory(directory: str | os.PathLike[str]) -> Path:
-    """Create ``directory`` (and parents); ValueError if it exists and is not a directory."""
+def checked_directory(directory: str | os.PathLike[str]) -> Path:
+    """``directory`` as a path; ValueError if it exists and is not a directory. Nothing is
+    created: a checkpointer makes its directory when it first writes, so that describing a run
+    (``_plan.py``) writes nothing."""
     path = Path(directory)
     if path.exists() and not path.is_dir():
         raise ValueError(f"checkpoint directory {str(path)!r} exists and is not a directory")
-    path.mkdir(parents=True, exist_ok=True)
     return path
 
 
@@ -247,12 +249,12 @@ class FileCheckpointer:
     ``save`` writes atomically and returns the :class:`CheckpointFile` it wrote (for a manifest);
     ``restore`` reads the file once, checks it against ``expected`` when given, and parses it
     without running code; ``delete`` removes the file (a missing one is fine). The directory is
-    created at construction.
+    created by the first write.
     """
 
     def __init__(self, directory: str | os.PathLike[str], name: str) -> None:
         self._name = check_name(name)
-        self._directory = ensure_directory(directory)
+        self._directory = checked_directory(directory)
 
     @property
     def directory(self) -> Path:
@@ -287,6 +289,7 @@ class FileCheckpointer:
         """:meth:`save` without the finiteness check (for a caller that checked already)."""
         path = self.path(epoch)
         tensors, metadata = serializable(record, self._name, epoch)
+        self._directory.mkdir(parents=True, exist_ok=True)
         remove_stale_temps(self._directory, re.escape(self._name) + r"-[0-9]+" + re.escape(SUFFIX))
 
         def fill(temp: Path) -> None:

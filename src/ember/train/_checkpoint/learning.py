@@ -37,10 +37,11 @@ from typing import Any
 from ember._checks import check_positive_int
 from ember._errors import CheckpointError
 from ember.train._checkpoint.asynchronous import BackgroundWriter
+from ember.train._checkpoint.checkpointer import TrainingRecords
 from ember.train._checkpoint.file import (
     FileCheckpointer,
     check_epoch,
-    ensure_directory,
+    checked_directory,
 )
 from ember.train._checkpoint.manifest import (
     complete_epochs,
@@ -58,7 +59,6 @@ from ember.train._checkpoint.mid_round import (
     mid_round_points,
 )
 from ember.train._checkpoint.record import Record
-from ember.train._checkpoint.run import TrainingRecords
 from ember.train._checkpoint.sharded import delete_shards
 from ember.train._checkpoint.strategy import (
     CheckpointingAction,
@@ -105,7 +105,7 @@ class LearningCheckpointer:
         *,
         asynchronous: bool = True,
     ) -> None:
-        self._directory = ensure_directory(directory)
+        self._directory = checked_directory(directory)
         self._strategy = strategy
         self._files = _files(self._directory)
         self._writer = BackgroundWriter() if asynchronous else None

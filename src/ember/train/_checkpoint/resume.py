@@ -17,11 +17,11 @@ import re
 from pathlib import Path
 
 from ember._errors import CheckpointError
+from ember.train._checkpoint.checkpointer import MidRoundCheckpointer, RunCheckpointer
 from ember.train._checkpoint.file import SUFFIX
 from ember.train._checkpoint.learning import NAMES
 from ember.train._checkpoint.manifest import epoch_problem, manifest_epochs
 from ember.train._checkpoint.mid_round import ResumePoint, mid_round_directory, step_directories
-from ember.train._checkpoint.run import MidRoundCheckpointer, RunCheckpointer
 
 __all__ = ["resume_latest_point"]
 

@@ -57,7 +57,7 @@ from ember.train._events import (
     StartTest,
     TrainingItem,
 )
-from ember.train._inference import InferencePass
+from ember.train._inference import inference_pass
 from ember.train._metric.base import Metric, Numeric
 from ember.train._metric.registered import MetricsTraining
 from ember.train._precision import Precision, autocast_of, check_precision
@@ -272,7 +272,7 @@ class Evaluator:
                 run.check_same({"the test loader's items": size, "its batches": batches})
                 log.info("Evaluating test %r over %s items", name, loader.num_items())
                 emit(StartTest(name, loader.num_items()))
-                outputs = InferencePass(run, _key(name), autocast=autocast)
+                outputs = inference_pass(run, _key(name), autocast=autocast)
                 for iteration, (item, progress) in enumerate(outputs, 1):
                     emit(ProcessedItem(TrainingItem(item, progress, iteration, None)))
                 emit(EndTest(name))

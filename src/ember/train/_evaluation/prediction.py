@@ -25,7 +25,7 @@ from torch import nn
 
 from ember._protocols import check_protocol, with_defaults
 from ember.data import DataLoader
-from ember.train._inference import InferencePass
+from ember.train._inference import inference_pass
 from ember.train._outputs import ItemLazy
 from ember.train._step import InferenceStep
 from ember.train._strategy.base import Step, SupervisedLearningStrategy
@@ -56,7 +56,7 @@ def _predictions(
     run = strategy.start(model, {"predict": loader})
     failure: BaseException | None = None
     try:
-        for item, _ in InferencePass(run, "predict", step=step):
+        for item, _ in inference_pass(run, "predict", step=step):
             yield item.sync() if isinstance(item, ItemLazy) else item
     except GeneratorExit:  # the caller stopped early: nothing failed
         raise

@@ -10,8 +10,8 @@ import torch
 from torch import nn
 
 from ember.train import Direction, LearningCheckpointer, Split
+from ember.train._checkpoint.checkpointer import TrainingRecords
 from ember.train._checkpoint.record import model_record, optimizer_record, state_record
-from ember.train._checkpoint.run import TrainingRecords
 
 NAMES = ("model", "optim", "scheduler", "state")
 TIMEOUT = 30.0  # seconds; only reached when something hangs

@@ -11,10 +11,10 @@ from torch import nn
 
 from ember import CheckpointError
 from ember.train import KeepLastNCheckpoints, LearningCheckpointer
+from ember.train._checkpoint.checkpointer import MidRoundCheckpointer
 from ember.train._checkpoint.export import model_checkpoints
 from ember.train._checkpoint.mid_round import ResumePoint
 from ember.train._checkpoint.resume import resume_latest_point
-from ember.train._checkpoint.run import MidRoundCheckpointer
 from tests.train.checkpoint.learning.helpers import LossQuery, files_of, make_records
 
 

@@ -17,8 +17,8 @@ from torch import nn
 from ember._errors import CheckpointError
 from ember.extend import Record, Save
 from ember.train import FileCheckpointer, KeepLastNCheckpoints, LearningCheckpointer
+from ember.train._checkpoint.checkpointer import TrainingRecords
 from ember.train._checkpoint.record import state_record
-from ember.train._checkpoint.run import TrainingRecords
 from ember.train._checkpoint.strategy import default_checkpointing_strategy
 from tests.train.checkpoint.learning.helpers import TIMEOUT, LossQuery, make_records, run_epochs
 

@@ -59,7 +59,7 @@ def test_events_progress_and_iterations(tmp_path: Path, model: TinyRegressor) ->
 
     learner = Learner(model, torch.optim.SGD(model.parameters()), LinearLr(0.1, 0.01, 10))
     fit = run_loop(MultiDevice(["cpu", "cpu"]), learner, loader(ITEMS, BATCH), loader(8), Spy(), 1)
-    assert fit.last_epoch == 1
+    assert fit.last_round == 1
     lr = [0.1, 0.091, 0.082]
     assert [s[:3] for s in seen] == [
         (1, 8, 23),

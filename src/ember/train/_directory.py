@@ -6,7 +6,7 @@
         a fresh run: DIR/version_N, N one more than the highest version there (0 for the first)
         a resume:    the highest version (version_0 when there is none yet)
 
-    claim_run_directory(directory, fresh, overwrite, checkpoints):   (the main process only)
+    claim_directory(directory, fresh, overwrite, checkpoints):   (the main process only)
         make the directory
         take its lock: LOCK, created with O_EXCL, holding {"pid", "host", "started"}
             held by a live process, or by another host:  RunDirectoryError naming pid and host
@@ -44,10 +44,10 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 
 from ember._errors import RunDirectoryError
+from ember.train._checkpoint.end import RUN_END
 from ember.train._checkpoint.file import SUFFIX
 from ember.train._checkpoint.learning import NAMES
 from ember.train._checkpoint.mid_round import step_directories
-from ember.train._checkpoint.run_state import RUN_END
 from ember.train._config import DEFAULT_CHECKPOINTERS, TrainingConfig
 from ember.train._experiment import CONFIG_YAML
 from ember.train._strategy.single import SingleDevice
@@ -56,8 +56,8 @@ __all__ = [
     "LOCK",
     "OWNED",
     "VERSION",
+    "claim_directory",
     "claim_for_run",
-    "claim_run_directory",
     "used_by_a_run",
     "versioned_run",
 ]
@@ -103,7 +103,7 @@ def claim_for_run(config: TrainingConfig) -> AbstractContextManager[None]:
         checkpoints = config.directory / "checkpoint"
     elif checkpointer is not None:
         checkpoints = checkpointer.directory
-    return claim_run_directory(
+    return claim_directory(
         config.directory,
         fresh=config.resume is None,
         overwrite=config.overwrite,
@@ -112,7 +112,7 @@ def claim_for_run(config: TrainingConfig) -> AbstractContextManager[None]:
 
 
 @contextmanager
-def claim_run_directory(
+def claim_directory(
     directory: Path, *, fresh: bool, overwrite: bool, checkpoints: Path | None
 ) -> Iterator[None]:
     """Hold ``directory`` for one run (see the module doc); ``checkpoints`` is the checkpoint

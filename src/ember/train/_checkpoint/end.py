@@ -1,0 +1,84 @@
+"""How a finished run ended, recorded beside its checkpoints (``run-end.json``).
+
+::
+
+    {"format": "ember.run-end", "epoch": e, "num_epochs": n, "stop_reason": reason | null,
+     "max_steps": m | null}
+
+written when a run finished (``num_epochs`` or ``max_steps`` reached, or early stopping) and
+removed when a run starts training (after its checkpoint was restored), so ``resume_latest()``
+can tell a complete run from an interrupted one: it trusts the record only when its epoch is the
+newest complete checkpoint (``_finished.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ember.train._checkpoint.file import atomic_write
+
+__all__ = ["RUN_END", "RunEnd", "clear_run_end", "read_run_end"]
+
+_FORMAT = "ember.run-end"
+RUN_END = "run-end.json"
+"""The file, in the checkpoint directory, that records how a finished run ended."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunEnd:
+    """How a finished run ended: its last epoch (round), the ``num_epochs`` and ``max_steps``
+    it was asked for, and the early-stopping reason (None: its duration was reached)."""
+
+    epoch: int
+    num_epochs: int
+    stop_reason: str | None = None
+    max_steps: int | None = None
+
+    def write(self, directory: Path) -> None:
+        """Record this end in ``directory`` (the checkpoint directory), atomically."""
+        data = {
+            "format": _FORMAT,
+            "epoch": self.epoch,
+            "num_epochs": self.num_epochs,
+            "stop_reason": self.stop_reason,
+            "max_steps": self.max_steps,
+        }
+        directory.mkdir(parents=True, exist_ok=True)  # the last checkpoint may still be queued
+        atomic_write(directory / RUN_END, (json.dumps(data, indent=2) + "\n").encode("utf-8"))
+
+    def complete_for(self, num_epochs: int, max_steps: int | None = None) -> bool:
+        """Whether a resume asking for ``num_epochs`` (and ``max_steps``) has nothing left to
+        train: it asks for no more epochs and no more steps than this run was."""
+        more_steps = max_steps is not None and (
+            self.max_steps is None or max_steps > self.max_steps
+        )
+        return num_epochs <= self.num_epochs and not more_steps
+
+
+def read_run_end(directory: Path, latest: int | None) -> RunEnd | None:
+    """The recorded end of the run whose newest complete checkpoint is ``latest``, or None (no
+    record, an unreadable one, or one of another epoch: the run went on after it)."""
+    try:
+        data = json.loads((directory / RUN_END).read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # no record, or a damaged one: not known to be finished
+        return None
+    if not isinstance(data, dict) or data.get("format") != _FORMAT:
+        return None
+    epoch, num_epochs, reason = data.get("epoch"), data.get("num_epochs"), data.get("stop_reason")
+    max_steps = data.get("max_steps")  # absent in records of runs without max_steps
+    if (
+        not isinstance(epoch, int)
+        or epoch != latest
+        or not isinstance(num_epochs, int)
+        or not isinstance(reason, str | None)
+        or not isinstance(max_steps, int | None)
+    ):
+        return None
+    return RunEnd(epoch, num_epochs, reason, max_steps)
+
+
+def clear_run_end(directory: Path) -> None:
+    """Forget a recorded end: this run trains, so the directory's run is not finished."""
+    (directory / RUN_END).unlink(missing_ok=True)

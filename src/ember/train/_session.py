@@ -1,0 +1,415 @@
+"""A run's session: the resources a run holds while it trains, and how it always ends.
+
+::
+
+    with TrainingSession(plan, learner) as session:      # entering, in order:
+        main process: the run directory claimed (its lock; a fresh run into another run's
+            directory refused, or that run's files removed with overwrite(): _directory.py)
+        checkpoint(epoch): that checkpoint must exist (refused before anything is written)
+        compile(...): the model compiled in place
+        main process: experiment.log; the renderer
+        resume_latest(): the newest usable checkpoint, skipped ones warned of in experiment.log
+            and on the screen (none usable of several: CheckpointError, unless
+            fresh_if_unusable); a run complete already for what is asked: warned of, and its
+            result is the session's without training (_finished.py)
+        main process: config.json (and ember.cli's config.yaml), every logger's start(config)
+            (an error there ends the launch, before training); the metrics thread (train-worker)
+        other processes: no files, no output (their events are dropped)
+
+        with session.placed() as (run, counters):        # the strategy places the model and the
+                                                         # loaders; the optimizers are built on
+                                                         # the placed parameters
+            session.ended(loop.execute())                # the loop (_loop.py), then: flush;
+                                                         # summary.json and the table; the run's
+                                                         # end recorded beside its checkpoints
+    leaving, whatever happened (each step runs even if one before it failed):
+        drain train-worker; log the error; finish the checkpoint writes; End(summary); stop
+        train-worker; renderer.on_error(error); the artifacts the loggers asked for (the best
+        checkpoint exported, the curves drawn); the loggers' end(summary, artifacts); close the
+        loggers, the renderer and experiment.log
+        session.result = LearningResult(model in eval mode, renderer, error, summary, stop
+            reason, the checkpoints and the best epoch); with_test tests, if training succeeded
+        release the run directory
+
+An exception inside the session is the run's error (kept in the result, with its traceback);
+later ones while finishing are notes on it. Only an abort (``KeyboardInterrupt`` at a second
+signal, ``SystemExit``) goes through, after the same ending.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import io
+import json
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Generic, TypeVar
+
+import torch
+from torch import nn
+
+from ember._errors import CheckpointError
+from ember.train._application_log import ExperimentLogHandler, experiment_log, warnings_to
+from ember.train._checkpoint.end import RunEnd
+from ember.train._checkpoint.export import best_epoch, model_checkpoints
+from ember.train._checkpoint.file import atomic_write
+from ember.train._checkpoint.manifest import manifest_path
+from ember.train._checkpoint.mid_round import ResumePoint
+from ember.train._checkpoint.resume import resume_latest_point
+from ember.train._config import run_configuration
+from ember.train._counters import RunCounters
+from ember.train._directory import claim_for_run
+from ember.train._events import End
+from ember.train._experiment import write_experiment_config
+from ember.train._finished import finished_result, finished_run, run_result
+from ember.train._learner import Learner
+from ember.train._logger.run import run_artifacts, wanted_artifacts
+from ember.train._loop import LoopOutcome
+from ember.train._metric.base import Numeric
+from ember.train._metric.store import EventStore
+from ember.train._plan import RunPlan
+from ember.train._processor import (
+    AsyncProcessorTraining,
+    EventProcessor,
+    FullEventProcessorTraining,
+    SilentProcessor,
+)
+from ember.train._renderer.base import EvaluationRenderer, MetricsRenderer, WarningRenderer
+from ember.train._renderer.cli import CliMetricsRenderer
+from ember.train._renderer.default import default_renderer
+from ember.train._result import LearningResult
+from ember.train._strategy.base import StrategyRun
+from ember.train._summary import LearnerSummary, describe_model
+from ember.train._vocabulary import Split
+
+__all__ = ["TrainingSession"]
+
+M = TypeVar("M", bound=nn.Module)
+log = logging.getLogger("ember.train")
+
+
+class TrainingSession(Generic[M]):
+    """The resources of one run of ``plan`` with ``learner`` and its guaranteed ending (see the
+    module doc); after the ``with`` block, :attr:`result` is the run's result."""
+
+    def __init__(self, plan: RunPlan, learner: Learner[M]) -> None:
+        self.plan, self.learner = plan, learner
+        self.start: ResumePoint | None = None
+        """The checkpoint training starts from (None: afresh)."""
+        self.finished: LearningResult[M] | None = None
+        """A run complete already: its result, returned without training."""
+        self.result: LearningResult[M] | None = None
+        self.counters = RunCounters()
+        self.renderer: MetricsRenderer = CliMetricsRenderer(io.StringIO())  # silent elsewhere
+        self.store = EventStore([])
+        self.processor: EventProcessor = SilentProcessor()
+        self._worker: AsyncProcessorTraining | None = None
+        self._outcome = LoopOutcome(0)
+        self._summary: LearnerSummary | None = None
+        self._error = _FirstError()
+        self._claim = ExitStack()
+        self._log = ExitStack()
+        self._application_log: ExperimentLogHandler | None = None
+
+    # --- entering ------------------------------------------------------------------------------
+
+    def __enter__(self) -> TrainingSession[M]:
+        try:
+            self._open()
+        except BaseException:  # refused before training: nothing was started to finish
+            self.renderer.close()
+            self._log.close()
+            self._claim.close()
+            raise
+        return self
+
+    def _open(self) -> None:
+        plan, config = self.plan, self.plan.config
+        main = plan.main
+        self._claim.enter_context(claim_for_run(config))
+        if config.resume is not None and config.resume != "latest":
+            self.start = self._requested_checkpoint(config.resume)
+        if config.compile_options is not None:
+            self.learner.model.compile(**config.compile_options)
+        self._application_log = self._log.enter_context(
+            experiment_log(config.application_log if main else None)
+        )
+        if main:
+            self.renderer = config.renderer or default_renderer(config.interrupter)
+        if config.resume == "latest":
+            self._find_latest()
+            if self.finished is not None:
+                return
+        self._start_logs()
+
+    def _requested_checkpoint(self, epoch: int) -> ResumePoint:
+        """``checkpoint(epoch)``: that checkpoint must exist, or nothing runs."""
+        checkpointer = self._checkpointer("checkpoint(epoch)")
+        if not manifest_path(checkpointer.directory, epoch).exists():
+            raise CheckpointError(
+                f"no complete checkpoint of epoch {epoch} in {checkpointer.directory}; "
+                f"complete epochs: {checkpointer.complete_epochs()}"
+            )
+        return ResumePoint(epoch)
+
+    def _find_latest(self) -> None:
+        """``resume_latest()``: the newest usable checkpoint, or a finished run's result; its
+        warnings reach the screen too."""
+        config, checkpointer = self.plan.config, self._checkpointer("resume_latest()")
+        renderer = self.renderer
+        show = (
+            renderer.on_warning
+            if self.plan.main and isinstance(renderer, WarningRenderer)
+            else None
+        )
+        with warnings_to(show):  # skipped checkpoints: in experiment.log and on the screen
+            self.start = resume_latest_point(
+                checkpointer, fresh_if_unusable=config.fresh_if_unusable
+            )
+            start = self.start
+            if start is not None and start.step is not None:
+                return  # a run that stopped inside a round is never a finished one
+            end = finished_run(config, checkpointer, 1 if start is None else start.epoch + 1)
+        if end is not None:
+            renderer.close()
+            self.finished = finished_result(
+                config, self.learner, checkpointer, end, renderer, self._checkpoints()
+            )
+
+    def _checkpointer(self, who: str) -> Any:
+        checkpointer = self.plan.checkpointer
+        if checkpointer is None:
+            raise ValueError(
+                "resuming needs checkpointers: call with_default_checkpointers() (or "
+                f"with_checkpointers(...)) before {who}"
+            )
+        return checkpointer
+
+    def _start_logs(self) -> None:
+        """The loggers started with the run's configuration; the metrics thread."""
+        plan, config = self.plan, self.plan.config
+        self.store = EventStore(list(plan.loggers) if plan.main else [])
+        if plan.main:
+            self._start_loggers()
+        self._worker = AsyncProcessorTraining(
+            FullEventProcessorTraining(plan.metrics, self.renderer, self.store),
+            on_error=lambda error: config.interrupter.stop(f"metrics thread failed: {error!r}"),
+        )
+        if plan.main:
+            self.processor = self._worker
+        starting = 1 if self.start is None else self.start.starting_epoch
+        self.counters = RunCounters.starting(starting)
+
+    def _start_loggers(self) -> None:
+        """Write ``config.json`` and start the loggers with it; on an error, close them and
+        raise."""
+        config = self.plan.config
+        described = run_configuration(config, self.learner)
+        try:
+            text = json.dumps(described, indent=2, sort_keys=True) + "\n"
+            # not flushed to disk: written again by every launch (a resume too), and two
+            # flushes cost a short run several percent of its time (benchmarks/precision.py)
+            atomic_write(config.directory / "config.json", text.encode("utf-8"), sync=False)
+            write_experiment_config(config.directory)  # ember.cli's config.yaml
+            self.store.start(described)
+        except BaseException:
+            self.store.close()
+            raise
+
+    # --- training ------------------------------------------------------------------------------
+
+    @contextmanager
+    def placed(self) -> Iterator[StrategyRun]:
+        """The strategy's run: the model and the loaders placed, the optimizers built on the
+        placed parameters; closed after the block (with the error that ended it, if any)."""
+        plan, config = self.plan, self.plan.config
+        log.info(
+            "Starting training for %d epochs at epoch %d",
+            config.num_epochs,
+            self.counters.last_round + 1,
+        )
+        plan.strategy.use_precision(config.precision)  # e.g. FSDP's mixed-precision policy
+        loaders = {"train": config.train}
+        if config.valid is not None:
+            loaders["valid"] = config.valid
+        run = plan.strategy.start(self.learner.model, loaders)
+        try:
+            self.learner.bind()  # the optimizers, on the placed parameters
+            if self._worker is not None:
+                self._worker.inline = _on_cpu(run)  # nothing to wait for: no thread hand-offs
+            yield run
+        except BaseException as failure:
+            run.close(failure)
+            raise
+        run.close()
+
+    def ended(self, outcome: LoopOutcome) -> None:
+        """Training ended without an error: flush; the summary; the run's end recorded beside its
+        checkpoints when it is complete."""
+        self._outcome = outcome
+        plan, config = self.plan, self.plan.config
+        worker = self._worker
+        assert worker is not None
+        worker.flush()
+        if config.summary and worker.error is None and plan.main:
+            self._summary = self._write_summary()
+        checkpointer = plan.checkpointer
+        if plan.main and checkpointer is not None and outcome.complete and worker.error is None:
+            end = RunEnd(
+                outcome.last_round, config.num_epochs, outcome.stop_reason, config.max_steps
+            )
+            end.write(checkpointer.directory)
+
+    def _write_summary(self) -> LearnerSummary:
+        config = self.plan.config
+        summary = LearnerSummary.collect(
+            self.store,
+            config.summary_metrics,
+            self._outcome.last_round,
+            model=describe_model(self.learner.model),
+            stop_reason=self._outcome.stop_reason,
+            units={m.name: m.attributes.unit for _, m in config.metrics if isinstance(m, Numeric)},
+        )
+        atomic_write(config.directory / "summary.json", summary.dumps().encode("utf-8"))
+        return summary
+
+    # --- leaving -------------------------------------------------------------------------------
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool:
+        caught = isinstance(error, Exception)
+        if caught:
+            self._error.add(error)
+        try:
+            if self.finished is None:
+                self._finish()
+            self._log.close()  # experiment.log: flushed and closed
+            if self._application_log is not None:
+                self._error.add(self._application_log.error)
+            self.result = self.finished or self._result()
+        finally:
+            self._claim.close()  # the run directory released
+        return caught
+
+    def _finish(self) -> None:
+        """End a run whatever happened (see the module doc): each step runs whatever the steps
+        before it did (a full disk, a renderer that raises); the first error is the run's."""
+        outcome, worker, plan = self._error, self._worker, self.plan
+        assert worker is not None  # started by __enter__ (or the run had finished before)
+        outcome.run(worker.flush)
+        outcome.add(worker.error)
+        if outcome.error is not None:
+            failure = outcome.error
+            outcome.run(lambda: log.error("Training failed", exc_info=failure))
+        if plan.checkpointer is not None:
+            outcome.run(plan.checkpointer.close)  # a failed write is the run's error
+        outcome.run(lambda: worker.process_train(End(self._summary)))
+        outcome.run(worker.close)
+        outcome.add(worker.error)  # the renderer's end() or on_train_end() failed
+        renderer = worker.processor.renderer
+        if outcome.error is not None:
+            failure = outcome.error
+            outcome.run(lambda: renderer.on_error(failure))
+        files: dict[str, Path] = {}
+        if plan.main:
+            outcome.run(lambda: files.update(self._artifacts()))  # after the last write
+        outcome.run(lambda: self.store.end(self._summary, files))
+        outcome.run(self.store.close)
+        outcome.run(renderer.close)
+        self.renderer = renderer
+
+    def _artifacts(self) -> dict[str, Path]:
+        checkpointer = self.plan.checkpointer
+        where = checkpointer.directory if checkpointer is not None else None
+        return run_artifacts(self.plan.config.directory, wanted_artifacts(self.plan.loggers), where)
+
+    def _result(self) -> LearningResult[M]:
+        """The run's result (the model in eval mode); the ``with_test`` tests evaluated when
+        training succeeded (a failure there is the result's error)."""
+        config, error = self.plan.config, self._error.error
+        self.learner.model.eval()
+        result = run_result(
+            config,
+            self.learner.model,
+            self.renderer,
+            error,
+            self._summary,
+            self._outcome.stop_reason,
+            self.counters.last_round,
+            self._checkpoints(),
+            self.store,
+        )
+        return self._test(result) if config.tests and error is None else result
+
+    def _checkpoints(self) -> tuple[dict[int, Path], int | None]:
+        """The run's checkpointed model files by epoch, and its best epoch (ember's layout)."""
+        checkpointer = self.plan.checkpointer
+        if checkpointer is None:
+            return {}, None
+        try:
+            return model_checkpoints(checkpointer.directory), best_epoch(checkpointer.directory)
+        except CheckpointError as error:  # another layout, or nothing written
+            log.debug("no checkpoint listing for the result: %s", error)
+            return {}, None
+
+    def _test(self, result: LearningResult[M]) -> LearningResult[M]:
+        """Evaluate the ``with_test`` tests after training; a failure is the result's error."""
+        config = self.plan.config
+        renderer = config.renderer if isinstance(config.renderer, EvaluationRenderer) else None
+        metrics = [
+            copy.deepcopy(metric) for split, metric in config.metrics if split is Split.VALID
+        ]
+        try:
+            evaluation = result.evaluate(
+                config.tests,
+                *metrics,
+                checkpoint=config.test_checkpoint,
+                renderer=renderer,
+                summary=config.summary,
+                precision=config.precision,
+            )
+        except Exception as error:  # reported in the result (the renderer has shown it)
+            return dataclasses.replace(result, error=error)
+        return dataclasses.replace(result, evaluation=evaluation)
+
+
+def _on_cpu(run: StrategyRun) -> bool:
+    """Whether every replica's parameters and every loader are on the CPU: then no output
+    needs a device read-back, and the metrics are processed on the training thread."""
+    cpu = torch.device("cpu")
+    return all(loader.device == cpu for loader in run.loaders.values()) and all(
+        param.device == cpu for model in run.replicas for param in model.parameters()
+    )
+
+
+class _FirstError:
+    """A run's first error; errors met after it are added to it as notes, not lost."""
+
+    def __init__(self) -> None:
+        self.error: BaseException | None = None
+
+    def add(self, error: BaseException | None) -> None:
+        """Keep ``error`` as the first one, or note it on the first."""
+        if error is None or error is self.error:
+            return
+        if self.error is None:
+            self.error = error
+        else:
+            self.error.add_note(
+                f"ember: then, while finishing the run: {type(error).__name__}: {error}"
+            )
+
+    def run(self, step: Callable[[], object]) -> None:
+        """Run one finishing step; its exception is added, never raised."""
+        try:
+            step()
+        except Exception as caught:  # every later step must still run
+            self.add(caught)
