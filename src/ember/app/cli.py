@@ -115,7 +115,13 @@ def _parser() -> argparse.ArgumentParser:
         help="best (default: the epoch kept for the checkpointing metric), last, or a number",
     )
     export.add_argument(
-        "-o", "--output", type=Path, required=True, metavar="FILE", help="file to write"
+        "-o",
+        "--output",
+        type=Path,
+        required=True,
+        metavar="FILE",
+        help="file to write: a new file or a regular file to replace, in a directory that "
+        "exists, outside the run's checkpoint/",
     )
     return parser
 
