@@ -31,6 +31,7 @@ from ember.train._checkpoint.manifest import (
     read_manifest,
 )
 from ember.train._checkpoint.record import Record, load_model_record
+from ember.train._checkpoint.shard_index import check_index_size
 from ember.train._checkpoint.sharded import consolidate, is_sharded
 
 __all__ = [
@@ -154,6 +155,7 @@ def read_model(directory: str | os.PathLike[str], epoch: CheckpointEpoch) -> tup
 
 def _read(checkpoints: Path, name: str, epoch: int) -> Record:
     manifest = read_manifest(checkpoints, epoch)  # names the manifest when missing or damaged
+    check_index_size(checkpoints, manifest, name)
     file = FileCheckpointer(checkpoints, name)
     expected = manifest.file(file.path(epoch).name)
     if expected is None:
