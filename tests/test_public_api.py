@@ -180,6 +180,7 @@ EXTEND = {
     "EndEvaluation",
     "EndSplit",
     "EndTest",
+    "ErrorLogger",
     "EvaluationRenderer",
     "EvaluatorEvent",
     "EventProcessor",

@@ -36,6 +36,7 @@ from ember.train._events import (
 from ember.train._hooks import Stateful, TrainingHooks
 from ember.train._logger.base import (
     ArtifactLogger,
+    ErrorLogger,
     MetricLogger,
     MetricReader,
     MetricText,
@@ -104,6 +105,7 @@ __all__ = [
     "EndEvaluation",
     "EndSplit",
     "EndTest",
+    "ErrorLogger",
     "EvaluationRenderer",
     "EvaluatorEvent",
     "EventProcessor",

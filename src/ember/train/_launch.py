@@ -22,8 +22,8 @@
         finish, whatever happened (each step runs even if one before it failed):
             drain train-worker; log the error; finish the checkpoint writes; End(summary);
             stop train-worker; renderer.on_error(error); the artifacts the loggers asked for
-            (the best checkpoint exported, the curves drawn); the loggers' end(summary, artifacts);
-            close the loggers and the renderer
+            (the best checkpoint exported, the curves drawn); the loggers' on_error(error) (those
+            that have it); the loggers' end(summary, artifacts); close the loggers and the renderer
         result = LearningResult(model in eval mode, renderer, error, summary, stop reason,
                                 the checkpoints and the best epoch)
         with_test tests, if training succeeded: result.evaluate(tests, the valid metrics,
@@ -393,6 +393,9 @@ def _finish(
         outcome.run(lambda: renderer.on_error(failure))
     files: dict[str, Path] = {}
     outcome.run(lambda: files.update(artifacts()))  # after the last checkpoint write
+    if outcome.error is not None:  # a tracker marks the run failed, not finished
+        failed = outcome.error
+        outcome.run(lambda: store.on_error(failed))
     outcome.run(lambda: store.end(summary, files))
     outcome.run(store.close)
     outcome.run(renderer.close)
