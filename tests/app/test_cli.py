@@ -291,3 +291,26 @@ def test_export_needs_the_output_directory_and_keeps_the_checkpoint_mode(
     source = trained_run / "checkpoint" / "model-2.safetensors"
     assert stat.S_IMODE(output.stat().st_mode) == stat.S_IMODE(source.stat().st_mode)
     assert load_file(output).keys() == TinyRegressor().state_dict().keys()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["demo", "--epochs", "x"], "argument --epochs: must be an integer >= 1, got 'x'"),
+        (["demo", "--epochs", "0"], "argument --epochs: must be >= 1, got 0"),
+        (["demo", "--workers", "two"], "argument --workers: must be an integer >= 0, got 'two'"),
+        (["digits", "--epochs", "1.5"], "argument --epochs: must be an integer >= 1, got '1.5'"),
+        (["export", "DIR", "--epoch", "x", "-o", "f"], "must be best, last or an epoch number"),
+    ],
+)
+def test_a_bad_number_is_named_without_private_names(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 29, item 10: `--epochs x` printed "invalid _positive value: 'x'", naming a private
+    function of the CLI; the message says what the option takes."""
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    assert done.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert re.search(r"invalid _\w+ value|\b_\w+\(", err) is None

@@ -22,16 +22,22 @@ __all__ = ["main"]
 
 
 def _non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
+    return _integer(text, 0)
 
 
 def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return _integer(text, 1)
+
+
+def _integer(text: str, minimum: int) -> int:
+    """``text`` as an int >= ``minimum``; argparse prints the message as it is (a ValueError
+    would make it "invalid _positive value", naming this module's private function)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {text!r}") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
     return value
 
 
@@ -40,7 +46,7 @@ def _checkpoint_epoch(text: str) -> int | str:
         return text
     try:
         return _positive(text)
-    except ValueError:
+    except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(
             f"must be best, last or an epoch number, got {text!r}"
         ) from None

@@ -8,8 +8,11 @@ live apart from the metrics, loggers and checkpoints that share them.
 from __future__ import annotations
 
 import enum
+from typing import TypeVar
 
-__all__ = ["Direction", "Split"]
+__all__ = ["Direction", "Split", "as_vocabulary"]
+
+E = TypeVar("E", bound=enum.Enum)
 
 
 class Split(enum.Enum):
@@ -30,3 +33,20 @@ class Direction(enum.Enum):
 
     LOWEST = "lowest"
     HIGHEST = "highest"
+
+
+def as_vocabulary(kind: type[E], value: object, name: str) -> E:
+    """``value`` as a member of ``kind``: a member, or its value as a string (``"valid"`` for
+    ``Split.VALID``, ``"lowest"``); TypeError or ValueError naming ``name`` and the choices."""
+    if isinstance(value, kind):
+        return value
+    choices = ", ".join(repr(member.value) for member in kind)
+    if isinstance(value, str):
+        try:
+            return kind(value)
+        except ValueError:
+            raise ValueError(f"{name} must be one of {choices}, got {value!r}") from None
+    raise TypeError(
+        f"{name} must be a {kind.__name__} or one of {choices}, got {value!r} "
+        f"({type(value).__name__})"
+    )

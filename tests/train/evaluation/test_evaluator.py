@@ -199,6 +199,20 @@ def test_other_bad_input(tmp_path: Path) -> None:
     assert not (tmp_path / "run").exists()
 
 
+def test_a_directory_that_is_no_path_is_named(tmp_path: Path) -> None:
+    """Issue 29, item 10: EvaluatorBuilder(123) says what the argument is and must be (it gave
+    pathlib's bare "expected str, bytes or os.PathLike object, not int"); a file is refused."""
+    with pytest.raises(
+        TypeError,
+        match=r"directory must be a str or a path \(where the evaluation writes its logs\), "
+        r"got 123 \(int\)",
+    ):
+        EvaluatorBuilder(123)  # type: ignore[arg-type]  # the mistake under test
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ValueError, match="directory is a file, not a directory"):
+        EvaluatorBuilder(tmp_path / "file")
+
+
 def test_a_failing_step_is_raised_and_the_thread_ends(tmp_path: Path) -> None:
     class Broken(TinyRegressor):
         def inference_step(self, batch: Batch) -> RegressionOutput:

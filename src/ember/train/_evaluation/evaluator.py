@@ -42,7 +42,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ember._checks import check_protocol
+from ember._checks import check_directory, check_protocol
 from ember._errors import DistributedError
 from ember.data import DataLoader
 from ember.data._torch_loader import as_ember_loader
@@ -100,9 +100,7 @@ class EvaluatorBuilder:
     """
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
-        path = Path(directory)
-        if path.exists() and not path.is_dir():
-            raise ValueError(f"directory is a file, not a directory: {str(path)!r}")
+        path = check_directory(directory, "where the evaluation writes its logs")
         self._config = EvaluatorConfig(path, application_log=path / "evaluation.log")
 
     @property
