@@ -220,6 +220,7 @@ EXTEND = {
     "Stateful",
     "StatefulMetric",
     "StepProgressLogger",
+    "StopCheckpointLogger",
     "ResumedSplitLogger",
     "ResumePoint",
     "ResumableLogger",

@@ -75,6 +75,7 @@ from ember.train._renderer.base import (
     MetricState,
     ResumedSplitLogger,
     StepProgressLogger,
+    StopCheckpointLogger,
     TrainingProgressLogger,
 )
 from ember.train._step import StepContext, current_step
@@ -150,6 +151,7 @@ __all__ = [
     "StatefulMetric",
     "StepContext",
     "StepProgressLogger",
+    "StopCheckpointLogger",
     "StrategyRun",
     "SupervisedLearningStrategy",
     "TextLogger",

@@ -13,7 +13,8 @@ up the run directory, the logs, the renderer and ``train-worker`` around it. The
         round's counters and lr; the main process: each train metric's running state, and the
         train logs of round r + 1 cut back to where the checkpoint left them (the loop's
         checkpoints: _loop_checkpoints.py; what they keep of the loop: _loop_state.py)
-    Start(rounds, r + 1, total steps when max_steps bounds the run, steps taken)
+    Start(rounds, r + 1, total steps when max_steps bounds the run, steps taken, whether a
+          stop writes a mid-round checkpoint)
     for epoch = r + 1, ... until the schedule ends:     # a round ("epoch"): an epoch, or N
                                                         # steps or N epochs (_schedule.py)
         StartSplit(epoch, train items, None in a step run) ; every replica in train mode
@@ -159,8 +160,9 @@ class TrainingLoop:
         per_pass = steps_per_pass(self.run.loaders["train"], plan.grads_accumulation)
         steps = self.window.optimizer_steps
         total_steps = schedule.total_steps(per_pass)
+        rounds, stop_checkpoints = schedule.rounds(per_pass), plan.mid_round_blocker is None
         processor.process_train(
-            Start(schedule.rounds(per_pass), plan.starting_epoch, total_steps, steps)
+            Start(rounds, plan.starting_epoch, total_steps, steps, stop_checkpoints)
         )
         self._checkpoints.start()
         with checkpointed(plan.gradient_checkpointing, *self.run.replicas):

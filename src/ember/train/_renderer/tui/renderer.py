@@ -104,6 +104,7 @@ class TuiMetricsRenderer:
         self._kind = PlotKind.FULL
         self._selected = 0
         self._summary: LearnerSummary | EvaluationSummary | None = None
+        self._stop_checkpoints = False  # a stop inside an epoch writes a step checkpoint
         self._draw_lock = threading.RLock()  # the terminal: drawing, entering, leaving
         self._live: Live | None = None
         self._reader: KeyReader | None = None
@@ -125,6 +126,12 @@ class TuiMetricsRenderer:
             self._state.begin(total_epochs, starting_epoch, self._clock())
             self._dirty = True
         self._open()
+
+    def stop_checkpoints(self, kept: bool) -> None:
+        """Whether a stop inside an epoch writes a step checkpoint (``StopCheckpointLogger``):
+        what the stop's epilogue says of the partial epoch."""
+        with self._lock:
+            self._stop_checkpoints = kept
 
     def start_steps(self, total_steps: int, starting_step: int) -> None:
         """Show the run's progress and ETA in optimizer steps (``StepProgressLogger``)."""
@@ -251,11 +258,7 @@ class TuiMetricsRenderer:
                 reason = self._interrupter.message or "interrupted"
                 self._print(f"Training stopped after {done} of {total} epochs: {reason}")
                 if partial:
-                    kept = f"the values are epoch {done}'s" if done else "no epoch completed"
-                    self._print(
-                        f"  epoch {done + 1} was stopped partway and not kept (a resume trains "
-                        f"it again); {kept}"
-                    )
+                    self._print(self._partial_epoch(done))
             else:
                 self._print(f"Training ended after {done} of {total} epochs.")
             for split, pairs in values.items():
@@ -264,6 +267,19 @@ class TuiMetricsRenderer:
         summary, self._summary = self._summary, None
         if summary is not None:
             self._print(str(summary))
+
+    def _partial_epoch(self, done: int) -> str:
+        """What became of the epoch a stop cut short (after ``done`` complete ones)."""
+        values = f"the values are epoch {done}'s" if done else "no epoch completed"
+        if self._stop_checkpoints:
+            return (
+                f"  epoch {done + 1} was stopped partway and its progress kept in a step "
+                f"checkpoint (checkpoint/step-N/): a resume continues from it; {values}"
+            )
+        return (
+            f"  epoch {done + 1} was stopped partway and not kept (a resume trains it again); "
+            f"{values}"
+        )
 
     # keys and drawing ------------------------------------------------------------------------
 
