@@ -1,11 +1,11 @@
 """The ``ember`` command.
 
 ``ember demo`` runs the seed's experiment; ``ember summary DIR`` prints a run's summary table;
-``ember plot DIR`` draws its metric curves; ``ember digits`` trains on real data, ``ember eval``
-also evaluates its best epoch on a test set; ``ember export DIR`` writes a run's weights as one
-safetensors file. Exit codes: 0 success, 1 training failed, 2 nothing to do (no run, a directory
-it will not overwrite, a missing optional extra, a missing or damaged checkpoint), 3 the demo's
-losses differ.
+``ember plot DIR`` draws its metric curves; ``ember digits`` trains on real data,
+``ember digits --test`` also evaluates its best epoch on a test set (``ember eval``, its old
+name, is deprecated); ``ember export DIR`` writes a run's weights as one safetensors file. Exit
+codes: 0 success, 1 training failed, 2 nothing to do (no run, a directory it will not overwrite,
+a missing optional extra, a missing or damaged checkpoint), 3 the demo's losses differ.
 """
 
 from __future__ import annotations
@@ -97,11 +97,20 @@ def _parser() -> argparse.ArgumentParser:
     digits.add_argument(
         "--epochs", type=_positive, default=DEFAULT_EPOCHS, help=f"default {DEFAULT_EPOCHS}"
     )
-    digits.add_argument("--dir", type=Path, default=Path("artifacts/digits"), help="run directory")
+    digits.add_argument(
+        "--test",
+        action="store_true",
+        help="hold out a test set too, keep the best epoch, print its test table",
+    )
+    digits.add_argument(
+        "--dir",
+        type=Path,
+        default=None,
+        help="run directory (default artifacts/digits, with --test artifacts/digits-test)",
+    )
 
     evaluation = commands.add_parser(
-        "eval",
-        help="train on the digits with a test set, keep the best epoch, print its test table",
+        "eval", help="deprecated, removed in ember 0.3: the old name of `ember digits --test`"
     )
     evaluation.add_argument(
         "--epochs", type=_positive, default=DEFAULT_EPOCHS, help=f"default {DEFAULT_EPOCHS}"
@@ -159,13 +168,21 @@ def _plot(directory: Path, output: Path | None) -> int:
     return 0
 
 
-def _digits(directory: Path, epochs: int, *, test: bool = False) -> int:
+_EVAL_DEPRECATED = (
+    "ember eval: deprecated, removed in ember 0.3: it trains the digits demo with a test set, "
+    "now `ember digits --test`; to evaluate a run of yours on a test loader, see "
+    'docs/training.md, "A finished run, later"'
+)
+
+
+def _digits(directory: Path | None, epochs: int, *, test: bool, command: str) -> int:
     from ember._errors import TrainingError
     from ember.app.digits import run_digits
 
-    command = "eval" if test else "digits"
+    if directory is None:
+        directory = Path("artifacts/digits-test" if test else "artifacts/digits")
     try:
-        report = run_digits(directory, epochs=epochs, test=test)
+        report = run_digits(directory, epochs=epochs, test=test, command=command)
     except TrainingError as error:  # the renderer has shown it with its traceback
         print(f"ember {command}: {error}", file=sys.stderr)
         return 1
@@ -218,9 +235,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "plot":
         return _plot(args.directory, args.output)
     if args.command == "digits":
-        return _digits(args.dir, args.epochs)
+        command = "digits --test" if args.test else "digits"
+        return _digits(args.dir, args.epochs, test=args.test, command=command)
     if args.command == "eval":
-        return _digits(args.dir, args.epochs, test=True)
+        print(_EVAL_DEPRECATED, file=sys.stderr)
+        return _digits(args.dir, args.epochs, test=True, command="eval")
     if args.command == "export":
         return _export(args.directory, args.epoch, args.output)
     raise AssertionError(f"unknown command {args.command}")
