@@ -60,8 +60,8 @@ _MAX_DIMS = 64  # more dimensions than any tensor has: a shape list is not a pay
 
 class ShardPiece(NamedTuple):
     """A saved piece of a tensor: the shard file holding it, its offsets in the global tensor
-    and its shape. (A named tuple, not a dataclass: an index may hold millions of them, and a
-    tuple is built in a third of the time.)"""
+    and its shape. (A named tuple, not a dataclass: an index may hold hundreds of thousands of
+    them, and a named tuple is built in 60% of a frozen dataclass's time, measured.)"""
 
     file: str
     offsets: tuple[int, ...]
