@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
+from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "check_directory",
     "check_int",
     "check_optional_int",
     "check_positive_int",
@@ -69,6 +72,19 @@ def check_real(
             f"{name} must be {'<' if strict_maximum else '<='} {maximum:g}, got {value!r}"
         )
     return number
+
+
+def check_directory(value: Any, what: str) -> Path:
+    """``value`` (a str or a path) as a Path that is a directory or does not exist yet; TypeError
+    or ValueError naming ``what`` (``"the run directory"``) and the value otherwise."""
+    if not isinstance(value, str | os.PathLike):
+        raise TypeError(
+            f"directory must be a str or a path ({what}), got {value!r} ({type(value).__name__})"
+        )
+    path = Path(value)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"directory is a file, not a directory: {str(path)!r}")
+    return path
 
 
 def check_positive_int(name: str, value: Any) -> int:

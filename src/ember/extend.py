@@ -40,6 +40,7 @@ from ember.train._events import (
 from ember.train._hooks import Stateful, TrainingHooks
 from ember.train._logger.base import (
     ArtifactLogger,
+    ErrorLogger,
     MetricLogger,
     MetricReader,
     MetricText,
@@ -78,6 +79,7 @@ from ember.train._renderer.base import (
     MetricState,
     ResumedSplitLogger,
     StepProgressLogger,
+    StopCheckpointLogger,
     TrainingProgressLogger,
 )
 from ember.train._step import StepContext, current_step
@@ -108,6 +110,7 @@ __all__ = [
     "EndEvaluation",
     "EndSplit",
     "EndTest",
+    "ErrorLogger",
     "EvaluationRenderer",
     "EvaluatorEvent",
     "EventProcessor",
@@ -152,6 +155,7 @@ __all__ = [
     "StatefulMetric",
     "StepContext",
     "StepProgressLogger",
+    "StopCheckpointLogger",
     "StrategyRun",
     "SupervisedLearningStrategy",
     "TextLogger",

@@ -2,18 +2,32 @@
 
 from __future__ import annotations
 
+import io
+import os
 import re
+import stat
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import load_file
 
 import ember
 from ember.app.cli import main
 from ember.extend import MetricEntry, MetricState, NumericEntry
-from ember.train import FileMetricLogger, LearnerSummary, Split
+from ember.train import (
+    CliMetricsRenderer,
+    FileMetricLogger,
+    Learner,
+    LearnerSummary,
+    LossMetric,
+    Split,
+    SupervisedTraining,
+)
 from ember.train._metric.store import EventStore
+from tests.train.fixtures import TinyRegressor, loader
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 LOSS = {Split.TRAIN: [2.0, 1.0, 0.5], Split.VALID: [2.5, 1.5, 1.75]}
@@ -193,3 +207,111 @@ def test_help_is_plain_text(command: list[str], capsys: pytest.CaptureFixture[st
     assert re.search(r":[a-z]+:`", out) is None
     if not command:
         assert "The ember command. ember demo runs the seed's experiment;" in " ".join(out.split())
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A two-epoch run with its default checkpoints, for `ember export`."""
+    directory = tmp_path_factory.mktemp("export") / "run"
+    model = TinyRegressor()
+    result = (
+        SupervisedTraining(directory, loader(8), loader(4))
+        .metrics(LossMetric())
+        .renderer(CliMetricsRenderer(io.StringIO()))
+        .with_default_checkpointers()
+        .num_epochs(2)
+        .launch(Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), 0.1))
+    )
+    assert result.error is None, result.traceback
+    return directory
+
+
+def snapshot(directory: Path) -> dict[str, bytes]:
+    """Every file under ``directory`` and its bytes."""
+    return {
+        str(path.relative_to(directory)): path.read_bytes()
+        for path in sorted(directory.rglob("*"))
+        if path.is_file()
+    }
+
+
+def test_export_refuses_a_fifo_a_device_and_a_link_and_leaves_them(
+    trained_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 29, item 1: `-o` naming a FIFO, a device node (what `-o /dev/null` is) or a link to
+    /dev/null exits 2 naming it, and each is still what it was (the atomic rename used to
+    replace it with a regular file)."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    link = tmp_path / "null-link"
+    link.symlink_to("/dev/null")
+    targets = [(fifo, stat.S_ISFIFO, "a FIFO"), (link, stat.S_ISLNK, "a symbolic link")]
+    device = tmp_path / "null"
+    try:
+        os.mknod(device, 0o666 | stat.S_IFCHR, os.makedev(1, 3))  # as /dev/null
+        targets.append((device, stat.S_ISCHR, "a character device"))
+    except PermissionError:  # mknod needs root: the FIFO and the link still stand for it
+        pass
+    for target, kind, words in targets:
+        assert main(["export", str(trained_run), "-o", str(target)]) == 2
+        err = capsys.readouterr().err
+        assert f"output {str(target)!r} exists and is {words}, not a regular file" in err
+        assert kind(os.lstat(target).st_mode)
+    assert os.readlink(link) == "/dev/null"
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(t.name for t, _, _ in targets)
+
+
+def test_export_never_writes_into_a_checkpoint_directory(
+    trained_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 29, item 1: `-o RUN/checkpoint/model-2.safetensors` (the run's own checkpoint) and
+    a new file beside it are refused; every checkpoint file is byte for byte as it was."""
+    checkpoint = trained_run / "checkpoint"
+    before = snapshot(checkpoint)
+    for target in (checkpoint / "model-2.safetensors", checkpoint / "new.safetensors"):
+        assert main(["export", str(trained_run), "--epoch", "1", "-o", str(target)]) == 2
+        err = capsys.readouterr().err
+        assert f"is inside the checkpoint directory {checkpoint.resolve()} of a run" in err
+    assert snapshot(checkpoint) == before
+
+
+def test_export_needs_the_output_directory_and_keeps_the_checkpoint_mode(
+    trained_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 29, item 1: a missing directory is an error (not created silently); the exported
+    file has the mode of the checkpoint file it comes from, and replaces a regular file."""
+    missing = tmp_path / "typo" / "model.safetensors"
+    assert main(["export", str(trained_run), "-o", str(missing)]) == 2
+    assert f"the directory of output {str(missing)!r} does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "typo").exists()
+    output = tmp_path / "model.safetensors"
+    output.write_bytes(b"an older export")
+    output.chmod(0o644)
+    assert main(["export", str(trained_run), "--epoch", "2", "-o", str(output)]) == 0
+    source = trained_run / "checkpoint" / "model-2.safetensors"
+    assert stat.S_IMODE(output.stat().st_mode) == stat.S_IMODE(source.stat().st_mode)
+    assert load_file(output).keys() == TinyRegressor().state_dict().keys()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["demo", "--epochs", "x"], "argument --epochs: must be an integer >= 1, got 'x'"),
+        (["demo", "--epochs", "0"], "argument --epochs: must be >= 1, got 0"),
+        (["demo", "--workers", "two"], "argument --workers: must be an integer >= 0, got 'two'"),
+        (["digits", "--epochs", "1.5"], "argument --epochs: must be an integer >= 1, got '1.5'"),
+        (["export", "DIR", "--epoch", "x", "-o", "f"], "must be best, last or an epoch number"),
+    ],
+)
+def test_a_bad_number_is_named_without_private_names(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 29, item 10: `--epochs x` printed "invalid _positive value: 'x'", naming a private
+    function of the CLI; the message says what the option takes."""
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    assert done.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert re.search(r"invalid _\w+ value|\b_\w+\(", err) is None

@@ -74,13 +74,13 @@ def test_split_is_seeded_and_disjoint() -> None:
     assert float(train[0].pixels.min()) >= 0.0 and float(train[0].pixels.max()) <= 1.0
 
 
-def test_eval_trains_keeps_the_best_and_prints_the_test_table(
+def test_digits_test_trains_keeps_the_best_and_prints_the_test_table(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`ember eval`: train/valid/test split, the best epoch evaluated on the test set, its table
-    printed and written; `ember export` then writes that epoch's weights."""
-    directory = tmp_path / "eval"
-    assert main(["eval", "--dir", str(directory), "--epochs", "4"]) == 0
+    """`ember digits --test`: train/valid/test split, the best epoch evaluated on the test set,
+    its table printed and written; `ember export` then writes that epoch's weights."""
+    directory = tmp_path / "digits-test"
+    assert main(["digits", "--test", "--dir", str(directory), "--epochs", "4"]) == 0
     out = capsys.readouterr().out
     assert "Starting evaluation with 1 test(s)." in out
     assert f"Starting test 'test' with {TEST_SIZE} items." in out
@@ -127,3 +127,26 @@ def test_a_failed_digits_training_exits_1_naming_the_error(
         in err
     )
     assert "errors_in_result()" in err
+
+
+def test_ember_eval_still_runs_the_demo_and_names_its_new_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 29, item 15: `ember eval DIR`-style use read as "evaluate this run"; the command is
+    now `ember digits --test`. `ember eval` still runs it for one minor release, saying on
+    stderr that it is deprecated, what replaces it and where evaluating a run of one's own is
+    documented; a rerun replaces its own earlier run (the old marker), and `digits --test`
+    refuses a directory `ember eval` made (another command's run)."""
+    directory = tmp_path / "eval"
+    for _ in range(2):
+        assert main(["eval", "--dir", str(directory), "--epochs", "1"]) == 0
+        captured = capsys.readouterr()
+        assert "ember eval: deprecated, removed in ember 0.3" in captured.err
+        assert "now `ember digits --test`" in captured.err
+        assert 'docs/training.md, "A finished run, later"' in captured.err
+        assert "Test accuracy of epoch 1" in captured.out
+    assert (directory / ".ember-eval").exists()
+    assert main(["digits", "--test", "--dir", str(directory), "--epochs", "1"]) == 2
+    assert "is not an earlier `ember digits --test` run" in capsys.readouterr().err
+    training = (Path(__file__).parents[2] / "docs" / "training.md").read_text(encoding="utf-8")
+    assert "### A finished run, later" in training

@@ -120,3 +120,53 @@ def test_the_default_batch_is_put_on_the_loaders_device() -> None:
 def test_items_of_another_structure_are_named() -> None:
     with pytest.raises(ValueError, match=r"the first is a tuple of 2, another has \[2, 3\]"):
         ember_collate([(1, 2), (1, 2, 3)], torch.device("cpu"))
+
+
+def test_torch_s_default_collate_given_as_the_batcher_builds_torch_s_batches() -> None:
+    """Issue 29, item 10: torch's default_collate (a collate function of the items alone)
+    given as the batcher failed at the first batch with "takes 1 positional argument but 2
+    were given"; it now builds the batches torch's DataLoader builds, on one thread or two,
+    shuffled too, and a one-argument lambda as well."""
+    items = [(torch.tensor([float(i), -float(i)]), i % 3) for i in range(10)]
+    torch_loader: torch.utils.data.DataLoader[Any] = torch.utils.data.DataLoader(
+        cast(Any, items),
+        batch_size=4,
+        collate_fn=default_collate,  # a list is a map dataset
+    )
+    expected = list(torch_loader)
+    for workers in (0, 2):
+        built = DataLoaderBuilder(default_collate).batch_size(4).num_workers(workers)
+        batches = list(built.build(InMemDataset(items)))
+        assert len(batches) == len(expected)
+        for ours, theirs in zip(batches, expected, strict=True):
+            assert all(torch.equal(a, b) for a, b in zip(ours, theirs, strict=True))
+    stacked = DataLoaderBuilder(lambda batch: torch.stack([x for x, _ in batch])).batch_size(5)
+    assert [b.shape for b in stacked.shuffle(3).build(InMemDataset(items))] == [(5, 2), (5, 2)]
+
+
+def test_a_collate_function_s_batch_is_moved_to_the_device() -> None:
+    """The batch a collate function builds on the CPU is moved to the loader's device (the
+    meta device here: any device the machine has)."""
+    items = [torch.ones(3) for _ in range(4)]
+    loader = DataLoaderBuilder(default_collate).batch_size(2).set_device("meta")
+    batches = list(loader.build(InMemDataset(items)))
+    assert [b.device.type for b in batches] == ["meta", "meta"]
+
+
+def test_a_function_of_items_and_device_is_still_called_with_both() -> None:
+    """Only a function that cannot take the device is wrapped: ``(items, device=None)`` and
+    ``*args`` functions get the device."""
+    seen: list[object] = []
+
+    def with_default(items: list[Any], device: Any = None) -> Any:
+        seen.append(device)
+        return torch.stack(items)
+
+    def with_args(*args: Any) -> Any:
+        seen.append(args[1])
+        return torch.stack(args[0])
+
+    for batcher in (with_default, with_args):
+        assert batch_function(batcher) is batcher
+        list(DataLoaderBuilder(batcher).batch_size(2).build(InMemDataset([torch.ones(1)] * 2)))
+    assert seen == [torch.device("cpu")] * 2

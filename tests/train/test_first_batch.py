@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import importlib
 import io
+import re
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -119,6 +121,16 @@ def test_a_metric_the_output_cannot_feed_is_named_with_the_outputs_that_can(
         "(ClassificationOutput, SequenceOutput), "
     )
     assert "register_adaptor(RegressionOutput, AccuracyInput)" in str(error)
+
+
+def test_the_function_a_wrong_output_s_message_names_exists(tmp_path: Path) -> None:
+    """Issue 29, item 10: the message said ember.train.register_adaptor, which is not there;
+    the module and function it names now import."""
+    training = quiet(tmp_path, loader(8), loader(4)).metric_train_numeric(AccuracyMetric())
+    error = training_error(training, TinyRegressor())
+    named = re.search(r"(ember(?:\.\w+)*)\.(register_adaptor)\(", str(error))
+    assert named is not None, str(error)
+    assert callable(getattr(importlib.import_module(named.group(1)), named.group(2)))
 
 
 def test_a_torch_dataloader_is_taken_as_it_is(tmp_path: Path) -> None:

@@ -285,7 +285,8 @@ def test_event_sequence_steps_validation_and_checkpoint_points(
     assert result.last_round == len(points)
     assert result.stop_reason is None
     starts = [e for _, e in spy.events if isinstance(e, Start)]
-    assert starts == [Start(len(points), 1, None if max_steps is None else points[-1], 0)]
+    total_steps = None if max_steps is None else points[-1]
+    assert starts == [Start(len(points), 1, total_steps, 0, stop_checkpoints=True)]
     ends = [e.epoch for _, e in spy.events if isinstance(e, EndEpoch)]
     assert ends == list(range(1, len(points) + 1))
     # every batch trained is counted once and the steps taken are the last point's

@@ -4,6 +4,7 @@ PyTorch loop doing the same thing."""
 from __future__ import annotations
 
 import io
+import json
 import math
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -113,6 +114,22 @@ def test_clip_grad_value_and_other_norm_types(tmp_path: Path) -> None:
         after_backward=lambda m: torch.nn.utils.clip_grad_norm_(m.parameters(), 0.1, 1.0),
     )
     assert_same_weights(model, expected)
+
+
+def test_an_infinity_norm_clip_is_accepted_as_torch_takes_it(tmp_path: Path) -> None:
+    """Issue 29, item 10: clip_grad_norm(0.05, norm_type=inf) (clipping by the largest absolute
+    gradient, which torch supports) is accepted and clips as clip_grad_norm_ does; the logged
+    configuration says inf."""
+    model, _ = train(tmp_path, lambda b: b.clip_grad_norm(0.05, norm_type=math.inf))
+    expected = raw(
+        loader(16, 4),
+        after_backward=lambda m: torch.nn.utils.clip_grad_norm_(m.parameters(), 0.05, math.inf),
+    )
+    assert_same_weights(model, expected)
+    two_norm, _ = train(tmp_path / "two", lambda b: b.clip_grad_norm(0.05))
+    assert not torch.equal(weight(two_norm), weight(model))  # another norm clips otherwise
+    config = json.loads((tmp_path / "config.json").read_text(encoding="utf-8"))
+    assert config["clipping"] == ["norm", 0.05, "inf"]
 
 
 def test_grad_norm_metric_logs_the_pre_clip_norm(tmp_path: Path) -> None:

@@ -1,11 +1,11 @@
 """The ``ember`` command.
 
 ``ember demo`` runs the seed's experiment; ``ember summary DIR`` prints a run's summary table;
-``ember plot DIR`` draws its metric curves; ``ember digits`` trains on real data, ``ember eval``
-also evaluates its best epoch on a test set; ``ember export DIR`` writes a run's weights as one
-safetensors file. Exit codes: 0 success, 1 training failed, 2 nothing to do (no run, a directory
-it will not overwrite, a missing optional extra, a missing or damaged checkpoint), 3 the demo's
-losses differ.
+``ember plot DIR`` draws its metric curves; ``ember digits`` trains on real data,
+``ember digits --test`` also evaluates its best epoch on a test set (``ember eval``, its old
+name, is deprecated); ``ember export DIR`` writes a run's weights as one safetensors file. Exit
+codes: 0 success, 1 training failed, 2 nothing to do (no run, a directory it will not overwrite,
+a missing optional extra, a missing or damaged checkpoint), 3 the demo's losses differ.
 """
 
 from __future__ import annotations
@@ -22,16 +22,22 @@ __all__ = ["main"]
 
 
 def _non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
+    return _integer(text, 0)
 
 
 def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return _integer(text, 1)
+
+
+def _integer(text: str, minimum: int) -> int:
+    """``text`` as an int >= ``minimum``; argparse prints the message as it is (a ValueError
+    would make it "invalid _positive value", naming this module's private function)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {text!r}") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
     return value
 
 
@@ -40,7 +46,7 @@ def _checkpoint_epoch(text: str) -> int | str:
         return text
     try:
         return _positive(text)
-    except ValueError:
+    except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(
             f"must be best, last or an epoch number, got {text!r}"
         ) from None
@@ -91,11 +97,20 @@ def _parser() -> argparse.ArgumentParser:
     digits.add_argument(
         "--epochs", type=_positive, default=DEFAULT_EPOCHS, help=f"default {DEFAULT_EPOCHS}"
     )
-    digits.add_argument("--dir", type=Path, default=Path("artifacts/digits"), help="run directory")
+    digits.add_argument(
+        "--test",
+        action="store_true",
+        help="hold out a test set too, keep the best epoch, print its test table",
+    )
+    digits.add_argument(
+        "--dir",
+        type=Path,
+        default=None,
+        help="run directory (default artifacts/digits, with --test artifacts/digits-test)",
+    )
 
     evaluation = commands.add_parser(
-        "eval",
-        help="train on the digits with a test set, keep the best epoch, print its test table",
+        "eval", help="deprecated, removed in ember 0.3: the old name of `ember digits --test`"
     )
     evaluation.add_argument(
         "--epochs", type=_positive, default=DEFAULT_EPOCHS, help=f"default {DEFAULT_EPOCHS}"
@@ -115,7 +130,13 @@ def _parser() -> argparse.ArgumentParser:
         help="best (default: the epoch kept for the checkpointing metric), last, or a number",
     )
     export.add_argument(
-        "-o", "--output", type=Path, required=True, metavar="FILE", help="file to write"
+        "-o",
+        "--output",
+        type=Path,
+        required=True,
+        metavar="FILE",
+        help="file to write: a new file or a regular file to replace, in a directory that "
+        "exists, outside the run's checkpoint/",
     )
     return parser
 
@@ -147,13 +168,21 @@ def _plot(directory: Path, output: Path | None) -> int:
     return 0
 
 
-def _digits(directory: Path, epochs: int, *, test: bool = False) -> int:
+_EVAL_DEPRECATED = (
+    "ember eval: deprecated, removed in ember 0.3: it trains the digits demo with a test set, "
+    "now `ember digits --test`; to evaluate a run of yours on a test loader, see "
+    'docs/training.md, "A finished run, later"'
+)
+
+
+def _digits(directory: Path | None, epochs: int, *, test: bool, command: str) -> int:
     from ember._errors import TrainingError
     from ember.app.digits import run_digits
 
-    command = "eval" if test else "digits"
+    if directory is None:
+        directory = Path("artifacts/digits-test" if test else "artifacts/digits")
     try:
-        report = run_digits(directory, epochs=epochs, test=test)
+        report = run_digits(directory, epochs=epochs, test=test, command=command)
     except TrainingError as error:  # the renderer has shown it with its traceback
         print(f"ember {command}: {error}", file=sys.stderr)
         return 1
@@ -206,9 +235,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "plot":
         return _plot(args.directory, args.output)
     if args.command == "digits":
-        return _digits(args.dir, args.epochs)
+        command = "digits --test" if args.test else "digits"
+        return _digits(args.dir, args.epochs, test=args.test, command=command)
     if args.command == "eval":
-        return _digits(args.dir, args.epochs, test=True)
+        print(_EVAL_DEPRECATED, file=sys.stderr)
+        return _digits(args.dir, args.epochs, test=True, command="eval")
     if args.command == "export":
         return _export(args.directory, args.epoch, args.output)
     raise AssertionError(f"unknown command {args.command}")

@@ -7,10 +7,11 @@ and Adam (lr 3e-3), batch 32, shuffled with a fixed seed, with Loss and Accuracy
 The default 15 epochs reach about 97.5% validation accuracy (>= 95% from epoch 7 on, whatever
 the seeds) in about a second on one core.
 
-``ember eval`` keeps 360 more images as a test set (the same validation images, fewer training
-ones), checkpoints every epoch the default way (the last 2 and the lowest valid Loss), and after
-training evaluates the best epoch's weights on the test set (``with_test``), printing the test
-table.
+``ember digits --test`` keeps 360 more images as a test set (the same validation images, fewer
+training ones), checkpoints every epoch the default way (the last 2 and the lowest valid Loss),
+and after training evaluates the best epoch's weights on the test set (``with_test``), printing
+the test table. (It was ``ember eval``, which reads as "evaluate this run": that name still runs
+it, deprecated, until ember 0.3.)
 """
 
 from __future__ import annotations
@@ -153,9 +154,11 @@ def run_digits(
     epochs: int = DEFAULT_EPOCHS,
     stream: TextIO | None = None,
     test: bool = False,
+    command: str | None = None,
 ) -> DigitsReport:
-    """Train on the digits in ``directory`` (replaced if an earlier run of the same command,
-    else refused); with ``test``, keep the best epoch and evaluate it on the test set.
+    """Train on the digits in ``directory`` (replaced if an earlier run of the same
+    ``command``, default ``digits`` or ``digits --test``, else refused); with ``test``, keep
+    the best epoch and evaluate it on the test set.
 
     The Learner's lines and the summaries go to ``stream`` (default: standard output). Training
     uses one intra-op thread (the caller's setting is restored afterwards).
@@ -165,7 +168,7 @@ def run_digits(
         train, valid, test_set = load_digits_with_test()
     else:
         (train, valid), test_set = load_digits(), []
-    claim_directory(directory, "eval" if test else "digits")
+    claim_directory(directory, command or ("digits --test" if test else "digits"))
     with torch.random.fork_rng(devices=[]):  # seeded weights, the caller's RNG left alone
         torch.manual_seed(MODEL_SEED)
         model = DigitsMlp()

@@ -9,8 +9,9 @@ __all__ = ["claim_directory", "marker_name"]
 
 
 def marker_name(command: str) -> str:
-    """The file that marks a directory as written by ``ember {command}``."""
-    return f".ember-{command}"
+    """The file that marks a directory as written by ``ember {command}`` (options as words:
+    ``digits --test`` is ``.ember-digits-test``)."""
+    return ".ember-" + "-".join(command.replace("--", "").split())
 
 
 def claim_directory(directory: Path, command: str) -> None:

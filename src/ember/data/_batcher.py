@@ -1,7 +1,9 @@
 """Batchers: what turns a list of items into a batch on a device.
 
-A batcher is anything with ``batch(items, device)`` (the ``Batcher`` protocol) or a plain
-function ``(items, device) -> batch``; loaders accept both and normalise them with
+A batcher is anything with ``batch(items, device)`` (the ``Batcher`` protocol), a plain
+function ``(items, device) -> batch``, or a collate function of the items alone
+(``torch.utils.data.default_collate``, a ``collate_fn`` written for torch's DataLoader), whose
+batch is then moved to the loader's device; loaders accept all three and normalise them with
 :func:`batch_function`. :class:`BatchBuilder` is the single place where a batch is made from
 dataset indexes, shared by the single-thread loader and the worker threads, so both build
 exactly the same batches. ``default_collate`` (``_collate.py``) is the batcher of a
@@ -10,15 +12,17 @@ exactly the same batches. ``default_collate`` (``_collate.py``) is the batcher o
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
-from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+from typing import Any, Generic, Protocol, TypeVar, cast, runtime_checkable
 
 import torch
 
 from ember.data._collate import gather_path
 from ember.data._dataset import Dataset, fetcher
+from ember.data._device import move_to_device
 
-__all__ = ["BatchBuilder", "BatchFn", "Batcher", "batch_function"]
+__all__ = ["BatchBuilder", "BatchFn", "Batcher", "CollateFn", "as_batcher", "batch_function"]
 
 ItemT = TypeVar("ItemT")
 BatchT = TypeVar("BatchT")
@@ -26,6 +30,8 @@ BatchT_co = TypeVar("BatchT_co", covariant=True)
 
 BatchFn = Callable[[list[ItemT], torch.device], BatchT]
 """A plain function used as a batcher."""
+CollateFn = Callable[[list[ItemT]], BatchT]
+"""A collate function of the items alone, used as a batcher (its batch moved to the device)."""
 
 
 @runtime_checkable
@@ -41,20 +47,58 @@ class Batcher(Protocol[ItemT, BatchT_co]):
 
 
 def batch_function(
-    batcher: Batcher[ItemT, BatchT] | BatchFn[ItemT, BatchT],
+    batcher: Batcher[ItemT, BatchT] | BatchFn[ItemT, BatchT] | CollateFn[ItemT, BatchT],
 ) -> BatchFn[ItemT, BatchT]:
-    """The function to call for ``batcher``: its ``batch`` method, or itself if it is a function.
+    """The function to call for ``batcher`` (see :func:`as_batcher`): its ``batch`` method, or
+    the function of ``(items, device)``."""
+    checked = as_batcher(batcher)
+    return checked.batch if isinstance(checked, Batcher) else checked
 
-    Raises TypeError when ``batcher`` is neither.
-    """
+
+def as_batcher(
+    batcher: Batcher[ItemT, BatchT] | BatchFn[ItemT, BatchT] | CollateFn[ItemT, BatchT],
+) -> Batcher[ItemT, BatchT] | BatchFn[ItemT, BatchT]:
+    """``batcher`` as loaders take it: a ``Batcher`` or a function of ``(items, device)`` as
+    it is; a collate function of the items alone (torch's ``default_collate``) wrapped to move
+    its batch to the device. TypeError when ``batcher`` is none of these."""
     if isinstance(batcher, Batcher):
-        return batcher.batch
-    if callable(batcher):
         return batcher
-    raise TypeError(
-        "batcher must have a batch(items, device) method or be a function (items, device) -> "
-        f"batch, got {batcher!r}"
-    )
+    if not callable(batcher):
+        raise TypeError(
+            "batcher must have a batch(items, device) method or be a function (items, device) "
+            f"-> batch (or a collate function items -> batch), got {batcher!r}"
+        )
+    if _collates(batcher):
+        return _on_device(cast(CollateFn[ItemT, BatchT], batcher))
+    return cast(BatchFn[ItemT, BatchT], batcher)
+
+
+def _collates(function: Callable[..., Any]) -> bool:
+    """Whether ``function`` takes the items alone, not ``(items, device)``: a collate function
+    such as torch's ``default_collate``. A function whose signature cannot be read is taken as
+    a batcher of ``(items, device)``."""
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):
+        return False
+    return _binds(signature, 1) and not _binds(signature, 2)
+
+
+def _binds(signature: inspect.Signature, count: int) -> bool:
+    try:
+        signature.bind(*range(count))
+    except TypeError:
+        return False
+    return True
+
+
+def _on_device(collate: CollateFn[ItemT, BatchT]) -> BatchFn[ItemT, BatchT]:
+    """A batcher of ``(items, device)`` from a collate function of the items."""
+
+    def batch(items: list[ItemT], device: torch.device) -> BatchT:
+        return move_to_device(collate(items), device)
+
+    return batch
 
 
 def _items(items: list[Any]) -> list[Any]:

@@ -17,7 +17,7 @@ import torch
 from torch.utils.data import IterableDataset
 
 from ember._checks import check_int, check_seed
-from ember.data._batcher import Batcher, BatchFn, batch_function
+from ember.data._batcher import Batcher, BatchFn, CollateFn, as_batcher
 from ember.data._collate import default_collate
 from ember.data._dataset import Dataset
 from ember.data._device import DeviceLike, available_device
@@ -44,15 +44,20 @@ class DataLoaderBuilder(Generic[ItemT, BatchT]):
     def __init__(self: DataLoaderBuilder[Any, Any], batcher: None = None) -> None: ...
 
     @overload
-    def __init__(self, batcher: Batcher[ItemT, BatchT] | BatchFn[ItemT, BatchT]) -> None: ...
+    def __init__(
+        self, batcher: Batcher[ItemT, BatchT] | BatchFn[ItemT, BatchT] | CollateFn[ItemT, BatchT]
+    ) -> None: ...
 
     def __init__(
-        self, batcher: Batcher[ItemT, BatchT] | BatchFn[ItemT, BatchT] | None = None
+        self,
+        batcher: Batcher[ItemT, BatchT]
+        | BatchFn[ItemT, BatchT]
+        | CollateFn[ItemT, BatchT]
+        | None = None,
     ) -> None:
-        if batcher is None:
-            batcher = default_collate
-        batch_function(batcher)  # rejects a batcher that is neither a Batcher nor a function
-        self._batcher = batcher
+        # a collate function of the items alone (torch's default_collate) is wrapped; anything
+        # that is no batcher is refused here
+        self._batcher = default_collate if batcher is None else as_batcher(batcher)
         self._batch_size = 1
         self._seed: int | None = None
         self._buffer_size: int | None = None

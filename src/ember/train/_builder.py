@@ -15,6 +15,8 @@ frozen :class:`~ember.train._config.TrainingConfig` that ``launch`` reads (``_tr
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -23,7 +25,7 @@ from typing import Any, TypeVar
 from torch import nn
 from torch.utils.data import DataLoader as TorchLoader
 
-from ember._checks import check_positive_int, check_real
+from ember._checks import check_directory, check_positive_int, check_real
 from ember._protocols import check_protocol, with_defaults
 from ember.data import DataLoader
 from ember.data._torch_loader import as_ember_loader
@@ -72,14 +74,7 @@ class SupervisedTraining:
         train: DataLoader[Any] | TorchLoader[Any],
         valid: DataLoader[Any] | TorchLoader[Any] | None = None,
     ) -> None:
-        if not isinstance(directory, str | os.PathLike):
-            raise TypeError(
-                "directory must be a str or a path (the run directory), got "
-                f"{directory!r} ({type(directory).__name__})"
-            )
-        path = Path(directory)
-        if path.exists() and not path.is_dir():
-            raise ValueError(f"directory is a file, not a directory: {str(path)!r}")
+        path = check_directory(directory, "the run directory")
         train = as_ember_loader(train, "the train loader")
         valid = None if valid is None else as_ember_loader(valid, "the valid loader")
         self._config = TrainingConfig(path, train, valid, application_log=path / "experiment.log")
@@ -194,9 +189,13 @@ class SupervisedTraining:
 
     def clip_grad_norm(self, max_norm: float, norm_type: float = 2.0) -> SupervisedTraining:
         """Clip the total gradient norm of every optimizer step to ``max_norm``, as
-        ``torch.nn.utils.clip_grad_norm_`` (after accumulation and unscaling)."""
+        ``torch.nn.utils.clip_grad_norm_`` (after accumulation and unscaling); ``norm_type`` is
+        a p > 0 or ``float("inf")`` (the largest absolute gradient), as torch takes it."""
         limit = check_real("max_norm", max_norm, minimum=0.0, strict=True)
-        kind = check_real("norm_type", norm_type, minimum=0.0, strict=True)
+        if isinstance(norm_type, numbers.Real) and norm_type == math.inf:
+            kind = math.inf
+        else:
+            kind = check_real("norm_type", norm_type, minimum=0.0, strict=True)
         return self._set(clipping=("norm", limit, kind))
 
     def clip_grad_value(self, clip_value: float) -> SupervisedTraining:

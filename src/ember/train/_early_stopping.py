@@ -11,7 +11,7 @@ from ember._checks import check_positive_int
 from ember._protocols import added
 from ember.train._metric.base import NamedMetric, metric_name
 from ember.train._metric.query import MetricQuery
-from ember.train._vocabulary import Aggregate, Direction, Split, warn_aggregate
+from ember.train._vocabulary import Aggregate, Direction, Split, as_vocabulary, warn_aggregate
 
 __all__ = ["EarlyStoppingStrategy", "MetricEarlyStoppingStrategy", "StoppingCondition"]
 
@@ -75,8 +75,8 @@ class MetricEarlyStoppingStrategy:
     def __init__(
         self,
         metric: str | NamedMetric,
-        direction: Direction = Direction.LOWEST,
-        split: Split = Split.VALID,
+        direction: Direction | str = Direction.LOWEST,
+        split: Split | str = Split.VALID,
         condition: StoppingCondition | None = None,
         *burn: StoppingCondition,
         aggregate: Aggregate | None = None,
@@ -90,16 +90,12 @@ class MetricEarlyStoppingStrategy:
                 condition if isinstance(condition, Split) else Split.VALID,
                 burn[0] if burn else None,
             )
-        name = metric_name(metric)
-        for value, kind in ((direction, Direction), (split, Split)):
-            if not isinstance(value, kind):
-                raise TypeError(f"expected a {kind.__name__}, got {value!r}")
-        self.name = name
-        self.direction = direction
-        self.split = split
+        self.name = metric_name(metric)
+        self.direction = as_vocabulary(Direction, direction, "direction")
+        self.split = as_vocabulary(Split, split, "split")
         self.condition = condition or StoppingCondition.no_improvement_since(2)
         self.best_epoch = 1
-        self.best_value = math.inf if direction is Direction.LOWEST else -math.inf
+        self.best_value = math.inf if self.direction is Direction.LOWEST else -math.inf
         self.reason: str | None = None
 
     def should_stop(self, epoch: int, query: MetricQuery) -> bool:

@@ -83,13 +83,17 @@ class Start:
 
     When ``max_steps`` bounds the run, ``total_steps`` is the number of optimizer steps it will
     have (None otherwise) and ``starting_step`` the steps taken before (a resume): the progress
-    is then shown in steps.
+    is then shown in steps. ``stop_checkpoints``: a stop inside a round writes a mid-round
+    checkpoint there (``checkpoint/step-N/``), which a resume continues from; False when the run
+    cannot take them (no checkpointers, a train metric without state) and a stop abandons the
+    round.
     """
 
     total_epochs: int
     starting_epoch: int
     total_steps: int | None = None
     starting_step: int = 0
+    stop_checkpoints: bool = False
 
 
 @dataclass(frozen=True, slots=True)

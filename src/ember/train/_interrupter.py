@@ -10,9 +10,11 @@ __all__ = ["Interrupter"]
 class Interrupter:
     """Thread-safe stop flag with a reason; the loop polls it after every batch.
 
-    A stop during the training split ends the run after the current batch (no validation, no
-    checkpoint of that epoch). A stop during validation finishes the epoch (checkpoint and early
-    stopping included) and then ends the run; unlike Burn, no batch of the next epoch is trained.
+    A stop during the training split ends the run at the next optimizer step (no validation),
+    where a mid-round checkpoint (``checkpoint/step-N/``) is written when the run takes them, and
+    a resume continues from it. A stop during validation finishes the epoch (checkpoint and
+    early stopping included) and then ends the run; unlike Burn, no batch of the next epoch is
+    trained.
     """
 
     def __init__(self) -> None:

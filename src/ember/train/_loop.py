@@ -12,7 +12,8 @@ places the model before it. The loop reads the configuration through the plan
                                                         # round end, or of a step inside a round
                                                         # (_checkpoint/state.py); then the
                                                         # directory's recorded end is forgotten
-    Start(rounds, starting round, total steps when max_steps bounds the run, steps taken)
+    Start(rounds, starting round, total steps when max_steps bounds the run, steps taken,
+          whether a stop writes a mid-round checkpoint)
     for each round r from the starting one, until the schedule ends:   # a round ("epoch" in
                                                         # events and files): an epoch, or N
                                                         # steps or N epochs (_schedule.py)
@@ -158,8 +159,10 @@ class TrainingLoop:
         per_pass = steps_per_pass(self.run.loaders["train"], plan.config.grads_accumulation)
         schedule = plan.schedule
         total = schedule.total_steps(per_pass)
+        stop_checkpoints = plan.mid_round_blocker is None
+        rounds = schedule.rounds(per_pass)
         self.processor.process_train(
-            Start(schedule.rounds(per_pass), starting, total, counters.optimizer_steps)
+            Start(rounds, starting, total, counters.optimizer_steps, stop_checkpoints)
         )
         with checkpointed(plan.gradient_checkpointing, *self.run.replicas):
             self._rounds(starting)

@@ -20,7 +20,7 @@ from ember.train._precision import Precision
 from ember.train._renderer.base import EvaluationRenderer, MetricsRenderer
 from ember.train._strategy.base import SupervisedLearningStrategy
 from ember.train._summary import LearnerSummary
-from ember.train._vocabulary import Split
+from ember.train._vocabulary import Split, as_vocabulary
 
 __all__ = ["LearningResult", "metric_names"]
 
@@ -140,10 +140,9 @@ class LearningResult(Generic[M]):
 
 
 def _split(split: str | Split) -> Split:
-    if isinstance(split, Split):
-        return split
-    if split in ("train", "valid"):
-        return Split(split)
+    """A run's split (train or valid), as a member or its value."""
+    if split in (Split.TRAIN, Split.VALID, "train", "valid"):
+        return as_vocabulary(Split, split, "split")
     raise ValueError(f"split must be 'train' or 'valid', got {split!r}")
 
 

@@ -25,7 +25,8 @@
     leaving, whatever happened (each step runs even if one before it failed):
         drain train-worker; log the error; finish the checkpoint writes; End(summary); stop
         train-worker; renderer.on_error(error); the artifacts the loggers asked for (the best
-        checkpoint exported, the curves drawn); the loggers' end(summary, artifacts); close the
+        checkpoint exported, the curves drawn); after an error the loggers' on_error(error)
+        (a tracker marks the run failed); the loggers' end(summary, artifacts); close the
         loggers, the renderer and experiment.log
         session.result = LearningResult(model in eval mode, renderer, error, summary, stop
             reason, the checkpoints and the best epoch); with_test tests, if training succeeded
@@ -321,6 +322,9 @@ class TrainingSession(Generic[M]):
         files: dict[str, Path] = {}
         if plan.main:
             outcome.run(lambda: files.update(self._artifacts()))  # after the last write
+        if outcome.error is not None:  # a tracker marks the run failed, not finished
+            failed = outcome.error
+            outcome.run(lambda: self.store.on_error(failed))
         outcome.run(lambda: self.store.end(self._summary, files))
         outcome.run(self.store.close)
         outcome.run(renderer.close)

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import enum
 import warnings
+from typing import TypeVar
 
-__all__ = ["Aggregate", "Direction", "Split", "warn_aggregate"]
+__all__ = ["Aggregate", "Direction", "Split", "as_vocabulary", "warn_aggregate"]
+
+E = TypeVar("E", bound=enum.Enum)
 
 
 class Split(enum.Enum):
@@ -47,4 +50,21 @@ def warn_aggregate(what: str) -> None:
         "epoch's value is always the mean): drop it",
         DeprecationWarning,
         stacklevel=3,
+    )
+
+
+def as_vocabulary(kind: type[E], value: object, name: str) -> E:
+    """``value`` as a member of ``kind``: a member, or its value as a string (``"valid"`` for
+    ``Split.VALID``, ``"lowest"``); TypeError or ValueError naming ``name`` and the choices."""
+    if isinstance(value, kind):
+        return value
+    choices = ", ".join(repr(member.value) for member in kind)
+    if isinstance(value, str):
+        try:
+            return kind(value)
+        except ValueError:
+            raise ValueError(f"{name} must be one of {choices}, got {value!r}") from None
+    raise TypeError(
+        f"{name} must be a {kind.__name__} or one of {choices}, got {value!r} "
+        f"({type(value).__name__})"
     )

@@ -213,13 +213,18 @@ def test_composed_needs_a_strategy() -> None:
 
 
 def test_metric_strategy_validates_arguments() -> None:
-    """The metric needs a name; direction and split must be the enums."""
+    """The metric needs a name; direction and split are the enums or their values (issue 29,
+    item 10: "lowest" and "valid" were refused)."""
     with pytest.raises(TypeError, match="metric must be a metric or a non-empty metric name"):
         MetricCheckpointingStrategy("")
     with pytest.raises(TypeError, match="got <object object"):
         MetricCheckpointingStrategy(object())  # type: ignore[arg-type]  # invalid on purpose
-    with pytest.raises(TypeError, match="direction"):
-        MetricCheckpointingStrategy("Loss", direction="lowest")  # type: ignore[arg-type]  # invalid
+    strategy = MetricCheckpointingStrategy("Loss", direction="highest", split="train")
+    assert (strategy.direction, strategy.split) == (Direction.HIGHEST, Split.TRAIN)
+    with pytest.raises(ValueError, match="direction must be one of 'lowest', 'highest'"):
+        MetricCheckpointingStrategy("Loss", direction="lower")
+    with pytest.raises(TypeError, match="direction must be a Direction or one of"):
+        MetricCheckpointingStrategy("Loss", direction=1)  # type: ignore[arg-type]  # invalid
 
 
 def test_strategies_reject_bad_epochs() -> None:

@@ -13,14 +13,18 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from safetensors.torch import load_file
 
 from ember.train import (
     CliMetricsRenderer,
     EvaluationSummary,
     EvaluatorBuilder,
+    Learner,
     LossMetric,
     RegressionOutput,
+    SupervisedTraining,
     TopKAccuracyMetric,
+    load_checkpoint,
 )
 from ember.train._metric.base import MetricEntry, MetricMetadata, NumericEntry
 from ember.train._metric.loss import LossInput
@@ -199,6 +203,20 @@ def test_other_bad_input(tmp_path: Path) -> None:
     assert not (tmp_path / "run").exists()
 
 
+def test_a_directory_that_is_no_path_is_named(tmp_path: Path) -> None:
+    """Issue 29, item 10: EvaluatorBuilder(123) says what the argument is and must be (it gave
+    pathlib's bare "expected str, bytes or os.PathLike object, not int"); a file is refused."""
+    with pytest.raises(
+        TypeError,
+        match=r"directory must be a str or a path \(where the evaluation writes its logs\), "
+        r"got 123 \(int\)",
+    ):
+        EvaluatorBuilder(123)  # type: ignore[arg-type]  # the mistake under test
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ValueError, match="directory is a file, not a directory"):
+        EvaluatorBuilder(tmp_path / "file")
+
+
 def test_a_failing_step_is_raised_and_the_thread_ends(tmp_path: Path) -> None:
     class Broken(TinyRegressor):
         def inference_step(self, batch: Batch) -> RegressionOutput:
@@ -246,3 +264,40 @@ def test_evaluation_runs_under_the_training_precision(tmp_path: Path) -> None:
     assert seen == [True, True]
     with pytest.raises(ValueError, match="precision must be one of"):
         EvaluatorBuilder(tmp_path).precision("fp8")  # type: ignore[arg-type]
+
+
+def test_a_finished_run_s_best_checkpoint_evaluates_as_documented(tmp_path: Path) -> None:
+    """Issue 29, item 15 ("ember eval DIR" is not "evaluate this run"): docs/training.md, "A
+    finished run, later", as written: load_checkpoint(DIR, "best") into a fresh model and an
+    EvaluatorBuilder on DIR. The Loss is the best epoch's weights' MSE on the test set; the
+    files go to DIR/test/ and the run's own summary.json is left as it was."""
+    directory = tmp_path / "run"
+    torch.manual_seed(0)
+    trained = PerSample()
+    result = (
+        SupervisedTraining(directory, loader(24, 4, shuffle=1), loader(10, 4, seed=5))
+        .metrics(LossMetric())
+        .renderer(CliMetricsRenderer(io.StringIO()))
+        .with_default_checkpointers()
+        .summary()
+        .num_epochs(4)
+        .launch(Learner(trained, torch.optim.SGD(trained.parameters(), lr=0.3), 0.3))
+    )
+    assert result.error is None and result.best_epoch is not None
+    run_summary = (directory / "summary.json").read_bytes()
+
+    model = load_checkpoint(directory, "best", into=PerSample())  # the documented lines
+    summary = (
+        EvaluatorBuilder(directory)
+        .metrics(LossMetric())
+        .renderer(CliMetricsRenderer(io.StringIO()))
+        .summary()
+        .build(model)
+        .eval("test", loader(9, 4, seed=3))
+    )
+    best = load_file(directory / "checkpoint" / f"model-{result.best_epoch}.safetensors")
+    assert all(torch.equal(t, best[name]) for name, t in model.state_dict().items())
+    assert summary.value("Loss") == pytest.approx(hand_mse(model, 9, seed=3), rel=1e-6)
+    assert (directory / "test" / "test" / "Loss.log").exists()
+    assert (directory / "test" / "summary.json").exists()
+    assert (directory / "summary.json").read_bytes() == run_summary

@@ -4,9 +4,13 @@ mlflow's own client."""
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import io
+import json
+import os
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -199,3 +203,107 @@ def test_a_real_mlflow_server(model: TinyRegressor, run_dir: Path, mlflow_server
     assert run.info.status == "FINISHED" and run.data.params["num_epochs"] == "1"
     assert [s for s, _ in history(client, logger.run_id, "train/Loss")] == [1, 2, 3]
     assert "summary.json" in {a.path for a in client.list_artifacts(logger.run_id)}
+
+
+class FailingRegressor(TinyRegressor):
+    """Its third training step raises, inside the first epoch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.steps = 0
+
+    def train_step(self, batch: Any) -> Any:
+        self.steps += 1
+        if self.steps == 3:
+            raise RuntimeError("the third step failed")
+        return super().train_step(batch)
+
+
+def test_a_run_whose_training_raised_is_marked_failed(run_dir: Path) -> None:
+    """Issue 29, item 9: training raised, so the MLflow run is FAILED (it was marked FINISHED,
+    as a run that ended well), with the metrics logged before the error."""
+    logger = MLflowLogger(experiment="failing")
+    model = FailingRegressor()
+    result = (
+        SupervisedTraining(run_dir, loader(10, shuffle=1), loader(6, seed=1))
+        .metrics(LossMetric())
+        .num_epochs(2)
+        .with_metric_logger(logger)
+        .renderer(CliMetricsRenderer(io.StringIO()))
+        .errors_in_result()
+        .launch(Learner(model, torch.optim.SGD(model.parameters(), lr=0.05), 0.05))
+    )
+    assert isinstance(result.error, RuntimeError)
+    assert logger.run_id is not None
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{(run_dir / 'mlflow.db').resolve()}")
+    assert client.get_run(logger.run_id).info.status == "FAILED"
+    assert [s for s, _ in history(client, logger.run_id, "train/Loss")] == [1, 2]
+
+
+CHILD = """
+import io, json, sys
+from pathlib import Path
+import torch
+from ember.train import CliMetricsRenderer, Learner, LossMetric, MLflowLogger, SupervisedTraining
+from tests.train.fixtures import TinyRegressor, loader
+
+model = TinyRegressor()
+try:
+    (SupervisedTraining(Path(sys.argv[1]), loader(10), loader(6))
+     .metrics(LossMetric())
+     .with_metric_logger(MLflowLogger(tracking_uri=sys.argv[2]))
+     .renderer(CliMetricsRenderer(io.StringIO()))
+     .launch(Learner(model, torch.optim.SGD(model.parameters(), lr=0.05), 0.05)))
+except Exception as error:
+    print(json.dumps([type(error).__name__, str(error)]))
+"""
+
+
+def without_root_overrides() -> None:
+    """In the child, before exec: drop the capabilities that let root write into a read-only
+    directory (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER), so it meets the directory's
+    mode as any user does."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for capability in (1, 2, 3):
+        if libc.prctl(24, capability, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP) failed")
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["new store", "existing store"])
+def test_a_store_in_a_read_only_directory_is_refused_at_launch_in_seconds(
+    tmp_path: Path, existing: bool
+) -> None:
+    """Issue 29, item 9: an sqlite store in a read-only directory (new, or an existing database
+    there) stops the launch before training with an error naming the URI and the logger, well
+    within the subprocess's 90 s (MLflow's own retries took 127-138 s, then raised sqlalchemy's
+    OperationalError). The real mlflow package and sqlite; as root, the child runs without the
+    capabilities that ignore file modes."""
+    store = tmp_path / "store"
+    store.mkdir()
+    if existing:
+        sqlite3.connect(store / "mlflow.db").close()  # an empty database, as a first run leaves
+        (store / "mlflow.db").chmod(0o644)
+    store.chmod(0o555)
+    tmp_path.chmod(0o755)
+    uri = f"sqlite:///{store / 'mlflow.db'}"
+    root = os.geteuid() == 0
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", CHILD, str(tmp_path / "run"), uri],
+            capture_output=True,
+            text=True,
+            timeout=90,
+            check=False,
+            cwd=Path(__file__).parents[3],
+            preexec_fn=without_root_overrides if root else None,
+        )
+    finally:
+        store.chmod(0o755)
+    if root and "prctl" in done.stderr:
+        pytest.skip("cannot drop root's capabilities here, so no directory is read-only to it")
+    assert done.returncode == 0, done.stderr
+    kind, message = json.loads(done.stdout.strip().splitlines()[-1])
+    assert kind == "PermissionError"
+    assert f"MLflowLogger cannot write its tracking store {uri!r}" in message
+    assert f"make {store} writable" in message
+    assert not (tmp_path / "run" / "train").exists()

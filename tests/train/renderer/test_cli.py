@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import itertools
+import re
 
 from ember.extend import MetricEntry, MetricState, NumericEntry
 from ember.train import CliMetricsRenderer, Split
@@ -37,7 +39,8 @@ def test_progress_is_rate_limited_and_values_shown_at_split_end() -> None:
     assert 2 <= len(progress) <= 4
     # the running mean of the batch losses 1..100, 100 items in 2.5 s, two more epochs to go
     assert progress[-1] == (
-        "[epoch 1/3] train 100/100 items (100%) · Loss 50.5 · 40 items/s · ETA 0:00:00, run 0:00:05"
+        "[epoch 1/3] train 100/100 items (100%) · Loss 50.5 · 40 items/s · elapsed 0:00:02 "
+        "· ETA split 0:00:00 · ETA run 0:00:05"
     )
     assert lines[-1] == "Split ended: train  Loss 3.5"
 
@@ -67,13 +70,15 @@ def test_a_piped_run_says_its_loss_speed_and_what_is_left() -> None:
     lines = stream.getvalue().splitlines()
     # 1 s left of this pass, then 2 s for epoch 2's (validation is not measured yet)
     assert (
-        "[epoch 1/2] train 100/200 items (50%) · Loss 2 · 100 items/s · ETA 0:00:01, run 0:00:03"
+        "[epoch 1/2] train 100/200 items (50%) · Loss 2 · 100 items/s · elapsed 0:00:01 "
+        "· ETA split 0:00:01 · ETA run 0:00:03"
     ) in lines
     assert "Split ended: train" in lines  # no epoch value was given: the bare line
     assert "Split ended: valid" in lines
     # half of this train pass (1 s) and the valid pass at its measured pace (1 s)
     assert lines[-1] == (
-        "[epoch 2/2] train 100/200 items (50%) · 100 items/s · ETA 0:00:01, run 0:00:02"
+        "[epoch 2/2] train 100/200 items (50%) · 100 items/s · elapsed 0:00:04 "
+        "· ETA split 0:00:01 · ETA run 0:00:02"
     )
 
 
@@ -150,7 +155,7 @@ def test_a_stream_prints_counts_without_a_total() -> None:
     renderer.update_split(12)
     lines = stream.getvalue().splitlines()
     assert lines[1] == "Starting split 'train' with a stream of items."
-    assert lines[-1] == "[epoch 1/1] train 12 items"
+    assert lines[-1] == "[epoch 1/1] train 12 items · elapsed 0:00:00"
 
 
 def test_a_run_bounded_by_steps_shows_steps_out_of_the_run_and_an_eta_from_them() -> None:
@@ -172,14 +177,15 @@ def test_a_run_bounded_by_steps_shows_steps_out_of_the_run_and_an_eta_from_them(
     assert lines[-2] == "Resuming after 3200 items."
     assert lines[-1] == (
         "[epoch 3/8] train step 150/400 (37%) · 4800 items · 160 items/s · 5 steps/s "
-        "· ETA run 0:00:50"
+        "· elapsed 0:00:10 · ETA run 0:00:50"
     )
     renderer.end_split()
     renderer.start_split(Split.VALID, 40)
     clock.now = 12.0
     renderer.update_split(40)
     assert stream.getvalue().splitlines()[-1] == (
-        "[epoch 3/8] valid 40/40 items (100%) · 20 items/s · 4.17 steps/s · ETA run 0:01:00"
+        "[epoch 3/8] valid 40/40 items (100%) · 20 items/s · 4.17 steps/s · elapsed 0:00:12 "
+        "· ETA run 0:01:00"
     )
 
 
@@ -192,3 +198,61 @@ def test_an_epoch_run_shows_items_not_steps() -> None:
     clock.now = 1.0
     renderer.update_split(5)
     assert "step" not in stream.getvalue()
+
+
+def clock_seconds(text: str) -> int:
+    hours, minutes, seconds = (int(part) for part in text.split(":"))
+    return 3600 * hours + 60 * minutes + seconds
+
+
+def test_the_run_s_eta_counts_down_steadily_and_reads_as_what_is_left() -> None:
+    """Issue 29, item 15: "ETA 0:00:05, run 0:00:17" read as 17 s of running, and the run's ETA
+    jumped (17 → 14 → 15 → 12) as the machine's load changed from one epoch to the next. Twelve
+    epochs whose speed varies by up to ±40% (a shared machine): every time on a line is named,
+    and from one line to the next the run's ETA falls by the time that passed, give or take
+    2.5 s (it followed the last pass's pace: 17 → 18 → 8 → 13 → 7 here)."""
+    stream, clock = io.StringIO(), FakeClock()
+    renderer = CliMetricsRenderer(stream, interval=1.0, clock=clock)
+    load = [1.0, 1.4, 0.7, 1.3, 0.8, 1.4, 0.6, 1.2, 0.9, 1.3, 0.7, 1.0]
+    renderer.start(12, 1)
+    for epoch in range(1, 13):
+        for split, batches in ((Split.TRAIN, 20), (Split.VALID, 5)):
+            renderer.start_split(split, batches * 10)
+            for done in range(1, batches + 1):
+                clock.now += (0.06 if split is Split.TRAIN else 0.01) * load[epoch - 1]
+                renderer.update_split(done * 10)
+            renderer.end_split()
+        renderer.update_epoch(epoch)
+    lines = [line for line in stream.getvalue().splitlines() if " · ETA run " in line]
+    assert len(lines) >= 24 and all(
+        re.search(r" · elapsed \d:\d\d:\d\d · ETA split \d:\d\d:\d\d · ETA run ", line)
+        for line in lines
+    )
+    etas = [
+        (clock_seconds(re.findall(r"elapsed (\S+)", line)[0]), clock_seconds(line.split()[-1]))
+        for line in lines
+    ]
+    for (before, eta), (after, next_eta) in itertools.pairwise(etas):
+        assert abs(next_eta - (eta - (after - before))) <= 2.5, (before, eta, after, next_eta)
+
+
+def test_a_split_too_short_to_measure_shows_no_speed() -> None:
+    """Issue 29, item 15: a 360-item validation done in 0.75 ms showed "481436 items/s"; a
+    speed is shown once measured over half a second, and an evaluation's line names its
+    ETA as the test's."""
+    stream, clock = io.StringIO(), FakeClock()
+    renderer = CliMetricsRenderer(stream, interval=1.0, clock=clock)
+    renderer.start(1, 1)
+    renderer.start_split(Split.VALID, 360)
+    clock.now += 0.00075
+    renderer.update_split(360)
+    renderer.end_split()
+    assert "items/s" not in stream.getvalue()
+    assert "[epoch 1/1] valid 360/360 items (100%) · elapsed 0:00:00" in stream.getvalue()
+    renderer.start_evaluation(1)
+    renderer.start_test("test", 360)
+    clock.now += 1.0
+    renderer.update_split(120)
+    assert stream.getvalue().splitlines()[-1] == (
+        "[test test] 120/360 items (33%) · 120 items/s · elapsed 0:00:01 · ETA test 0:00:02"
+    )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -30,12 +31,14 @@ from ember.train._checkpoint.manifest import (
     read_manifest,
 )
 from ember.train._checkpoint.record import Record, load_model_record
+from ember.train._checkpoint.shard_index import check_index_size
 from ember.train._checkpoint.sharded import consolidate, is_sharded
 
 __all__ = [
     "CheckpointEpoch",
     "best_epoch",
     "check_checkpoint_epoch",
+    "check_output",
     "checkpoint_directory",
     "export_weights",
     "load_checkpoint",
@@ -152,6 +155,7 @@ def read_model(directory: str | os.PathLike[str], epoch: CheckpointEpoch) -> tup
 
 def _read(checkpoints: Path, name: str, epoch: int) -> Record:
     manifest = read_manifest(checkpoints, epoch)  # names the manifest when missing or damaged
+    check_index_size(checkpoints, manifest, name)
     file = FileCheckpointer(checkpoints, name)
     expected = manifest.file(file.path(epoch).name)
     if expected is None:
@@ -190,7 +194,11 @@ def export_weights(
 
     ``safetensors.torch.load_file(output)`` then ``model.load_state_dict(...)`` loads it with
     nothing of ember installed. A model with non-tensor extra state cannot be exported so.
+    ``output`` must be a new file or a regular file to replace, in a directory that exists and
+    is not a run's checkpoint directory (see :func:`check_output`); it gets the mode of the
+    checkpoint file it comes from.
     """
+    path = check_output(output)
     number, record = read_model(directory, epoch)
     if record.metadata.get("extra_state"):
         names = sorted(record.metadata["extra_state"])
@@ -199,9 +207,71 @@ def export_weights(
             "safetensors file cannot hold; load it with ember.train.load_checkpoint instead"
         )
     tensors = {name: t for name, t in record.tensors.items() if not name.startswith(_EXTRA)}
-    path = Path(output)
-    if path.is_dir():
-        raise ValueError(f"output {str(path)!r} is a directory; name the file to write")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_fill(path, lambda temp: save_file(tensors, str(temp), metadata={"format": "pt"}))
+    source = FileCheckpointer(checkpoint_directory(directory), "model").path(number)
+    mode = stat.S_IMODE(os.stat(source).st_mode)
+
+    def fill(temp: Path) -> None:
+        save_file(tensors, str(temp), metadata={"format": "pt"})
+        os.chmod(temp, mode)
+
+    atomic_fill(path, fill)
     return number
+
+
+def check_output(output: str | os.PathLike[str]) -> Path:
+    """``output`` as a path an export may write; ValueError naming it otherwise.
+
+    The atomic write replaces whatever the name points at, so a name that exists and is not a
+    regular file (a directory, a link, a FIFO, a device such as ``/dev/null``) is refused, as is
+    any path inside a run's checkpoint directory (an export must never replace or add to a
+    checkpoint) and a path whose directory does not exist (a typo is not created silently).
+    """
+    path = Path(output)
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        info = None
+    if info is not None and not stat.S_ISREG(info.st_mode):
+        raise ValueError(
+            f"output {str(path)!r} exists and is {_kind(info.st_mode)}, not a regular file: "
+            "refused (name a new file, or a regular file to replace)"
+        )
+    parent = path.absolute().parent
+    if not parent.is_dir():
+        raise ValueError(
+            f"the directory of output {str(path)!r} does not exist ({parent}): create it "
+            "first, or name a file in a directory that exists"
+        )
+    holder = _checkpoint_holder(parent.resolve())
+    if holder is not None:
+        raise ValueError(
+            f"output {str(path)!r} is inside the checkpoint directory {holder} of a run: "
+            "refused, an export never writes among checkpoints (write it beside the run, "
+            "e.g. RUN/model.safetensors)"
+        )
+    return path
+
+
+def _kind(mode: int) -> str:
+    """What a file of ``mode`` that is not a regular file is, for a message."""
+    kinds = [
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ]
+    return next((name for test, name in kinds if test(mode)), "a special file")
+
+
+def _checkpoint_holder(directory: Path) -> Path | None:
+    """The first of ``directory`` and its parents that holds checkpoint manifests (a run's
+    ``checkpoint/``, or a ``step-N/`` inside it), or None."""
+    for candidate in (directory, *directory.parents):
+        try:
+            if manifest_epochs(candidate):
+                return candidate
+        except OSError:  # a directory one may not list holds nothing this export can harm
+            continue
+    return None

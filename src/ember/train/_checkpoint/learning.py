@@ -59,6 +59,7 @@ from ember.train._checkpoint.mid_round import (
     mid_round_points,
 )
 from ember.train._checkpoint.record import Record
+from ember.train._checkpoint.shard_index import check_index_size
 from ember.train._checkpoint.sharded import delete_shards
 from ember.train._checkpoint.strategy import (
     CheckpointingAction,
@@ -306,6 +307,7 @@ class LearningCheckpointer:
         manifest = read_manifest(directory, epoch)
         loaded: dict[str, Record] = {}
         for name, checkpointer in files.items():
+            check_index_size(directory, manifest, name)
             expected = manifest.file(checkpointer.path(epoch).name)
             if expected is None:
                 raise CheckpointError(

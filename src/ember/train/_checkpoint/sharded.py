@@ -25,8 +25,8 @@ Loading (:func:`load_shards`) fills each tensor's local region, whatever mesh wr
 same world size a rank reads its own pieces back (bit-identical); with another it reassembles
 the pieces overlapping its region (from every file, so the model must fit in host memory) and
 reshards. A plain model (one process, no FSDP) gets the whole tensors. Every file is verified
-against the manifest first; a region no piece covers (a missing shard) or a tensor the model
-does not have is a :class:`~ember.CheckpointError` naming it.
+against the manifest and the index checked (``shard_index.py``) first; a region no piece covers
+(a missing shard) or a tensor the model does not have is a :class:`~ember.CheckpointError`.
 """
 
 from __future__ import annotations
@@ -38,20 +38,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, cast, runtime_checkable
 
-import safetensors.torch
 import torch
 from torch import nn
 
 from ember._errors import CheckpointError
 from ember.train._checkpoint.file import (
     MAX_FILE_SIZE,
+    SUFFIX,
     CheckpointFile,
     FileCheckpointer,
+    checkpoint_file_name,
+    deserialize,
     read_regular,
     verify_bytes,
 )
 from ember.train._checkpoint.manifest import manifest_path, read_manifest
 from ember.train._checkpoint.record import Record, snapshot
+from ember.train._checkpoint.shard_index import FORMAT, ShardPiece, optimizer_extras, read_index
 from ember.train._learner import Learner
 
 __all__ = [
@@ -65,8 +68,6 @@ __all__ = [
     "load_shards",
     "write_shards",
 ]
-
-FORMAT = "ember.sharded"
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,22 +227,24 @@ def delete_shards(directory: Path, epoch: int) -> None:
 
 
 class _Pieces:
-    """A sharded checkpoint's index and its files, each verified against the manifest and read
-    once, when a region first needs it."""
+    """A sharded checkpoint's index, checked against the manifest (``shard_index.py``), and its
+    shard files, each verified against the manifest and read once, when a region first needs
+    it."""
 
-    def __init__(self, directory: Path, epoch: int, index: Mapping[str, Any], prefix: str) -> None:
-        self._prefix = prefix  # the tensors' keys in the shard files: "model/…", "optim/…"
+    def __init__(self, directory: Path, epoch: int, record: Record, name: str) -> None:
+        self._prefix = f"{name}/"  # the tensors' keys in the shard files: "model/…", "optim/…"
         self._directory = directory
         self._epoch = epoch
-        self._index = index
         self._files: dict[str, dict[str, torch.Tensor]] = {}
         self._manifest = read_manifest(directory, epoch)
+        self.path = directory / checkpoint_file_name(name, epoch)
+        self._index = read_index(self.path, record.metadata, self._manifest)
 
     def names(self) -> list[str]:
         return list(self._index)
 
     def shape(self, name: str) -> list[int]:
-        return list(self._index[name]["shape"])
+        return list(self._index[name].shape)
 
     def fill(self, name: str, like: torch.Tensor | None) -> torch.Tensor:
         """The region of tensor ``name`` that ``like`` (a DTensor: its local shard; a plain
@@ -250,7 +253,7 @@ class _Pieces:
         from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
         entry = self._index[name]
-        shape = tuple(entry["shape"])
+        shape = entry.shape
         if like is not None and tuple(like.shape) != shape:
             raise CheckpointError(
                 f"{name!r} does not fit: the checkpoint of epoch {self._epoch} holds shape "
@@ -264,34 +267,49 @@ class _Pieces:
             local, offsets = shape, (0,) * len(shape)
         key = self._prefix + name
         pieces = [
-            (p["offsets"], p["shape"], functools.partial(self._tensor, p["file"], key))
-            for p in entry["shards"]
+            (piece.offsets, piece.shape, functools.partial(self._tensor, piece, entry.dtype, key))
+            for piece in entry.pieces
         ]
-        out, covered = assemble(offsets, local, getattr(torch, entry["dtype"]), pieces)
+        out, covered = assemble(offsets, local, entry.dtype, pieces)
         if covered != out.numel():
             raise CheckpointError(
                 f"the sharded checkpoint of epoch {self._epoch} in {self._directory} misses "
                 f"shards of {name!r}: its pieces cover {covered} of the {out.numel()} values "
-                "this rank needs (a shard file missing from the index?)"
+                "this rank needs (a shard file missing from the index, or pieces that overlap?)"
             )
         return out
 
-    def _tensor(self, file: str, name: str) -> torch.Tensor:
-        if file not in self._files:
-            expected = self._manifest.file(file)
-            where = manifest_path(self._directory, self._epoch)
-            if expected is None:
-                raise CheckpointError(f"checkpoint manifest {where} does not list shard {file}")
-            path = self._directory / file
-            if not path.exists():
-                raise CheckpointError(f"shard file {path} (listed in {where.name}) is missing")
-            data = read_regular(path, "checkpoint shard", expected.size, limit=MAX_FILE_SIZE)
-            verify_bytes(path, data, expected)
-            self._files[file] = safetensors.torch.load(data)
-        tensors = self._files[file]
-        if name not in tensors:
-            raise CheckpointError(f"shard file {self._directory / file} has no tensor {name!r}")
-        return tensors[name]
+    def _tensor(self, piece: ShardPiece, dtype: torch.dtype, name: str) -> torch.Tensor:
+        """The tensor of ``piece`` in its shard file, which must have the piece's shape and
+        ``dtype``."""
+        path = self._directory / piece.file
+        tensors = self._files.get(piece.file)
+        if tensors is None:
+            tensors = self._files[piece.file] = self._read(piece.file)
+        tensor = tensors.get(name)
+        if tensor is None:
+            raise CheckpointError(f"shard file {path} has no tensor {name!r}")
+        if tuple(tensor.shape) != piece.shape or tensor.dtype != dtype:
+            raise CheckpointError(
+                f"shard file {path} holds {name!r} as {list(tensor.shape)} "
+                f"{str(tensor.dtype).removeprefix('torch.')}, its index "
+                f"{self.path.name} says {list(piece.shape)} {str(dtype).removeprefix('torch.')}"
+            )
+        return tensor
+
+    def _read(self, file: str) -> dict[str, torch.Tensor]:
+        """The tensors of shard file ``file``, verified against the manifest."""
+        expected = self._manifest.file(file)
+        where = manifest_path(self._directory, self._epoch)
+        if expected is None:
+            raise CheckpointError(f"checkpoint manifest {where} does not list shard {file}")
+        path = self._directory / file
+        if not path.exists():
+            raise CheckpointError(f"shard file {path} (listed in {where.name}) is missing")
+        data = read_regular(path, "checkpoint shard", expected.size, limit=MAX_FILE_SIZE)
+        verify_bytes(path, data, expected)
+        stem = file.removesuffix(f"-{self._epoch}{SUFFIX}")
+        return deserialize(data, path, stem, self._epoch).tensors
 
 
 Piece = tuple[Sequence[int], Sequence[int], Callable[[], torch.Tensor]]
@@ -302,16 +320,17 @@ def assemble(
     offsets: Sequence[int], shape: Sequence[int], dtype: torch.dtype, pieces: Iterable[Piece]
 ) -> tuple[torch.Tensor, int]:
     """The region at ``offsets`` of ``shape`` of a global tensor, copied from the ``pieces``
-    that overlap it (only those are read), and how many of its values they covered."""
+    that overlap it (only those are read), and how many of its values they covered (each
+    counted once: two overlapping pieces cannot hide a hole of their overlap's size)."""
     out = torch.empty(tuple(shape), dtype=dtype)
-    covered = 0
+    covered = torch.zeros(tuple(shape), dtype=torch.bool)
     for their_offsets, their_shape, read in pieces:
         overlap = _overlap(offsets, shape, their_offsets, their_shape)
         if overlap is not None:
-            mine, theirs, count = overlap
+            mine, theirs = overlap
             out[mine] = read()[theirs]
-            covered += count
-    return out, covered
+            covered[mine] = True
+    return out, int(covered.sum())
 
 
 def _overlap(
@@ -319,9 +338,9 @@ def _overlap(
     shape: Sequence[int],
     their_offsets: Sequence[int],
     their_shape: Sequence[int],
-) -> tuple[tuple[slice, ...], tuple[slice, ...], int] | None:
+) -> tuple[tuple[slice, ...], tuple[slice, ...]] | None:
     """The slices of the overlap of two regions, in each region's own coordinates."""
-    mine, theirs, count = [], [], 1
+    mine, theirs = [], []
     for start, size, other, other_size in zip(
         offsets, shape, their_offsets, their_shape, strict=True
     ):
@@ -330,8 +349,7 @@ def _overlap(
             return None
         mine.append(slice(low - start, high - start))
         theirs.append(slice(low - other, high - other))
-        count *= high - low
-    return tuple(mine), tuple(theirs), count
+    return tuple(mine), tuple(theirs)
 
 
 def _like(template: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
@@ -355,17 +373,42 @@ def load_shards(
     directory: Path, epoch: int, learner: Learner[Any], model_record: Record, optim_record: Record
 ) -> None:
     """Load a sharded checkpoint's model and optimizer into ``learner`` (sharded or not), each
-    rank its own regions (see the module doc)."""
+    rank its own regions (see the module doc). Both indexes are checked before anything is
+    read (``shard_index.py``)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
-    from torch.distributed.tensor import DTensor
 
     optim = _single_optimizer(learner)
     model_state, _ = _states(learner.model, optim)
-    model = _Pieces(directory, epoch, model_record.metadata.get("tensors", {}), "model/")
+    model = _Pieces(directory, epoch, model_record, "model")
+    pieces = _Pieces(directory, epoch, optim_record, "optim")
+    groups, values = optimizer_extras(pieces.path, optim_record.metadata)
     _check_names(model.names(), model_state, epoch)
     loaded = {name: _like(target, model.fill(name, target)) for name, target in model_state.items()}
-    meta = optim_record.metadata
-    pieces = _Pieces(directory, epoch, meta.get("tensors", {}), "optim/")
+    state = _optimizer_state(pieces, model_state, epoch)
+    for param, extra in values.items():
+        state.setdefault(param, {}).update(extra)
+    try:
+        set_state_dict(
+            learner.model,
+            optim,
+            model_state_dict=cast(Any, loaded),
+            optim_state_dict=cast(Any, {"state": state, "param_groups": groups}),
+            options=StateDictOptions(full_state_dict=False),
+        )
+    except (RuntimeError, ValueError, KeyError, TypeError) as error:
+        raise CheckpointError(
+            f"the sharded checkpoint of epoch {epoch} in {directory} does not fit the model or "
+            f"its optimizer: {error}"
+        ) from error
+
+
+def _optimizer_state(
+    pieces: _Pieces, model_state: Mapping[str, Any], epoch: int
+) -> dict[str, dict[str, Any]]:
+    """The optimizer's tensor state by parameter name, each tensor placed as its parameter is
+    (a DTensor shard when it has the parameter's shape, else whole on its device)."""
+    from torch.distributed.tensor import DTensor
+
     state: dict[str, dict[str, Any]] = {}
     for key in pieces.names():
         param, _, field = key.rpartition("/")
@@ -376,29 +419,11 @@ def load_shards(
             )
         target = model_state[param]
         sharded = isinstance(target, DTensor) and pieces.shape(key) == list(target.shape)
-        like = target if sharded else None
-        region = pieces.fill(key, like)
+        region = pieces.fill(key, target if sharded else None)
         state.setdefault(param, {})[field] = (
             _like(target, region) if sharded else region.to(target.device)
         )
-    for param, extra in meta.get("values", {}).items():
-        state.setdefault(param, {}).update(extra)
-    groups = meta.get("param_groups")
-    if not isinstance(groups, list):
-        raise CheckpointError(f"the optimizer index of epoch {epoch} has no param groups")
-    try:
-        set_state_dict(
-            learner.model,
-            optim,
-            model_state_dict=cast(Any, loaded),
-            optim_state_dict=cast(Any, {"state": state, "param_groups": groups}),
-            options=StateDictOptions(full_state_dict=False),
-        )
-    except (RuntimeError, ValueError, KeyError) as error:
-        raise CheckpointError(
-            f"the sharded checkpoint of epoch {epoch} in {directory} does not fit the model or "
-            f"its optimizer: {error}"
-        ) from error
+    return state
 
 
 def _check_names(names: list[str], model_state: Mapping[str, Any], epoch: int) -> None:
@@ -413,7 +438,7 @@ def _check_names(names: list[str], model_state: Mapping[str, Any], epoch: int) -
 
 def consolidate(directory: Path, epoch: int, record: Record) -> Record:
     """The whole tensors of a sharded model record, as a plain model record (for export)."""
-    pieces = _Pieces(directory, epoch, record.metadata.get("tensors", {}), "model/")
+    pieces = _Pieces(directory, epoch, record, "model")
     return Record(tensors={name: pieces.fill(name, None) for name in pieces.names()})
 
 

@@ -24,7 +24,7 @@ from ember._checks import check_positive_int
 from ember.train._checkpoint.file import check_epoch
 from ember.train._metric.base import NamedMetric, metric_name
 from ember.train._metric.query import MetricQuery
-from ember.train._vocabulary import Aggregate, Direction, Split, warn_aggregate
+from ember.train._vocabulary import Aggregate, Direction, Split, as_vocabulary, warn_aggregate
 
 __all__ = [
     "CheckpointingAction",
@@ -115,8 +115,8 @@ class MetricCheckpointingStrategy:
     def __init__(
         self,
         metric: str | NamedMetric,
-        direction: Direction = Direction.LOWEST,
-        split: Split = Split.VALID,
+        direction: Direction | str = Direction.LOWEST,
+        split: Split | str = Split.VALID,
         *burn: Split,
         aggregate: Aggregate | None = None,
     ) -> None:
@@ -126,13 +126,9 @@ class MetricCheckpointingStrategy:
         if isinstance(direction, Aggregate):
             direction = split if isinstance(split, Direction) else Direction.LOWEST
             split = burn[0] if burn else Split.VALID
-        name = metric_name(metric)
-        for value, kind in ((direction, Direction), (split, Split)):
-            if not isinstance(value, kind):
-                raise TypeError(f"{kind.__name__.lower()} must be a {kind.__name__}, got {value!r}")
-        self.name = name
-        self.direction = direction
-        self.split = split
+        self.name = metric_name(metric)
+        self.direction = as_vocabulary(Direction, direction, "direction")
+        self.split = as_vocabulary(Split, split, "split")
         self.current: int | None = None  # the epoch this strategy keeps
 
     def __repr__(self) -> str:

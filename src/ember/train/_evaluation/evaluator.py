@@ -40,6 +40,7 @@ from typing import Any
 
 from torch import nn
 
+from ember._checks import check_directory
 from ember._errors import DistributedError
 from ember._protocols import check_protocol, with_defaults
 from ember.data import DataLoader
@@ -98,9 +99,7 @@ class EvaluatorBuilder:
     """
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
-        path = Path(directory)
-        if path.exists() and not path.is_dir():
-            raise ValueError(f"directory is a file, not a directory: {str(path)!r}")
+        path = check_directory(directory, "where the evaluation writes its logs")
         self._config = EvaluatorConfig(path, application_log=path / "evaluation.log")
 
     @property

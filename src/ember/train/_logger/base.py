@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ArtifactLogger",
+    "ErrorLogger",
     "MetricLogger",
     "MetricReader",
     "MetricText",
@@ -117,7 +118,8 @@ class MetricLogger(Protocol):
     tracker, stops the launch). Then, per split of each epoch, ``log`` for each batch and once for
     the epoch values, then ``end_split``. ``end`` gets the summary (None without one) and the
     run's artifacts (``{"summary": path, ...}``: only files that exist), ``close`` is called
-    last, also after an error.
+    last, also after an error (a logger that is an :class:`ErrorLogger` is told the error
+    before ``end``).
     """
 
     def start(self, config: Mapping[str, Any]) -> None:
@@ -157,6 +159,19 @@ class TextLogger(Protocol):
 
     def log_text(self, texts: Sequence[MetricText]) -> None:
         """The text entries of one batch, or of the split end."""
+        ...
+
+
+@runtime_checkable
+class ErrorLogger(Protocol):
+    """Optional: a logger told the run's error before its ``end`` (a tracker marks it failed).
+
+    Without it a tracker cannot tell a run that raised from one that ended well: both get
+    ``end`` (with the artifacts that exist) and ``close``.
+    """
+
+    def on_error(self, error: BaseException) -> None:
+        """The run's error (the first one); ``end`` and ``close`` follow."""
         ...
 
 

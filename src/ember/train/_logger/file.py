@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ember.train._logger.base import MetricText, MetricValue
 from ember.train._metric.base import NumericEntry
-from ember.train._vocabulary import Split
+from ember.train._vocabulary import Split, as_vocabulary
 
 if TYPE_CHECKING:
     from ember.train._summary import LearnerSummary
@@ -142,9 +142,9 @@ class FileMetricLogger:
         self._clock = clock
         self._last_hand_off = clock()
 
-    def path(self, name: str, epoch: int, split: Split) -> Path:
-        """Where ``name``'s values for ``epoch`` and ``split`` are written."""
-        return Path(self._file(name, epoch, split))
+    def path(self, name: str, epoch: int, split: Split | str) -> Path:
+        """Where ``name``'s values for ``epoch`` and ``split`` (``"valid"`` too) are written."""
+        return Path(self._file(name, epoch, as_vocabulary(Split, split, "split")))
 
     def _file(self, name: str, epoch: int, split: Split) -> str:
         # joined as text: making a Path costs more than a small model's epoch spends on its files
@@ -195,8 +195,9 @@ class FileMetricLogger:
         for key in [key for key in self._paths if key[1] == epoch and key[2] is split]:
             self._ended.append(self._paths.pop(key))
 
-    def read_numeric(self, name: str, epoch: int, split: Split) -> list[NumericEntry]:
-        """Parse the file of ``name``; a malformed line raises ``ValueError`` naming the file."""
+    def read_numeric(self, name: str, epoch: int, split: Split | str) -> list[NumericEntry]:
+        """Parse the file of ``name`` (``split``: a Split or ``"valid"``...); a malformed line
+        raises ``ValueError`` naming the file."""
         self._hand_off()
         self._writer.sync()
         path = self.path(name, epoch, split)

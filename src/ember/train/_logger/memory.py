@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from ember.train._logger.base import MetricText, MetricValue
 from ember.train._metric.base import NumericEntry
-from ember.train._vocabulary import Split
+from ember.train._vocabulary import Split, as_vocabulary
 
 if TYPE_CHECKING:
     from ember.train._summary import LearnerSummary
@@ -51,9 +51,11 @@ class InMemoryMetricLogger:
     def end_split(self, epoch: int, split: Split) -> None:
         """Nothing to flush."""
 
-    def read_numeric(self, name: str, epoch: int, split: Split) -> list[NumericEntry]:
-        """The parsed entries; lines that are not numeric raise ``ValueError``."""
-        return [NumericEntry.parse(text) for text in self.values.get((name, split, epoch), [])]
+    def read_numeric(self, name: str, epoch: int, split: Split | str) -> list[NumericEntry]:
+        """The parsed entries (``split``: a Split or ``"valid"``...); lines that are not numeric
+        raise ``ValueError``."""
+        key = (name, as_vocabulary(Split, split, "split"), epoch)
+        return [NumericEntry.parse(text) for text in self.values.get(key, [])]
 
     def log_position(self, epoch: int, split: Split) -> dict[str, Any]:
         """How many lines each metric of ``split`` in ``epoch`` holds, and how many values were

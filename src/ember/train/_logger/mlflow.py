@@ -11,7 +11,8 @@ Needs the ``ember[mlflow]`` extra, imported only when a logger is created::
 * **Where**: ``tracking_uri`` is a server (``http://...``), a local ``sqlite:///path.db`` or
   ``file:`` store; without one, ``MLFLOW_TRACKING_URI`` if set, else
   ``sqlite:///DIR/mlflow.db`` in the run directory (artifacts beside it, in ``DIR/mlartifacts``).
-  A server that does not answer is an error at launch, before training, naming the URI.
+  A server that does not answer, or a local sqlite store that cannot be written, is an error at
+  launch, before training, in seconds, naming the URI.
 * **Params**: the run's configuration (``DIR/config.json``) flattened to dotted keys
   (``optimizer.param_groups.0.lr``). MLflow params cannot change, so a resumed run adds only the
   keys the run does not have yet; its whole configuration is in the ``config.json`` artifact.
@@ -23,7 +24,9 @@ Needs the ``ember[mlflow]`` extra, imported only when a logger is created::
   ``config.json`` and ``summary.json``, and those chosen with ``artifacts``: ``"model"``, the
   best epoch's weights exported as ``model.safetensors`` (the run must keep checkpoints), and
   ``"curves"``, the curves ``metrics.png`` as ``ember plot`` draws them (needs matplotlib, the
-  ``plot`` extra); the run is then finished.
+  ``plot`` extra); the run is then finished: ``FAILED`` when training raised (the logger is an
+  ``ErrorLogger``), else ``FINISHED``; a run that never reached ``end`` is marked ``FAILED`` at
+  ``close``, which sends the values logged before the error first.
 * **Resume**: the MLflow run id is kept in ``DIR/mlflow-run.json``; a resumed run of ember
   (``resume_latest()``/``checkpoint(n)``) continues the same MLflow run, its steps following
   the earlier ones.
@@ -60,6 +63,7 @@ _BATCH = 1000  # MLflow's most metrics per log_batch call
 _PARAMS_PER_BATCH = 100  # and params
 _PARAM_LENGTH = 6000
 _REFUSED = re.compile(r"[^\w./\- ]+")
+_PROBE_SECONDS = 5.0  # how long the write probe waits for a database another process holds
 
 
 def mlflow_name(name: str) -> str:
@@ -108,6 +112,7 @@ class MLflowLogger:
         self._pending: list[Any] = []
         self._sender: _Sender | None = None
         self._ended = False
+        self._failed = False
 
     def wanted_artifacts(self) -> Collection[str]:
         """The files chosen with ``artifacts`` (see :class:`~ember.extend.ArtifactLogger`)."""
@@ -118,6 +123,7 @@ class MLflowLogger:
         directory = Path(config["directory"])
         uri = self.tracking_uri or f"sqlite:///{(directory / 'mlflow.db').resolve()}"
         _check_reachable(uri)
+        _check_writable(uri)
         client = self._client = self._mlflow.MlflowClient(tracking_uri=uri)
         self.run_id = run_id = self._run(
             client, uri, directory, resumed=config["resume"] is not None
@@ -168,8 +174,13 @@ class MLflowLogger:
         """Send what is buffered."""
         self._send()
 
+    def on_error(self, error: BaseException) -> None:
+        """Training raised (``ErrorLogger``): ``end`` marks the run failed, not finished."""
+        self._failed = True
+
     def end(self, summary: LearnerSummary | None, artifacts: Mapping[str, Path]) -> None:
-        """Send the rest, wait for it, log the summary and the artifacts, finish the run."""
+        """Send the rest, wait for it, log the summary and the artifacts, finish the run
+        (``FINISHED``, or ``FAILED`` after :meth:`on_error`)."""
         if self._client is None or self.run_id is None or self._sender is None:
             return
         self._send()
@@ -178,15 +189,17 @@ class MLflowLogger:
             self._client.log_text(self.run_id, f"{summary}\n", "summary.txt")
         for path in artifacts.values():
             self._client.log_artifact(self.run_id, str(path))
-        self._client.set_terminated(self.run_id, status="FINISHED")
+        self._client.set_terminated(self.run_id, status="FAILED" if self._failed else "FINISHED")
         self._ended = True
 
     def close(self) -> None:
-        """Stop the sending thread; a run that did not reach ``end`` is marked failed."""
+        """Send what is buffered (the values logged before an error are kept), stop the sending
+        thread; a run that did not reach ``end`` (training raised) is marked failed."""
         if self._sender is None:
             return
         sender, self._sender = self._sender, None
         try:
+            self._queue_pending(sender)
             sender.stop()
         finally:
             if not self._ended and self.run_id is not None:
@@ -196,10 +209,13 @@ class MLflowLogger:
         if self._sender is None:
             return
         self._sender.raise_error()
+        self._queue_pending(self._sender)
+
+    def _queue_pending(self, sender: _Sender) -> None:
         if self._pending:
             batch, self._pending = self._pending, []
             for first in range(0, len(batch), _BATCH):
-                self._sender.send(batch[first : first + _BATCH])
+                sender.send(batch[first : first + _BATCH])
 
 
 class _Sender:
@@ -267,6 +283,47 @@ def _check_reachable(uri: str) -> None:
             "(mlflow server --host 127.0.0.1 --port 5000), or give MLflowLogger a local store "
             "(tracking_uri='sqlite:///mlflow.db')"
         ) from None
+
+
+def _check_writable(uri: str) -> None:
+    """A local ``sqlite:`` store must take a write within a few seconds.
+
+    MLflow retries a store it cannot open or write for about two minutes, then raises
+    sqlalchemy's ``OperationalError`` naming neither the store nor the logger. One write
+    transaction, rolled back, asks sqlite itself: a read-only directory or file, a path that is
+    not a database, or a database another process holds locked for longer than
+    :data:`_PROBE_SECONDS` fails it.
+    """
+    path = _sqlite_path(uri)
+    if path is None:
+        return
+    import sqlite3  # lazy: only a local store needs it
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)  # as MLflow would
+        connection = sqlite3.connect(path, timeout=_PROBE_SECONDS, isolation_level=None)
+        try:
+            connection.execute("BEGIN IMMEDIATE")  # the write lock
+            connection.execute("CREATE TABLE ember_write_probe (x)")  # a page written
+            connection.execute("ROLLBACK")
+        finally:
+            connection.close()
+    except (sqlite3.Error, OSError) as error:
+        raise PermissionError(
+            f"MLflowLogger cannot write its tracking store {uri!r} ({error}): make {path.parent} "
+            "writable (or free the database), or give MLflowLogger another tracking_uri"
+        ) from None
+
+
+def _sqlite_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///path`` URI (relative, or absolute with a fourth
+    slash); None for another store, an in-memory database or a ``file:`` URI of sqlite's."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    path, _, query = uri.removeprefix("sqlite:///").partition("?")
+    if path in ("", ":memory:") or "uri=true" in query:
+        return None
+    return Path(path)
 
 
 def _flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:

@@ -333,5 +333,5 @@ def adapt(item: Any, input_type: type[T]) -> T:
     raise TypeError(
         f"{type(item).__name__} cannot feed a metric that reads {input_type.__name__}: "
         f"{known}give {type(item).__name__} an adapt(input_type) method or register one with "
-        f"ember.train.register_adaptor({type(item).__name__}, {input_type.__name__})"
+        f"ember.extend.register_adaptor({type(item).__name__}, {input_type.__name__})"
     )

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ember.train._logger.base import (
+    ErrorLogger,
     MetricLogger,
     MetricReader,
     MetricText,
@@ -173,6 +174,13 @@ class EventStore:
         """Give every logger the summary and the run's files; the first error is raised after
         every logger had its call."""
         _each(self.loggers, lambda logger: logger.end(summary, artifacts))
+
+    def on_error(self, error: BaseException) -> None:
+        """Tell every logger that is an ``ErrorLogger`` that the run failed (before ``end``)."""
+        _each(
+            [logger for logger in self.loggers if isinstance(logger, ErrorLogger)],
+            lambda logger: logger.on_error(error),
+        )
 
     def close(self) -> None:
         """Flush every logger; errors of one do not keep the others from closing."""

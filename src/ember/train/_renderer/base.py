@@ -31,6 +31,7 @@ __all__ = [
     "MetricsRendererTraining",
     "ResumedSplitLogger",
     "StepProgressLogger",
+    "StopCheckpointLogger",
     "TrainingProgressLogger",
     "WarningRenderer",
 ]
@@ -88,6 +89,22 @@ class ResumedSplitLogger(Protocol):
     def resume_split(self, items_done: int) -> None:
         """The split just started goes on after ``items_done`` items of its pass (called right
         after ``start_split``): they count as done, not towards this run's speed."""
+        ...
+
+
+@runtime_checkable
+class StopCheckpointLogger(Protocol):
+    """Optional: a renderer told whether a stop inside an epoch leaves a step checkpoint.
+
+    Called right after ``start`` (and ``start_steps``), so that what the renderer says after a
+    stop is true: with step checkpoints, a stop inside an epoch trains to the end of the
+    optimizer step, writes ``checkpoint/step-N/`` and a resume continues from it; without (no
+    checkpointers, a train metric that cannot save its state), the partial epoch is dropped and
+    a resume trains it again.
+    """
+
+    def stop_checkpoints(self, kept: bool) -> None:
+        """``kept``: a stop inside an epoch writes a step checkpoint a resume continues from."""
         ...
 
 

@@ -1,17 +1,22 @@
 """A renderer for logs and pipes: a few readable lines per split or test, never one per batch.
 
 A progress line says where the run is, the running value of the split's first numeric metric,
-the speed and what is left::
+the speed, the time since the run started and what is left, each time named::
 
-    [epoch 1/3] train 96/200 items (48%) · Loss 7.012 · 640 items/s · ETA 0:00:01, run 0:00:04
+    [epoch 1/3] train 96/200 items (48%) · Loss 7.012 · 640 items/s · elapsed 0:00:04
+        · ETA split 0:00:01 · ETA run 0:00:09                              (one line)
 
-The run's ETA counts the splits still to come at the speed each had last (validation joins
-the estimate once it has run once). When ``max_steps`` bounds the run, training shows its
-optimizer steps out of the run's, and the run's ETA is the steps left at the pace of the steps
-taken since the run started (validations included)::
+The speed is the split's so far, shown once it was measured over half a second (a 360-item
+validation done in a millisecond would read 481436 items/s: no speed is shown for it). The
+split's ETA is its items left at that speed (before then, at its earlier passes' pace); the
+run's adds the splits still to come at the pace of their earlier passes, smoothed over the
+passes (an exponential average), so it counts down steadily instead of following each
+split's first batches (validation joins it once it has run once). When ``max_steps`` bounds
+the run, training shows its optimizer steps out of the run's, and the run's ETA is the steps
+left at the pace of the steps taken since the run started (validations included)::
 
     [epoch 2/10] train step 120/1000 (12%) · 3840 items · Loss 1.234 · 1920 items/s
-        · 16 steps/s · ETA run 0:00:55                                     (one line)
+        · 16 steps/s · elapsed 0:01:02 · ETA run 0:00:55                   (one line)
 
 A split resumed from a mid-round checkpoint counts the items before it as done, not in its
 speed.
@@ -34,6 +39,11 @@ if TYPE_CHECKING:
     from ember.train._summary import LearnerSummary
 
 __all__ = ["CliMetricsRenderer"]
+
+_MIN_RATE_SECONDS = 0.5
+"""A speed measured over less time than this is not shown (nor used for an ETA)."""
+_SMOOTHING = 0.3
+"""The weight of a split's newest pass in the pace of its passes (an exponential average)."""
 
 
 class CliMetricsRenderer:
@@ -66,6 +76,7 @@ class CliMetricsRenderer:
         self._epoch_values: dict[str, str] = {}
         self._test: str | None = None
         self._started = 0.0  # when the split started (the clock's time)
+        self._run_started = 0.0  # when the run (or the evaluation) started
         self._running: tuple[str, float, float] | None = None  # metric, weighted sum, weight
         self._pace: dict[Split, tuple[int, float]] = {}  # items of a pass, seconds per item
         self._split_base = 0  # items of the split done before it started (a resumed split)
@@ -96,6 +107,7 @@ class CliMetricsRenderer:
         """Announce the run."""
         self._total_epochs = total_epochs
         self._epoch = starting_epoch
+        self._run_started = self._clock()
         resumed = f" (resuming at epoch {starting_epoch})" if starting_epoch > 1 else ""
         epochs = "1 epoch" if total_epochs == 1 else f"{total_epochs} epochs"
         self._print(f"Starting training for {epochs}.{resumed}")
@@ -164,7 +176,19 @@ class CliMetricsRenderer:
 
     def end_split(self) -> None:
         """Print the last progress line and the split's epoch values."""
+        self._learn_pace()
         self._print_end(f"Split ended: {self._split.value if self._split else '?'}")
+
+    def _learn_pace(self) -> None:
+        """Fold the pass that ends into its split's pace (seconds per item, smoothed)."""
+        split, total = self._split, self._split_total
+        done, seconds = self._split_done - self._split_base, self._clock() - self._started
+        if split is None or total is None or done <= 0 or seconds <= 0:
+            return
+        each = seconds / done
+        earlier = self._pace.get(split)
+        smoothed = each if earlier is None else earlier[1] + _SMOOTHING * (each - earlier[1])
+        self._pace[split] = (total, smoothed)
 
     def _print_end(self, line: str) -> None:
         self._print_progress(flush=False)
@@ -201,6 +225,7 @@ class CliMetricsRenderer:
 
     def start_evaluation(self, total_tests: int) -> None:
         """Announce the evaluation."""
+        self._run_started = self._clock()
         self._print(f"Starting evaluation with {total_tests} test(s).")
 
     def start_test(self, name: str, total_items: int | None) -> None:
@@ -215,6 +240,7 @@ class CliMetricsRenderer:
 
     def end_test(self) -> None:
         """Print the last progress line and the test's values."""
+        self._learn_pace()
         self._print_end("Test ended.")
 
     def end_evaluation(self) -> None:
@@ -250,39 +276,54 @@ class CliMetricsRenderer:
         self._print(" · ".join(parts), flush=flush)
 
     def _speed(self) -> list[str]:
-        """``items/s`` and the ETAs of the split and of the run, once there is a speed."""
+        """``items/s`` once meaningful, the time since the run started and the ETAs of the
+        split and of the run (see the module doc)."""
         now = self._clock()
         elapsed, done = now - self._started, self._split_done - self._split_base
+        measured = elapsed >= _MIN_RATE_SECONDS and done > 0
+        speed = [_rate(done / elapsed, "items")] if measured else []
+        since = f"elapsed {_duration(now - self._run_started)}"
         if self._total_steps is not None and self._split is not Split.TEST:
-            return self._step_speed(now, elapsed, done)
-        if elapsed <= 0 or done <= 0:
-            return []
-        rate = done / elapsed
-        speed = [_rate(rate, "items")]
+            return [*speed, *self._step_speed(now), since, *self._step_eta(now)]
+        each = elapsed / done if measured else None
+        return [*speed, since, *self._etas(each)]
+
+    def _etas(self, each: float | None) -> list[str]:
+        """The split's ETA at ``each`` seconds per item (None: its earlier passes' pace), and
+        the run's with the passes still to come (see the module doc)."""
         total, split = self._split_total, self._split
         if total is None or split is None:
-            return speed
-        self._pace[split] = (total, elapsed / done)
-        left = max(total - self._split_done, 0) / rate
+            return []
+        if each is None and split in self._pace:
+            each = self._pace[split][1]
+        if each is None:
+            return []
+        left = max(total - self._split_done, 0) * each
         if split is Split.TEST:
-            return [*speed, f"ETA {_duration(left)}"]
-        seconds = {s: items * each for s, (items, each) in self._pace.items()}  # a pass of each
-        rest = seconds.get(Split.VALID, 0.0) if split is Split.TRAIN else 0.0  # of this epoch
-        per_epoch = seconds.get(Split.TRAIN, 0.0) + seconds.get(Split.VALID, 0.0)
-        run = left + rest + per_epoch * max(self._total_epochs - self._epoch, 0)
-        return [*speed, f"ETA {_duration(left)}, run {_duration(run)}"]
+            return [f"ETA test {_duration(left)}"]
+        passes = {s: items * pace for s, (items, pace) in self._pace.items()}  # a pass of each
+        train = passes.get(Split.TRAIN, total * each if split is Split.TRAIN else 0.0)
+        valid = passes.get(Split.VALID, 0.0)
+        rest = valid if split is Split.TRAIN else 0.0  # of this epoch
+        run = left + rest + (train + valid) * max(self._total_epochs - self._epoch, 0)
+        return [f"ETA split {_duration(left)}", f"ETA run {_duration(run)}"]
 
-    def _step_speed(self, now: float, elapsed: float, done: int) -> list[str]:
-        """A run bounded by steps: ``items/s`` of the split, ``steps/s`` and the run's ETA from
-        the steps left at the pace of the steps taken since the run started."""
-        speed = [_rate(done / elapsed, "items")] if elapsed > 0 and done > 0 else []
+    def _step_speed(self, now: float) -> list[str]:
+        """A run bounded by steps: ``steps/s`` since the run started, once meaningful."""
+        pace = self._step_pace(now)
+        return [] if pace is None else [_rate(pace, "steps")]
+
+    def _step_eta(self, now: float) -> list[str]:
+        """A run bounded by steps: its ETA, the steps left at the pace since it started."""
+        pace = self._step_pace(now)
+        if pace is None or self._total_steps is None:
+            return []
+        return [f"ETA run {_duration(max(self._total_steps - self._step, 0) / pace)}"]
+
+    def _step_pace(self, now: float) -> float | None:
         first, since = self._steps_since
         taken, seconds = self._step - first, now - since
-        if taken <= 0 or seconds <= 0 or self._total_steps is None:
-            return speed
-        pace = taken / seconds
-        left = max(self._total_steps - self._step, 0) / pace
-        return [*speed, _rate(pace, "steps"), f"ETA run {_duration(left)}"]
+        return taken / seconds if taken > 0 and seconds >= _MIN_RATE_SECONDS else None
 
 
 def _rate(rate: float, unit: str) -> str:

@@ -1,7 +1,7 @@
-"""What the metrics thread tells a renderer about progress: the run's start (its metrics, and
-its optimizer steps when ``max_steps`` bounds the run), a split's start (resumed mid-pass from a
-mid-round checkpoint) and each batch. The optional protocols are checked once here, not per
-batch."""
+"""What the metrics thread tells a renderer about progress: the run's start (its metrics, whether
+a stop leaves a step checkpoint, and its optimizer steps when ``max_steps`` bounds the run), a
+split's start (resumed mid-pass from a mid-round checkpoint) and each batch. The optional
+protocols are checked once here, not per batch."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from ember.train._renderer.base import (
     MetricsRenderer,
     ResumedSplitLogger,
     StepProgressLogger,
+    StopCheckpointLogger,
     TrainingProgressLogger,
 )
 from ember.train._vocabulary import Split
@@ -47,6 +48,8 @@ def announce_start(
     for definition in definitions.values():
         renderer.register_metric(definition)
     renderer.start(event.total_epochs, event.starting_epoch)
+    if isinstance(renderer, StopCheckpointLogger):
+        renderer.stop_checkpoints(event.stop_checkpoints)
     if event.total_steps is None or not isinstance(renderer, StepProgressLogger):
         return items_progress(renderer)
     renderer.start_steps(event.total_steps, event.starting_step)

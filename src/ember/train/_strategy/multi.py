@@ -57,7 +57,7 @@ from torch import nn
 
 from ember._closing import ClosesOnExit
 from ember.data import DataLoader, DataLoaderError, DataLoaderIterator, DeviceLike, Progress
-from ember.data._device import as_device
+from ember.data._device import available_device
 from ember.train._first_batch import check_train_output
 from ember.train._learner import Learner
 from ember.train._precision import Precision
@@ -122,7 +122,9 @@ class MultiDevice:
             )
         if not devices:
             raise ValueError("devices must name at least one device, got an empty sequence")
-        self.devices = tuple(as_device(device, f"devices[{i}]") for i, device in enumerate(devices))
+        self.devices = tuple(
+            available_device(device, f"devices[{i}]") for i, device in enumerate(devices)
+        )
 
     @property
     def main_device(self) -> torch.device:

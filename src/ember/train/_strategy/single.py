@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from ember.data import DataLoader, Progress
+from ember.data._device import available_device
 from ember.train._learner import Learner
 from ember.train._precision import Precision
 from ember.train._step import TrainOutput
@@ -18,12 +19,13 @@ __all__ = ["SingleDevice", "SingleDeviceRun"]
 
 
 class SingleDevice:
-    """Trains and validates on ``device`` (default: where the model's first parameter is)."""
+    """Trains and validates on ``device`` (default: where the model's first parameter is); a
+    device this machine does not have (``"cuda:0"`` on a CPU build) is refused here."""
 
     is_main = True
 
     def __init__(self, device: torch.device | str | None = None) -> None:
-        self.device = torch.device(device) if device is not None else None
+        self.device = None if device is None else available_device(device, "SingleDevice's device")
 
     def __repr__(self) -> str:
         return f"SingleDevice({self.device})"

@@ -2,18 +2,32 @@
 
 from __future__ import annotations
 
+import io
 import os
 import pty
 import termios
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+import torch
+from rich.console import Console
 
 from ember.extend import MetricAttributes, MetricDefinition, MetricEntry, MetricState, NumericEntry
-from ember.train import LearnerSummary, MetricSummary, Split
+from ember.train import (
+    CliMetricsRenderer,
+    Learner,
+    LearnerSummary,
+    LossMetric,
+    MetricSummary,
+    Split,
+    SupervisedTraining,
+    TuiMetricsRenderer,
+)
 from ember.train._renderer.tui.renderer import STOP_REASON
+from tests.train.fixtures import TinyRegressor, loader
 from tests.train.renderer.tui.screen import Screen, strip_ansi
 
 LOSS = MetricDefinition("Loss", attributes=MetricAttributes())
@@ -448,3 +462,59 @@ def test_a_run_bounded_by_steps_shows_steps_and_an_eta_from_them(screen: Screen)
     assert "Items : 8000" in frame and "Items/s : 320.0" in frame  # 4800 items in 15 s
     assert "step 250/400  62% (ETA 15 secs)" in frame
     assert "ETA : 15 secs" in frame
+
+
+def stopped_in_epoch_2(directory: Path, *, checkpoints: bool) -> str:
+    """Train 3 epochs of 6 batches with the TUI on an in-memory terminal; the person confirms
+    Quit (the interrupter's stop) at the 3rd batch of epoch 2. What the TUI printed after."""
+    builder = SupervisedTraining(directory, loader(24, 4), loader(8, 4)).metrics(LossMetric())
+    if checkpoints:
+        builder = builder.with_default_checkpointers()
+    output = io.StringIO()
+    console = Console(file=output, force_terminal=True, width=120, height=40)
+    tui = TuiMetricsRenderer(builder.interrupter(), console=console, threaded=False)
+    model, batches = TinyRegressor(), iter(range(1, 100))
+
+    def stop_at_the_ninth_batch(batch: object) -> None:
+        if next(batches) == 9:
+            builder.interrupter().stop(STOP_REASON)
+
+    model.on_train_step = stop_at_the_ninth_batch
+    result = (
+        builder.renderer(tui)
+        .num_epochs(3)
+        .launch(Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), 0.1))
+    )
+    assert result.error is None and result.stop_reason == STOP_REASON
+    return strip_ansi(output.getvalue().rsplit("\x1b[?1049l", 1)[1])
+
+
+def test_a_stop_that_wrote_a_step_checkpoint_says_the_resume_continues_from_it(
+    tmp_path: Path,
+) -> None:
+    """Issue 29, item 15: the epilogue said "epoch 2 was stopped partway and not kept (a resume
+    trains it again)" while a step-9 checkpoint was written and a resume continues from it;
+    it now says so, and it is true: the checkpoint is there and a resume goes on after it. A
+    run without checkpointers still says the epoch was not kept."""
+    after = stopped_in_epoch_2(tmp_path / "run", checkpoints=True)
+    assert (
+        "  epoch 2 was stopped partway and its progress kept in a step checkpoint "
+        "(checkpoint/step-N/): a resume continues from it; the values are epoch 1's"
+    ) in after
+    assert "not kept" not in after
+    assert [p.name for p in (tmp_path / "run" / "checkpoint").glob("step-*")] == ["step-9"]
+    resumed = io.StringIO()
+    model = TinyRegressor()
+    result = (
+        SupervisedTraining(tmp_path / "run", loader(24, 4), loader(8, 4))
+        .metrics(LossMetric())
+        .with_default_checkpointers()
+        .resume_latest()
+        .renderer(CliMetricsRenderer(resumed))
+        .num_epochs(3)
+        .launch(Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), 0.1))
+    )
+    assert result.error is None and result.last_epoch == 3
+    assert "Resuming after 12 items." in resumed.getvalue()  # 3 batches of epoch 2 kept
+    without = stopped_in_epoch_2(tmp_path / "plain", checkpoints=False)
+    assert "  epoch 2 was stopped partway and not kept (a resume trains it again)" in without

@@ -43,6 +43,7 @@ class StateRenderer:
         self._state = RunState()
         self._dirty = True
         self._summary: LearnerSummary | EvaluationSummary | None = None
+        self._stop_checkpoints = False  # a stop inside an epoch writes a step checkpoint
 
     # what a subclass provides --------------------------------------------------------------
 
@@ -76,6 +77,12 @@ class StateRenderer:
         now = self._clock()
         self._update(lambda state: state.begin(total_epochs, starting_epoch, now))
         self._open()
+
+    def stop_checkpoints(self, kept: bool) -> None:
+        """Whether a stop inside an epoch writes a step checkpoint: what the stop's epilogue
+        says of the partial epoch."""
+        with self._lock:
+            self._stop_checkpoints = kept
 
     def start_steps(self, total_steps: int, starting_step: int) -> None:
         """Show the run's progress and ETA in optimizer steps (``StepProgressLogger``)."""
@@ -178,6 +185,19 @@ class StateRenderer:
         if summary is not None:
             self._print(str(summary))
 
+    def _partial_epoch(self, done: int) -> str:
+        """What became of the epoch a stop cut short (after ``done`` complete ones)."""
+        values = f"the values are epoch {done}'s" if done else "no epoch completed"
+        if self._stop_checkpoints:
+            return (
+                f"  epoch {done + 1} was stopped partway and its progress kept in a step "
+                f"checkpoint (checkpoint/step-N/): a resume continues from it; {values}"
+            )
+        return (
+            f"  epoch {done + 1} was stopped partway and not kept (a resume trains it again); "
+            f"{values}"
+        )
+
     def _print_ending(
         self, evaluating: bool, stopped: bool, partial: bool, done: int, total: int
     ) -> None:
@@ -187,10 +207,6 @@ class StateRenderer:
             reason = self._interrupter.message or "interrupted"
             self._print(f"Training stopped after {done} of {total} epochs: {reason}")
             if partial:
-                kept = f"the values are epoch {done}'s" if done else "no epoch completed"
-                self._print(
-                    f"  epoch {done + 1} was stopped partway and not kept (a resume trains "
-                    f"it again); {kept}"
-                )
+                self._print(self._partial_epoch(done))
         else:
             self._print(f"Training ended after {done} of {total} epochs.")
