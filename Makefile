@@ -13,7 +13,7 @@ $(BIN)/python:
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[dev,metrics,plot,examples,tensorboard,mlflow-skinny,hf]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,metrics,plot,examples,tensorboard,mlflow-skinny,hf,pandas,optuna,wandb]'
 	touch $(STAMP)
 
 demo: $(STAMP)

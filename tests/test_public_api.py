@@ -127,6 +127,7 @@ TRAIN = {
     "MultiLabelClassificationOutput",
     "NoamLr",
     "Numeric",
+    "OptunaPruning",
     "PerplexityMetric",
     "PrecisionMetric",
     "RecallMetric",
@@ -153,6 +154,7 @@ TRAIN = {
     "TrainingHooks",
     "TrainingItem",
     "TuiMetricsRenderer",
+    "WandbLogger",
     "WordErrorRate",
     "apply_gradient_checkpointing",
     "current_step",
@@ -219,6 +221,7 @@ EXTEND = {
     "Stateful",
     "StatefulMetric",
     "StepProgressLogger",
+    "StoppingLogger",
     "ResumedSplitLogger",
     "ResumePoint",
     "ResumableLogger",
@@ -247,12 +250,22 @@ DISTRIBUTED = {
     "spawn",
 }
 
+RUNS = {
+    "MetricRow",
+    "Run",
+    "Runs",
+    "compare",
+    "load",
+    "plot",
+}
+
 PUBLIC = {
     "ember": EMBER,
     "ember.data": DATA,
     "ember.train": TRAIN,
     "ember.extend": EXTEND,
     "ember.distributed": DISTRIBUTED,
+    "ember.runs": RUNS,
 }
 
 # The names users' code and outside checks are written against (docs/design.md): a subset of
@@ -291,7 +304,17 @@ DOCUMENTED_NAMES_TRAIN = {
     "LearnerSummary",
 }
 
-OPTIONAL_EXTRAS = ("tensorboard", "matplotlib", "torchmetrics", "sklearn", "rich", "mlflow")
+OPTIONAL_EXTRAS = (
+    "tensorboard",
+    "matplotlib",
+    "torchmetrics",
+    "sklearn",
+    "rich",
+    "mlflow",
+    "optuna",
+    "wandb",
+    "pandas",
+)
 
 
 def api_page_sections() -> dict[str, dict[str, str]]:

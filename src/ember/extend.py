@@ -41,6 +41,7 @@ from ember.train._logger.base import (
     MetricText,
     MetricValue,
     ResumableLogger,
+    StoppingLogger,
     TextLogger,
 )
 from ember.train._metric.accuracy import AccuracyInput
@@ -148,6 +149,7 @@ __all__ = [
     "StatefulMetric",
     "StepContext",
     "StepProgressLogger",
+    "StoppingLogger",
     "StrategyRun",
     "SupervisedLearningStrategy",
     "TextLogger",

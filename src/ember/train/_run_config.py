@@ -9,9 +9,11 @@ it as the run's parameters)::
      "train": {"batches": 40, "items": 1280, "batch_size": 32, "seed": 7}, "valid": {...},
      "optimizer": {"class": "torch.optim.sgd.SGD", "param_groups": [{"lr": 0.1, ...}]},
      "lr_scheduler": {"class": "...ConstantLr", "state": {...}},
-     "metrics": {"train": ["Loss"], "valid": ["Loss"]}, "resume": null,
-     "hparams": {"hidden": 64}}
+     "metrics": {"train": ["Loss"], "valid": ["Loss"]}, "directions": {"Loss": "lowest"},
+     "resume": null, "hparams": {"hidden": 64}}
 
+``directions`` says which way is better for each numeric metric (its attributes'
+``higher_is_better``), so that a run read back (``ember compare``) knows its best epoch.
 ``hparams`` holds the user's own entries (``SupervisedTraining.hparams``). A value the run cannot
 describe as JSON (an optimizer hyper-parameter that is a tensor, say) is written as its ``repr``.
 """
@@ -27,7 +29,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ember._version import __version__
+from ember.train._metric.base import Numeric
 from ember.train._strategy.single import SingleDevice
+from ember.train._vocabulary import Direction
 
 if TYPE_CHECKING:
     from ember.data import DataLoader
@@ -35,7 +39,7 @@ if TYPE_CHECKING:
     from ember.train._learner import Learner
     from ember.train._lr_scheduler.base import LrScheduler
 
-__all__ = ["check_hparams", "run_configuration"]
+__all__ = ["check_hparams", "flatten_config", "run_configuration"]
 
 
 def check_hparams(entries: Mapping[str, Any]) -> dict[str, Any]:
@@ -86,9 +90,37 @@ def run_configuration(config: TrainingConfig, learner: Learner[Any]) -> dict[str
         "optimizer": _optimizer(learner.optimizer_or_factory),
         "lr_scheduler": _scheduler(learner.lr_scheduler),
         "metrics": metrics,
+        "directions": _directions(config),
         "resume": config.resume,
         "hparams": dict(config.hparams),
     }
+
+
+def _directions(config: TrainingConfig) -> dict[str, str]:
+    """Which way is better for each numeric metric, by name (sorted)."""
+    directions = {
+        metric.name: (Direction.HIGHEST if metric.attributes.higher_is_better else Direction.LOWEST)
+        for _, metric in config.metrics
+        if isinstance(metric, Numeric)
+    }
+    return {name: directions[name].value for name in sorted(directions)}
+
+
+def flatten_config(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``config`` with nested mappings flattened to dotted keys (``optimizer.class``) and lists
+    of mappings indexed (``optimizer.param_groups.0.lr``); the leaves as they are."""
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten_config(value, f"{name}."))
+        elif isinstance(value, list) and any(isinstance(item, Mapping) for item in value):
+            for index, item in enumerate(value):
+                item_map = item if isinstance(item, Mapping) else {"value": item}
+                flat.update(flatten_config(item_map, f"{name}.{index}."))
+        else:
+            flat[name] = value
+    return flat
 
 
 def _loader(loader: DataLoader[Any]) -> dict[str, Any]:
