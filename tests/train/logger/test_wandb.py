@@ -75,6 +75,14 @@ def offline_runs(directory: Path) -> list[Path]:
     return sorted((directory / "wandb").glob("offline-run-*"))
 
 
+def run_id(run: Path) -> str:
+    """The W&B run id an offline run's transaction log records."""
+    for record in records(next(run.glob("run-*.wandb"))):
+        if record.WhichOneof("record_type") == "run":
+            return str(record.run.run_id)
+    raise AssertionError(f"no run record in {run}")
+
+
 def history(run: Path) -> list[tuple[int, dict[str, Any]]]:
     """Each history row of an offline run: its W&B step and its values."""
     rows = []
@@ -171,7 +179,11 @@ def test_a_resumed_run_continues_the_same_wandb_run_without_a_step_twice(tmp_pat
     train(directory, WandbLogger(project="ember-tests"), epochs=3, stop_at_batch=5)
     train(directory, WandbLogger(project="ember-tests"), epochs=3, resume=True)
     first, second = offline_runs(directory)
-    assert first.name.split("-")[-1] == second.name.split("-")[-1]
+    assert (
+        run_id(first)
+        == run_id(second)
+        == json.loads((directory / "wandb-run.json").read_text())["id"]
+    )
     rows = history(first) + history(second)
     steps = [(step, row["train/Loss"]) for step, row in rows if "train/Loss" in row]
     train_rows = [r for r in load(directory).rows("item") if r.split == "train"]

@@ -265,6 +265,7 @@ class FileMetricLogger:
         # the open files by (metric name, epoch, split); a name of None is the split's steps
         self._paths: dict[tuple[str | None, int, Split], str] = {}
         self._steps: dict[tuple[int, Split], _StepRuns] = {}
+        self._empty: set[str] = set()  # steps files to start anew though they have no line yet
         self._pending: dict[str, list[str]] = {}
         self._started: set[str] = set()
         self._continued: set[str] = set()  # files of a resumed split: appended to, not new
@@ -339,6 +340,8 @@ class FileMetricLogger:
             else:
                 self._started.discard(path)
                 self._new_file = True
+                if name is None:  # the steps file: made with the split, before its first line
+                    self._empty.add(path)
         return path
 
     def _maybe_hand_off(self) -> None:
@@ -433,9 +436,10 @@ class FileMetricLogger:
             if lines:
                 blocks.append((path, "\n".join(lines) + "\n", path not in self._started))
                 self._started.add(path)
-            elif path not in self._started:  # a steps file opened before its first line
+            elif path in self._empty:  # a steps file opened before its first line
                 blocks.append((path, "", True))
                 self._started.add(path)
+        self._empty.clear()
         self._pending = {path: [] for path in self._paths.values()}
         self._started.difference_update(self._ended)  # ended splits: their last block is out
         self._ended.clear()
