@@ -4,7 +4,7 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.ember-installed
-EXTRAS := dev,metrics,plot,examples,tensorboard,mlflow-skinny,hf,cli
+EXTRAS := dev,metrics,plot,examples,tensorboard,mlflow-skinny,hf,cli,pandas,optuna,wandb
 
 .PHONY: demo test test-slow lint pytest package bench clean
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-PUBLIC = {"ember", "ember.data", "ember.train", "ember.extend", "ember.distributed"}
+PUBLIC = {"ember", "ember.data", "ember.train", "ember.extend", "ember.distributed", "ember.runs"}
 # ``python -m ember`` runs the application: a script, never imported, so it declares no __all__
 SCRIPT = "ember.__main__"
 

@@ -191,7 +191,7 @@ DOCUMENTED_NAMES_TRAIN = {
 
 OPTIONAL_EXTRAS = (
     *("tensorboard", "matplotlib", "torchmetrics", "sklearn", "rich", "mlflow"),
-    *("jsonargparse", "yaml", "IPython"),
+    *("jsonargparse", "yaml", "IPython", "optuna", "wandb", "pandas"),
 )
 
 

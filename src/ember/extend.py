@@ -46,6 +46,7 @@ from ember.train._logger.base import (
     MetricText,
     MetricValue,
     ResumableLogger,
+    StoppingLogger,
     TextLogger,
 )
 from ember.train._metric.accuracy import AccuracyInput
@@ -156,6 +157,7 @@ __all__ = [
     "StepContext",
     "StepProgressLogger",
     "StopCheckpointLogger",
+    "StoppingLogger",
     "StrategyRun",
     "SupervisedLearningStrategy",
     "TextLogger",

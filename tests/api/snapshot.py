@@ -23,7 +23,14 @@ from typing import Any
 
 __all__ = ["CURRENT", "NAMESPACES", "Entry", "entries", "read", "surface"]
 
-NAMESPACES = ("ember", "ember.data", "ember.train", "ember.extend", "ember.distributed")
+NAMESPACES = (
+    "ember",
+    "ember.data",
+    "ember.train",
+    "ember.extend",
+    "ember.distributed",
+    "ember.runs",
+)
 """The public namespaces of this release (``docs/api.md`` has a section for each)."""
 
 CURRENT = Path(__file__).resolve().parent / "current.txt"

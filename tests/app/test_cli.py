@@ -162,11 +162,13 @@ def test_missing_extras_say_what_to_install(
 
 
 def test_optional_dependencies_load_lazily() -> None:
-    """Importing ember, its CLI, plot, digits and loggers imports no optional dependency."""
+    """Importing ember, its CLI, ember.runs, digits and loggers imports no optional dependency."""
     code = (
-        "import sys, ember, ember.app.cli, ember.train._run_logs, ember.app.digits\n"
+        "import sys, ember, ember.app.cli, ember.runs, ember.app.digits\n"
         "import ember.train._logger.run, ember.train._logger.mlflow\n"
-        "heavy = {'tensorboard', 'matplotlib', 'sklearn', 'torchmetrics', 'mlflow'}\n"
+        "import ember.train._logger.wandb, ember.train._logger.optuna\n"
+        "heavy = {'tensorboard', 'matplotlib', 'sklearn', 'torchmetrics', 'mlflow', 'wandb',\n"
+        "         'optuna', 'pandas'}\n"
         "loaded = sorted(m for m in sys.modules if m.split('.')[0] in heavy\n"
         "                or m.startswith('torch.utils.tensorboard'))\n"
         "print(loaded)\n"

@@ -89,7 +89,7 @@ def logs(directory: Path) -> dict[str, bytes]:
     return {
         str(path.relative_to(directory)): path.read_bytes()
         for split in ("train", "valid")
-        for path in sorted((directory / split).glob("epoch-*/*.log"))
+        for path in sorted((directory / split).glob("epoch-*/*"))  # the metric logs and their steps
     }
 
 

@@ -344,7 +344,7 @@ def step_logs(directory: Path) -> dict[str, list[str]]:
     return {
         str(path.relative_to(directory)): read_lines(path)
         for split in ("train", "valid")
-        for path in sorted((directory / split).glob("epoch-*/*.log"))
+        for path in sorted((directory / split).glob("epoch-*/*"))  # the metric logs and their steps
     }
 
 

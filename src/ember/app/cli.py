@@ -1,11 +1,13 @@
 """The ``ember`` command.
 
 ``ember demo`` runs the seed's experiment; ``ember summary DIR`` prints a run's summary table;
-``ember plot DIR`` draws its metric curves; ``ember digits`` trains on real data,
-``ember digits --test`` also evaluates its best epoch on a test set (``ember eval``, its old
-name, is deprecated); ``ember export DIR`` writes a run's weights as one safetensors file. Exit
-codes: 0 success, 1 training failed, 2 nothing to do (no run, a directory it will not overwrite,
-a missing optional extra, a missing or damaged checkpoint), 3 the demo's losses differ.
+``ember plot DIR [DIR ...]`` draws the metric curves of one run or several overlaid; ``ember
+compare DIR DIR ...`` sets runs side by side (best and last values, the configuration keys that
+differ); ``ember digits`` trains on real data, ``ember digits --test`` also evaluates its best
+epoch on a test set (``ember eval``, its old name, is deprecated); ``ember export DIR`` writes a
+run's weights as one safetensors file. Exit codes: 0 success, 1 training failed, 2 nothing to
+do (no run, a directory it will not overwrite, a missing optional extra, a missing or damaged
+checkpoint), 3 the demo's losses differ.
 """
 
 from __future__ import annotations
@@ -79,17 +81,27 @@ def _parser() -> argparse.ArgumentParser:
     summary.add_argument("directory", type=Path, metavar="DIR", help="run directory")
 
     plot = commands.add_parser(
-        "plot", help="draw the per-epoch train and valid curves of every numeric metric"
+        "plot",
+        help="draw the per-epoch train and valid curves of every numeric metric, of one run "
+        "or of several overlaid (one colour per run)",
     )
-    plot.add_argument("directory", type=Path, metavar="DIR", help="run directory")
+    plot.add_argument("directories", type=Path, nargs="+", metavar="DIR", help="run directory")
     plot.add_argument(
         "-o",
         "--output",
         type=Path,
         default=None,
         metavar="FILE",
-        help="image to write (default DIR/metrics.png; the format follows the suffix)",
+        help="image to write (the format follows the suffix); default DIR/metrics.png for one "
+        "run, required for several",
     )
+
+    compare = commands.add_parser(
+        "compare",
+        help="per metric, each run's best and last epoch values; the configuration keys that "
+        "differ",
+    )
+    compare.add_argument("directories", type=Path, nargs="+", metavar="DIR", help="run directory")
 
     digits = commands.add_parser(
         "digits", help="train an MLP on scikit-learn's bundled 8x8 digits (real data)"
@@ -147,24 +159,35 @@ def _error(command: str, error: Exception) -> int:
 
 
 def _summary(directory: Path) -> int:
-    from ember.train._run_logs import load_summary
+    from ember.runs import load
 
     try:
-        summary = load_summary(directory)
+        run = load(directory)
+        summary = run.summary or run.summary_from_logs()
     except (OSError, ValueError) as error:
         return _error("summary", error)
     print(summary)
     return 0
 
 
-def _plot(directory: Path, output: Path | None) -> int:
-    from ember.train._run_logs import plot_run
+def _plot(directories: list[Path], output: Path | None) -> int:
+    from ember.runs import load, plot
 
     try:
-        path = plot_run(directory, output)
+        path = plot(load(list(directories)), output)
     except (OSError, ValueError, ImportError) as error:
         return _error("plot", error)
     print(f"wrote {path}")
+    return 0
+
+
+def _compare(directories: list[Path]) -> int:
+    from ember.runs import compare, load
+
+    try:
+        print(compare(load(list(directories))))
+    except (OSError, ValueError) as error:
+        return _error("compare", error)
     return 0
 
 
@@ -233,7 +256,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "summary":
         return _summary(args.directory)
     if args.command == "plot":
-        return _plot(args.directory, args.output)
+        return _plot(args.directories, args.output)
+    if args.command == "compare":
+        return _compare(args.directories)
     if args.command == "digits":
         command = "digits --test" if args.test else "digits"
         return _digits(args.dir, args.epochs, test=args.test, command=command)

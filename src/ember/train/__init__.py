@@ -33,7 +33,9 @@ from ember.train._logger.csv import CsvMetricLogger
 from ember.train._logger.file import FileMetricLogger
 from ember.train._logger.memory import InMemoryMetricLogger
 from ember.train._logger.mlflow import MLflowLogger
+from ember.train._logger.optuna import OptunaPruning
 from ember.train._logger.tensorboard import TensorBoardLogger
+from ember.train._logger.wandb import WandbLogger
 from ember.train._lr_scheduler.base import LrScheduler
 from ember.train._lr_scheduler.composed import ComposedLr, SequentialLr
 from ember.train._lr_scheduler.schedules import (
@@ -153,6 +155,7 @@ __all__ = [
     "NoamLr",
     "NotebookMetricsRenderer",
     "Numeric",
+    "OptunaPruning",
     "PerplexityMetric",
     "PrecisionMetric",
     "RecallMetric",
@@ -179,6 +182,7 @@ __all__ = [
     "TrainingHooks",
     "TrainingItem",
     "TuiMetricsRenderer",
+    "WandbLogger",
     "WordErrorRate",
     "apply_gradient_checkpointing",
     "current_step",

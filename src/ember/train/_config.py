@@ -14,9 +14,11 @@ handed to every logger's ``start`` (trackers record it as the run's parameters):
      "train": {"batches": 40, "items": 1280, "batch_size": 32, "seed": 7}, "valid": {...},
      "optimizer": {"class": "torch.optim.sgd.SGD", "param_groups": [{"lr": 0.1, ...}]},
      "lr_scheduler": {"class": "...ConstantLr", "state": {...}},
-     "metrics": {"train": ["Loss"], "valid": ["Loss"]}, "resume": null,
-     "hparams": {"hidden": 64}, "cli": {"lr": 0.1, "data": {"batch_size": 64}}}
+     "metrics": {"train": ["Loss"], "valid": ["Loss"]}, "directions": {"Loss": "lowest"},
+     "resume": null, "hparams": {"hidden": 64}, "cli": {"lr": 0.1, "data": {"batch_size": 64}}}
 
+``directions`` says which way is better for each numeric metric (its attributes'
+``higher_is_better``), so that a run read back (``ember compare``) knows its best epoch.
 ``hparams`` holds the user's own entries (``SupervisedTraining.hparams``); ``cli`` the values
 ``ember.cli`` resolved for the ``main`` that launched the run, keys as ``main`` spells them, or
 null (``_experiment.py``). A value the run cannot describe as JSON (an optimizer hyper-parameter
@@ -45,13 +47,13 @@ from ember.train._experiment import current_experiment
 from ember.train._hooks import Stateful, TrainingHooks
 from ember.train._interrupter import Interrupter
 from ember.train._logger.base import MetricLogger
-from ember.train._metric.base import Metric
+from ember.train._metric.base import Metric, Numeric
 from ember.train._precision import Precision
 from ember.train._renderer.base import MetricsRenderer
 from ember.train._schedule import EVERY_EPOCH, Every
 from ember.train._strategy.base import SupervisedLearningStrategy
 from ember.train._strategy.single import SingleDevice
-from ember.train._vocabulary import Split
+from ember.train._vocabulary import Direction, Split
 from ember.train._window import Clipping
 
 if TYPE_CHECKING:
@@ -63,6 +65,7 @@ __all__ = [
     "Resume",
     "TrainingConfig",
     "check_hparams",
+    "flatten_config",
     "run_configuration",
 ]
 
@@ -176,6 +179,7 @@ def run_configuration(config: TrainingConfig, learner: Learner[Any]) -> dict[str
         "optimizer": _optimizer(learner.optimizer_or_factory),
         "lr_scheduler": _scheduler(learner.lr_scheduler),
         "metrics": metrics,
+        "directions": _directions(config),
         "resume": config.resume,
         "hparams": dict(config.hparams),
         "cli": _cli_values(),
@@ -185,6 +189,33 @@ def run_configuration(config: TrainingConfig, learner: Learner[Any]) -> dict[str
 def _cli_values() -> dict[str, Any] | None:
     experiment = current_experiment()
     return None if experiment is None else _json(experiment.values)
+
+
+def _directions(config: TrainingConfig) -> dict[str, str]:
+    """Which way is better for each numeric metric, by name (sorted)."""
+    directions = {
+        metric.name: (Direction.HIGHEST if metric.attributes.higher_is_better else Direction.LOWEST)
+        for _, metric in config.metrics
+        if isinstance(metric, Numeric)
+    }
+    return {name: directions[name].value for name in sorted(directions)}
+
+
+def flatten_config(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``config`` with nested mappings flattened to dotted keys (``optimizer.class``) and lists
+    of mappings indexed (``optimizer.param_groups.0.lr``); the leaves as they are."""
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten_config(value, f"{name}."))
+        elif isinstance(value, list) and any(isinstance(item, Mapping) for item in value):
+            for index, item in enumerate(value):
+                item_map = item if isinstance(item, Mapping) else {"value": item}
+                flat.update(flatten_config(item_map, f"{name}.{index}."))
+        else:
+            flat[name] = value
+    return flat
 
 
 def _loader(loader: DataLoader[Any]) -> dict[str, Any]:

@@ -50,6 +50,7 @@ from ember.train._checkpoint.learning import NAMES
 from ember.train._checkpoint.mid_round import step_directories
 from ember.train._config import DEFAULT_CHECKPOINTERS, TrainingConfig
 from ember.train._experiment import CONFIG_YAML
+from ember.train._logger.file import STEPS_FILE
 from ember.train._strategy.single import SingleDevice
 
 __all__ = [
@@ -198,8 +199,9 @@ def _remove_run(directory: Path, checkpoints: Path | None) -> None:
 
 
 def _split_logs(split: Path) -> list[Path]:
-    """ember's files in the split log directory ``split``: ``epoch-N/*.log`` (train, valid),
-    ``{name}/*.log`` and ``summary.json`` (test); never a symlink's target."""
+    """ember's files in the split log directory ``split``: ``epoch-N/*.log`` and their
+    ``steps.jsonl`` (train, valid), ``{name}/*.log`` and ``summary.json`` (test); never a
+    symlink's target."""
     if not split.is_dir() or split.is_symlink():
         return []
     found = [split / "summary.json"] if split.name == "test" else []
@@ -207,6 +209,7 @@ def _split_logs(split: Path) -> list[Path]:
         ours = _EPOCH.fullmatch(child.name) if split.name != "test" else True
         if ours and child.is_dir() and not child.is_symlink():
             found.extend(child.glob("*.log"))
+            found.append(child / STEPS_FILE)
     return [path for path in found if path.is_file() or path.is_symlink()]
 
 

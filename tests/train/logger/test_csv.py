@@ -31,11 +31,15 @@ FINALS = {
 
 
 def log_run(logger: CsvMetricLogger, epochs: tuple[int, ...] = (1, 2)) -> None:
+    """Each train batch one optimizer step (epoch 1: steps 1, 2; epoch 2: steps 3, 4, 5); an
+    epoch value and the validation at the step of the training before them."""
+    step = 0
     for epoch in epochs:
         for split in (Split.TRAIN, Split.VALID):
             for value in BATCHES[(split, epoch)]:
-                logger.log([metric_value("Loss", value, epoch, split)])
-            logger.log([metric_value("Loss", FINALS[(split, epoch)], epoch, split)])
+                step += split is Split.TRAIN
+                logger.log([metric_value("Loss", value, epoch, split, step)])
+            logger.log([metric_value("Loss", FINALS[(split, epoch)], epoch, split, step)])
             logger.end_split(epoch, split)
 
 
@@ -62,13 +66,41 @@ def test_file_layout(tmp_path: Path) -> None:
     log_run(logger, epochs=(1,))
     logger.close()
     assert path.read_text(encoding="utf-8").splitlines() == [
+        "epoch,step,split,metric,value,weight,kind",
+        "1,1,train,Loss,4.471280097961426,1,batch",
+        "1,2,train,Loss,3.5,8,batch",
+        "1,2,train,Loss,4.484403473990304,,epoch",
+        "1,2,valid,Loss,2.25,3,batch",
+        "1,2,valid,Loss,2.25,,epoch",
+    ]
+
+
+def test_a_file_without_the_step_column_is_continued_in_its_columns(tmp_path: Path) -> None:
+    """A file an older ember wrote (no step column) reads back, and a resumed run appends rows
+    in its columns (and drops its re-run epoch's rows) instead of mixing two layouts."""
+    path = tmp_path / "metrics.csv"
+    path.write_text(
+        "epoch,split,metric,value,weight,kind\n"
+        "1,train,Loss,4.471280097961426,1,batch\n"
+        "1,train,Loss,4.471280097961426,,epoch\n"
+        "2,train,Loss,9,1,batch\n",
+        encoding="utf-8",
+    )
+    logger = CsvMetricLogger(path)
+    assert logger.read_numeric("Loss", 1, Split.TRAIN) == [
+        NumericEntry(4.471280097961426, 1),
+        NumericEntry(4.471280097961426, final=True),
+    ]
+    logger.log([metric_value("Loss", NumericEntry(0.5, 2), 2, Split.TRAIN, step=7)])
+    logger.end_split(2, Split.TRAIN)
+    logger.close()
+    assert path.read_text(encoding="utf-8").splitlines() == [
         "epoch,split,metric,value,weight,kind",
         "1,train,Loss,4.471280097961426,1,batch",
-        "1,train,Loss,3.5,8,batch",
-        "1,train,Loss,4.484403473990304,,epoch",
-        "1,valid,Loss,2.25,3,batch",
-        "1,valid,Loss,2.25,,epoch",
+        "1,train,Loss,4.471280097961426,,epoch",
+        "2,train,Loss,0.5,2,batch",
     ]
+    assert CsvMetricLogger(path).read_numeric("Loss", 2, Split.TRAIN) == [NumericEntry(0.5, 2)]
 
 
 def test_rows_are_buffered_until_the_split_ends(tmp_path: Path) -> None:
@@ -78,7 +110,7 @@ def test_rows_are_buffered_until_the_split_ends(tmp_path: Path) -> None:
     logger.log([metric_value("Loss", NumericEntry(1.0, 1), 1, Split.TRAIN)])
     assert not path.exists()
     logger.end_split(1, Split.TRAIN)
-    assert path.read_text(encoding="utf-8").splitlines()[1:] == ["1,train,Loss,1,1,batch"]
+    assert path.read_text(encoding="utf-8").splitlines()[1:] == ["1,0,train,Loss,1,1,batch"]
     logger.close()
     logger.close()  # a second close does nothing
 
@@ -102,7 +134,7 @@ def test_only_numeric_available_entries_are_written(tmp_path: Path) -> None:
     )
     store.end_split(Split.TRAIN)
     rows = path.read_text(encoding="utf-8").splitlines()[1:]
-    assert rows == ["1,train,Tokens,12,,batch", '1,train,"Loss, ""smoothed""",0.5,2,batch']
+    assert rows == ["1,3,train,Tokens,12,,batch", '1,3,train,"Loss, ""smoothed""",0.5,2,batch']
     assert logger.read_numeric('Loss, "smoothed"', 1, Split.TRAIN) == [NumericEntry(0.5, 2)]
     logger.close()
 
@@ -151,7 +183,7 @@ def test_resumed_run_replaces_the_rerun_epoch(tmp_path: Path) -> None:
     assert resumed.read_numeric("Loss", 2, Split.VALID)[-1] == FINALS[(Split.VALID, 2)]
     resumed.close()
     text = path.read_text(encoding="utf-8")
-    assert text.count("epoch,split,metric") == 1
+    assert text.count("epoch,step,split,metric") == 1
     assert "0.7,,epoch" not in text
 
 

@@ -18,7 +18,10 @@ A logger that wants files the run does not write unasked (the best checkpoint's 
 curves PNG) names them (:class:`ArtifactLogger`), and gets their paths in ``end``. A logger
 that keeps what it logged where a later process finds it (files) can be cut back to where a
 mid-round checkpoint left a split (:class:`ResumableLogger`), so a resumed run appends to the
-split's logs with no line lost or repeated.
+split's logs with no line lost or repeated. A logger that decides when the run stops (a
+hyper-parameter search's pruner) is handed the run's interrupter at launch
+(:class:`StoppingLogger`): it stops the run as ``interrupter.stop(reason)`` does, never by
+raising.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ember._frozen import set_field
+from ember.train._interrupter import Interrupter
 from ember.train._metric.base import NumericEntry
 from ember.train._vocabulary import Split
 
@@ -43,6 +47,7 @@ __all__ = [
     "MetricText",
     "MetricValue",
     "ResumableLogger",
+    "StoppingLogger",
     "TextLogger",
     "tracker_points",
 ]
@@ -211,6 +216,25 @@ class ResumableLogger(Protocol):
         """Cut the logs of ``split`` in ``epoch`` back to ``position`` (and drop what was logged
         after it) and append to them from there; ValueError naming what does not fit when the
         logs are shorter than ``position`` (they were changed since)."""
+        ...
+
+
+@runtime_checkable
+class StoppingLogger(Protocol):
+    """A logger that may stop the run (a pruner): given the run's interrupter at launch.
+
+    ``use_interrupter`` is called once per launch, before ``start`` (a logger may also only
+    read it: ``WandbLogger`` leaves out the epoch value of a train split a stop cut short). The
+    logger stops the run with ``interrupter.stop(reason)``, as Ctrl-C or user code would
+    (``docs/training.md``, "Stopping"): the run ends with ``result.stop_reason`` set to
+    ``reason``, its directory a valid run that ``resume_latest()`` continues. Called from
+    ``end_split`` of a validation, the stop takes effect before the next round trains when the
+    run waits for its metrics at the end of each round (it keeps checkpoints or has early
+    stopping; else a few batches of the next round may train first).
+    """
+
+    def use_interrupter(self, interrupter: Interrupter) -> None:
+        """The handle that stops this run."""
         ...
 
 

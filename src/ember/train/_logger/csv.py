@@ -2,15 +2,27 @@
 
 ::
 
-    epoch,split,metric,value,weight,kind
-    1,train,Loss,4.471280097961426,1,batch
+    epoch,step,split,metric,value,weight,kind
+    1,1,train,Loss,4.471280097961426,1,batch
     ...
-    1,train,Loss,4.484403473990304,,epoch
+    1,8,train,Loss,4.484403473990304,,epoch
 
-One row per numeric entry: ``kind`` is ``batch`` for a batch value (``weight`` empty when the
-metric gives none) and ``epoch`` for the epoch value written at the split end. Numbers are
-written as the metric log files write them, so they read back exactly. Metrics that log text
-are not written.
+One row per numeric entry. The columns:
+
+* ``epoch``: the round (an epoch; in a step run, the validation round, as the log directories
+  ``epoch-N`` count);
+* ``step``: the run's global step when the value was logged (its optimizer steps so far, kept
+  across resumes; a validation shares the step of the training before it, an epoch value the
+  step of its split's last batch), as Lightning's ``metrics.csv`` has ``step``;
+* ``split``: ``train`` or ``valid``; ``metric``: the metric's name;
+* ``value``; ``weight``: the batch's weight (empty when the metric gives none, and for an
+  epoch value);
+* ``kind``: ``batch`` for a batch value, ``epoch`` for the epoch value written at the split end.
+
+Numbers are written as the metric log files write them, so they read back exactly. Metrics
+that log text are not written. A file written before the ``step`` column existed
+(``epoch,split,metric,value,weight,kind``) is continued in its own columns and reads back as
+before.
 
 Rows are buffered and written out at every split end and at :meth:`CsvMetricLogger.close`.
 :meth:`CsvMetricLogger.read_numeric` reads the file back (only the part it has not read yet),
@@ -42,7 +54,9 @@ if TYPE_CHECKING:
 
 __all__ = ["CsvMetricLogger"]
 
-HEADER = ("epoch", "split", "metric", "value", "weight", "kind")
+HEADER = ("epoch", "step", "split", "metric", "value", "weight", "kind")
+WITHOUT_STEP = ("epoch", "split", "metric", "value", "weight", "kind")
+"""The header of files written before the ``step`` column."""
 
 _Key = tuple[str, Split, int]
 
@@ -65,6 +79,7 @@ class CsvMetricLogger:
         # what has been read back: entries by (metric, split, epoch), and up to which byte
         self._index: dict[_Key, list[NumericEntry]] = {}
         self._read_up_to = 0
+        self._header: tuple[str, ...] = HEADER  # an existing file's, once scanned
         # the (split, epoch) pairs an earlier run left in the file
         self._earlier = self._scan_existing()
 
@@ -77,7 +92,7 @@ class CsvMetricLogger:
             for value in values:
                 if (value.split, value.epoch) not in self._started:
                     self._start(value.split, value.epoch)
-                self._rows.append(_row(value))
+                self._rows.append(_row(value, self._header))
 
     def end_split(self, epoch: int, split: Split) -> None:
         """Write the buffered rows to the file."""
@@ -138,11 +153,12 @@ class CsvMetricLogger:
             with self.path.open(newline="", encoding="utf-8") as file:
                 rows = csv.reader(file)
                 header = next(rows, None)
-                if header is not None and tuple(header) != HEADER:
+                if header is not None and tuple(header) not in (HEADER, WITHOUT_STEP):
                     raise ValueError(
                         f"{str(self.path)!r} is not a CSV metric log: its header is "
                         f"{','.join(header)!r}, expected {','.join(HEADER)!r}"
                     )
+                self._header = HEADER if header is None else tuple(header)
                 return {_parse(row, self.path)[0][1:] for row in rows if row}
         except FileNotFoundError:
             return set()
@@ -153,7 +169,7 @@ class CsvMetricLogger:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self._file = self.path.open("a", newline="", encoding="utf-8")
                 if self._file.tell() == 0:
-                    self._rows.insert(0, HEADER)
+                    self._rows.insert(0, self._header)
             csv.writer(self._file, lineterminator="\n").writerows(self._rows)
             self._rows.clear()
         if self._file is not None:
@@ -174,10 +190,10 @@ class CsvMetricLogger:
         self._close_file()
         with self.path.open(newline="", encoding="utf-8") as file:
             rows = list(csv.reader(file))
-        kept = [row for row in rows[1:] if row and (Split(row[1]), int(row[0])) not in stale]
+        kept = [row for row in rows[1:] if row and _parse(row, self.path)[0][1:] not in stale]
         temporary = self.path.with_name(self.path.name + ".tmp")
         with temporary.open("w", newline="", encoding="utf-8") as file:
-            csv.writer(file, lineterminator="\n").writerows([HEADER, *kept])
+            csv.writer(file, lineterminator="\n").writerows([self._header, *kept])
         os.replace(temporary, self.path)
         self._earlier -= stale
         self._index.clear()
@@ -201,11 +217,14 @@ class CsvMetricLogger:
         self._read_up_to += len(data)
 
 
-def _row(value: MetricValue) -> tuple[object, ...]:
+def _row(value: MetricValue, header: tuple[str, ...]) -> tuple[object, ...]:
+    """The CSV row of ``value``, in the columns of ``header``."""
     weight = "" if value.weight is None or value.final else format_number(value.weight)
     kind = "epoch" if value.final else "batch"
     number = format_number(value.value)
-    return (value.epoch, value.split.value, value.name, number, weight, kind)
+    if header == WITHOUT_STEP:
+        return (value.epoch, value.split.value, value.name, number, weight, kind)
+    return (value.epoch, value.step, value.split.value, value.name, number, weight, kind)
 
 
 def _csv_rows(data: bytes) -> Iterable[list[str]]:
@@ -214,7 +233,10 @@ def _csv_rows(data: bytes) -> Iterable[list[str]]:
 
 def _parse(row: list[str], path: Path) -> tuple[_Key, NumericEntry]:
     try:
-        epoch, split, name, value, weight, kind = row
+        if len(row) == len(HEADER):
+            epoch, _, split, name, value, weight, kind = row
+        else:
+            epoch, split, name, value, weight, kind = row
         if kind == "epoch":
             entry = NumericEntry(float(value), final=True)
         elif kind == "batch":

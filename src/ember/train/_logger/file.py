@@ -8,6 +8,18 @@ batch and a last ``value,final`` line with the epoch value. A re-run epoch (afte
 starts its files anew; a split resumed from a mid-round checkpoint is cut back to the sizes the
 checkpoint recorded and continued (:meth:`FileMetricLogger.resume_split`).
 
+Beside them, ``{directory}/{split}/epoch-{N}/steps.jsonl`` says at which global step (the run's
+optimizer steps so far, :class:`~ember.train._logger.base.MetricValue`'s ``step``) each line of
+the split's metric files was logged, run-length encoded: JSON arrays, one per run of lines at
+one step, ``[step, n1, n2, ...]`` (``n_i`` more lines of the i-th metric at ``step``), after a
+header naming the metrics, ``["step", "Loss", "Accuracy"]`` (written again when a metric joins).
+It is one short line per optimizer step, made when the step is over (so the file's bytes do
+not depend on when lines reach the disk, and a resumed run's equal an uninterrupted one's: a
+mid-round checkpoint keeps the open step's counts in its position); the metric files keep
+Burn's format and names.
+:func:`read_metric_log` and :func:`read_steps` read both back (complete lines only, so a run
+still being written reads as far as it got).
+
 Creating a directory and a file per metric and epoch takes from tens of microseconds to over a
 millisecond on a busy disk, more than a small model's whole epoch; so the files are written on a
 thread of their own (``metric-writer``, as Burn's ``AsyncLogger``) and the metrics thread never
@@ -22,6 +34,7 @@ once, like any error of the metrics thread).
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import threading
@@ -37,12 +50,130 @@ from ember.train._vocabulary import Split, as_vocabulary
 if TYPE_CHECKING:
     from ember.train._summary import LearnerSummary
 
-__all__ = ["FileMetricLogger", "metric_file_name"]
+__all__ = [
+    "STEPS_FILE",
+    "FileMetricLogger",
+    "complete_lines",
+    "metric_file_name",
+    "read_metric_log",
+    "read_steps",
+]
+
+STEPS_FILE = "steps.jsonl"
+"""The file, in each ``{split}/epoch-{N}`` directory, of the global step of every metric line."""
 
 
 def metric_file_name(name: str) -> str:
     """The file name a metric's values are logged under."""
     return name.replace(" ", "_") + ".log"
+
+
+def complete_lines(path: str | os.PathLike[str]) -> list[str]:
+    """The lines of ``path`` that end with a newline (a line still being written is left out);
+    [] when there is no such file."""
+    try:
+        with open(path, "rb") as file:
+            data = file.read()
+    except FileNotFoundError:
+        return []
+    return data[: data.rfind(b"\n") + 1].decode("utf-8").splitlines()
+
+
+def read_metric_log(path: str | os.PathLike[str]) -> list[NumericEntry]:
+    """The entries of one numeric metric log (complete lines only); a line that is not a numeric
+    entry raises ``ValueError`` naming the file and the line."""
+    entries = []
+    for number, line in enumerate(complete_lines(path), start=1):
+        if not line.strip():
+            continue
+        try:
+            entries.append(NumericEntry.parse(line))
+        except ValueError as error:
+            raise ValueError(f"{path}:{number}: {error}") from None
+    return entries
+
+
+def read_steps(directory: str | os.PathLike[str]) -> dict[str, list[int]]:
+    """The global step of each line of every metric logged in ``directory`` (a
+    ``{split}/epoch-{N}`` directory), by metric name, read from its :data:`STEPS_FILE`; {} when
+    the split has none (written before ember kept steps). A line that is not what the logger
+    writes raises ``ValueError`` naming the file and the line."""
+    path = os.path.join(directory, STEPS_FILE)
+    steps: dict[str, list[int]] = {}
+    names: list[str] = []
+    for number, line in enumerate(complete_lines(path), start=1):
+        try:
+            row = json.loads(line)
+            if row[0] == "step":
+                names = [str(name) for name in row[1:]]
+                continue
+            step, counts = int(row[0]), row[1:]
+            for name, count in zip(names, counts, strict=True):
+                steps.setdefault(name, []).extend([step] * int(count))
+        except (ValueError, TypeError, IndexError, KeyError) as error:
+            raise ValueError(f"{path}:{number}: not a step line ({error}): {line!r}") from None
+    return steps
+
+
+class _StepRuns:
+    """The global steps of one split's lines so far, as :data:`STEPS_FILE` lines (see the
+    module doc): counts per metric for the current step, a line when the step changes.
+
+    A line is made only when its step is over (or the split): so the file is the same bytes
+    whenever the lines reach the disk, and a mid-round checkpoint keeps the open step's counts
+    in its position (:meth:`state`) for the resumed run to go on with."""
+
+    __slots__ = ("announced", "counts", "lines", "names", "step")
+
+    def __init__(self, state: Mapping[str, Any] | None = None) -> None:
+        state = state or {}
+        self.names: dict[str, int] = {name: i for i, name in enumerate(state.get("names", []))}
+        self.announced: int = state.get("announced", 0)  # how many names the last header gave
+        self.step: int | None = state.get("step")
+        self.counts: list[int] = list(state.get("counts", [0] * len(self.names)))
+        self.lines: list[str] = []  # made, not yet handed off
+
+    def state(self) -> dict[str, Any]:
+        """What a resumed split needs to go on: the names, the open step and its counts."""
+        return {
+            "names": list(self.names),
+            "announced": self.announced,
+            "step": self.step,
+            "counts": list(self.counts),
+        }
+
+    def add(self, values: Sequence[MetricValue]) -> None:
+        """Count one line per value, at its step."""
+        names, counts = self.names, self.counts
+        for value in values:
+            if value.step != self.step:
+                self.close_step()
+                self.step = value.step
+            index = names.get(value.name)
+            if index is None:
+                index = names[value.name] = len(counts)
+                counts.append(0)
+            counts[index] += 1
+
+    def take(self) -> list[str]:
+        """The lines made so far (the open step's come when it is over)."""
+        lines, self.lines = self.lines, []
+        return lines
+
+    def close_step(self) -> None:
+        """Make the open step's line (the step, or the split, is over)."""
+        if not any(self.counts):
+            return
+        if len(self.names) > self.announced:
+            self.lines.append(_json_line(["step", *self.names]))
+            self.announced = len(self.names)
+        # integers only: written out (json.dumps would cost a small model's batch a few us)
+        self.lines.append(f"[{self.step},{','.join(map(str, self.counts))}]")
+        self.counts[:] = [0] * len(self.counts)  # in place: add() holds the list
+
+
+def _json_line(row: list[object]) -> str:
+    return json.dumps(row, separators=(",", ":"), ensure_ascii=False)
 
 
 class _Writer:
@@ -132,7 +263,10 @@ class FileMetricLogger:
             raise ValueError(f"metric log directory is a file: {str(self.directory)!r}")
         self._root = str(self.directory)
         self._writer = _Writer()
-        self._paths: dict[tuple[str, int, Split], str] = {}
+        # the open files by (metric name, epoch, split); a name of None is the split's steps
+        self._paths: dict[tuple[str | None, int, Split], str] = {}
+        self._steps: dict[tuple[int, Split], _StepRuns] = {}
+        self._empty: set[str] = set()  # steps files to start anew though they have no line yet
         self._pending: dict[str, list[str]] = {}
         self._started: set[str] = set()
         self._continued: set[str] = set()  # files of a resumed split: appended to, not new
@@ -146,11 +280,12 @@ class FileMetricLogger:
         """Where ``name``'s values for ``epoch`` and ``split`` (``"valid"`` too) are written."""
         return Path(self._file(name, epoch, as_vocabulary(Split, split, "split")))
 
-    def _file(self, name: str, epoch: int, split: Split) -> str:
+    def _file(self, name: str | None, epoch: int, split: Split) -> str:
         # joined as text: making a Path costs more than a small model's epoch spends on its files
+        file = STEPS_FILE if name is None else metric_file_name(name)
         if self.flat:
-            return os.path.join(self._root, metric_file_name(name))
-        return os.path.join(self._root, split.value, f"epoch-{epoch}", metric_file_name(name))
+            return os.path.join(self._root, file)
+        return os.path.join(self._root, split.value, f"epoch-{epoch}", file)
 
     def start(self, config: Mapping[str, Any]) -> None:
         """Nothing to record: ``config.json`` is written by the launch."""
@@ -162,7 +297,25 @@ class FileMetricLogger:
         self._writer.raise_pending()
         for value in values:
             self._queue(value.name, value.epoch, value.split, value.line)
+        if not self.flat:
+            self._count_steps(values)
         self._maybe_hand_off()
+
+    def _count_steps(self, values: Sequence[MetricValue]) -> None:
+        """Count each value's line at its step, per split and epoch (the store logs one split
+        and epoch per call: one run of values)."""
+        start, count = 0, len(values)
+        while start < count:
+            epoch, split = values[start].epoch, values[start].split
+            end = start + 1
+            while end < count and values[end].epoch == epoch and values[end].split is split:
+                end += 1
+            runs = self._steps.get((epoch, split))
+            if runs is None:  # the split starts: its steps file too, before its first line
+                runs = self._steps[(epoch, split)] = _StepRuns()
+                self._open(None, epoch, split)  # (a re-run epoch's old one is emptied)
+            runs.add(values[start:end])
+            start = end
 
     def log_text(self, texts: Sequence[MetricText]) -> None:
         """Queue one line per text entry (raising an earlier write's error, as :meth:`log`)."""
@@ -171,10 +324,15 @@ class FileMetricLogger:
             self._queue(text.name, text.epoch, text.split, text.text)
         self._maybe_hand_off()
 
-    def _queue(self, name: str, epoch: int, split: Split, line: str) -> None:
+    def _queue(self, name: str | None, epoch: int, split: Split, line: str) -> None:
+        self._pending[self._open(name, epoch, split)].append(line)
+
+    def _open(self, name: str | None, epoch: int, split: Split) -> str:
+        """The path of ``name``'s file in the split, handed over anew with the next block when
+        the split starts (again, after a resume) in this logger, unless it was resumed."""
         key = (name, epoch, split)
         path = self._paths.get(key)
-        if path is None:  # the split starts (again, after a resume): a new file
+        if path is None:
             path = self._paths[key] = self._file(name, epoch, split)
             self._pending[path] = []
             if path in self._continued:  # a split resumed mid-way: its file goes on
@@ -183,7 +341,9 @@ class FileMetricLogger:
             else:
                 self._started.discard(path)
                 self._new_file = True
-        self._pending[path].append(line)
+                if name is None:  # the steps file: made with the split, before its first line
+                    self._empty.add(path)
+        return path
 
     def _maybe_hand_off(self) -> None:
         if self._new_file or self._clock() - self._last_hand_off >= self._interval:
@@ -192,6 +352,11 @@ class FileMetricLogger:
     def end_split(self, epoch: int, split: Split) -> None:
         """Forget the split's paths; its lines reach the disk with the next block, after which
         nothing of the split is kept (memory stays flat over any number of epochs)."""
+        runs = self._steps.pop((epoch, split), None)
+        if runs is not None:
+            runs.close_step()
+            for line in runs.take():
+                self._queue(None, epoch, split, line)
         for key in [key for key in self._paths if key[1] == epoch and key[2] is split]:
             self._ended.append(self._paths.pop(key))
 
@@ -200,20 +365,7 @@ class FileMetricLogger:
         raises ``ValueError`` naming the file."""
         self._hand_off()
         self._writer.sync()
-        path = self.path(name, epoch, split)
-        try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except FileNotFoundError:
-            return []
-        entries = []
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                entries.append(NumericEntry.parse(line))
-            except ValueError as error:
-                raise ValueError(f"{path}:{number}: {error}") from None
-        return entries
+        return read_metric_log(self._file(name, epoch, as_vocabulary(Split, split, "split")))
 
     def sync(self) -> None:
         """Write every line logged so far to disk, raising a failed write's error (before a
@@ -229,9 +381,13 @@ class FileMetricLogger:
         try:
             entries = list(os.scandir(directory))
         except FileNotFoundError:
-            return {"sizes": {}}
+            entries = []
         sizes = {entry.name: entry.stat().st_size for entry in entries if entry.is_file()}
-        return {"sizes": dict(sorted(sizes.items()))}
+        position: dict[str, Any] = {"sizes": dict(sorted(sizes.items()))}
+        runs = self._steps.get((epoch, split))
+        if runs is not None:  # the open step's counts, not in the steps file yet
+            position["steps"] = runs.state()
+        return position
 
     def resume_split(self, epoch: int, split: Split, position: dict[str, Any]) -> None:
         """Cut each file of ``split`` in ``epoch`` back to its size in ``position``, remove the
@@ -255,6 +411,8 @@ class FileMetricLogger:
                 self._continued.add(path)
         for name in present - set(sizes):
             os.unlink(os.path.join(directory, name))  # a file begun after the checkpoint
+        if not self.flat:  # the open step goes on (a position of an older ember: a new one)
+            self._steps[(epoch, split)] = _StepRuns(position.get("steps"))
 
     def end(self, summary: LearnerSummary | None, artifacts: Mapping[str, Path]) -> None:
         """Nothing to record: ``summary.json`` is written by the launch."""
@@ -262,12 +420,17 @@ class FileMetricLogger:
     def close(self) -> None:
         """Write everything, stop the writer thread; raise a pending write error."""
         try:
+            for runs in self._steps.values():  # splits that did not end (an error)
+                runs.close_step()
             self._hand_off()
             self._writer.sync()
         finally:  # the thread stops even when a write failed
             self._writer.stop()
 
     def _hand_off(self) -> None:
+        for (epoch, split), runs in self._steps.items():  # the steps that are over
+            for line in runs.take():
+                self._queue(None, epoch, split, line)
         self._last_hand_off = self._clock()
         self._new_file = False
         blocks = []
@@ -275,6 +438,10 @@ class FileMetricLogger:
             if lines:
                 blocks.append((path, "\n".join(lines) + "\n", path not in self._started))
                 self._started.add(path)
+            elif path in self._empty:  # a steps file opened before its first line
+                blocks.append((path, "", True))
+                self._started.add(path)
+        self._empty.clear()
         self._pending = {path: [] for path in self._paths.values()}
         self._started.difference_update(self._ended)  # ended splits: their last block is out
         self._ended.clear()

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ember.train._checkpoint.file import atomic_write
+from ember.train._config import flatten_config
 from ember.train._logger.base import MetricValue, tracker_points
 from ember.train._logger.run import check_artifacts
 from ember.train._vocabulary import Split
@@ -326,18 +327,9 @@ def _sqlite_path(uri: str) -> Path | None:
     return Path(path)
 
 
-def _flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+def _flatten(config: Mapping[str, Any]) -> dict[str, str]:
     """Dotted keys to the text of each leaf, as MLflow params hold them."""
-    flat: dict[str, str] = {}
-    for key, value in config.items():
-        name = mlflow_name(f"{prefix}{key}")
-        if isinstance(value, Mapping):
-            flat.update(_flatten(value, f"{name}."))
-        elif isinstance(value, list) and any(isinstance(item, Mapping) for item in value):
-            for index, item in enumerate(value):
-                item_map = item if isinstance(item, Mapping) else {"value": item}
-                flat.update(_flatten(item_map, f"{name}.{index}."))
-        else:
-            text = value if isinstance(value, str) else json.dumps(value)
-            flat[name] = text[:_PARAM_LENGTH]
-    return flat
+    return {
+        mlflow_name(key): (value if isinstance(value, str) else json.dumps(value))[:_PARAM_LENGTH]
+        for key, value in flatten_config(config).items()
+    }

@@ -22,9 +22,8 @@ from ember.train._checkpoint.export import best_epoch, export_weights
 from ember.train._checkpoint.manifest import manifest_epochs
 from ember.train._checkpoint.strategy import KeepLastNCheckpoints
 from ember.train._config import DEFAULT_CHECKPOINTERS, TrainingConfig
-from ember.train._logger.base import ArtifactLogger, MetricLogger, MetricReader
+from ember.train._logger.base import ArtifactLogger, MetricLogger, MetricReader, StoppingLogger
 from ember.train._logger.file import FileMetricLogger
-from ember.train._run_logs import plot_run
 
 __all__ = [
     "ARTIFACTS",
@@ -81,8 +80,12 @@ def wanted_artifacts(loggers: Sequence[MetricLogger]) -> tuple[str, ...]:
 
 def run_loggers(config: TrainingConfig) -> list[MetricLogger]:
     """The loggers of a run: the file logs first (unless turned off, or given already), then the
-    given ones. Raises ``ValueError`` when nothing reads back what something needs."""
+    given ones; each :class:`StoppingLogger` gets the run's interrupter. Raises ``ValueError``
+    when nothing reads back what something needs."""
     given = list(config.loggers)
+    for logger in given:
+        if isinstance(logger, StoppingLogger):
+            logger.use_interrupter(config.interrupter)
     if config.file_logs:
         directory = config.directory.resolve()
         if not any(
@@ -155,8 +158,10 @@ def run_artifacts(
         else:
             log.warning("No 'model' artifact: the run saved no checkpoint")
     if "curves" in wanted:
+        from ember.runs import load, plot  # the reader above the training layer, as a user's
+
         try:
-            found["curves"] = plot_run(directory, directory / ARTIFACTS["curves"])
+            found["curves"] = plot(load(directory), directory / ARTIFACTS["curves"])
         except FileNotFoundError as error:  # no epoch was logged
             log.warning("No 'curves' artifact: %s", error)
     return found

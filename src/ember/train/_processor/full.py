@@ -178,6 +178,9 @@ class FullEventProcessorTraining:
         elif isinstance(event, EndEpoch):
             renderer.update_epoch(event.epoch)
         elif isinstance(event, Start):
+            # a resumed split that logs no item (its training was over) ends at the resume's
+            # step, not at 0: its epoch values are logged there
+            self._step = event.starting_step
             self._show_progress = announce_start(renderer, event, self.metrics)
         elif isinstance(event, End):
             renderer.end()

@@ -1,0 +1,146 @@
+"""How a run ended, from the files a launch writes: its configuration, summary, end record,
+checkpoints and application log.
+
+* ``config.json``: the run's configuration (``ember/train/_config.py``);
+* ``summary.json``: the summary table, written at the end of a launch with ``.summary()``;
+* ``checkpoint/run-end.json``: written when a run finished (``num_epochs`` or ``max_steps``
+  reached, or early stopping) and trusted only when its epoch is the newest checkpoint's, so
+  that a run resumed and still training is never taken for finished;
+* ``checkpoint/manifest-N.json`` and the state the checkpointing strategy saved: the best epoch,
+  as ``LearningResult.best_epoch`` and ``ember export --epoch best`` read it;
+* ``experiment.log``: from the last ``Starting training`` line (the latest launch), the reason
+  of a stop (``Training interrupted: ...``, early stopping's ``Stopping training loop, ...``)
+  and whether the launch failed (``Training failed``).
+
+The last completed epoch comes from the end record of a finished run, else from the logs: the
+newest epoch whose last split (valid, or train in a run that trains only) logged its epoch
+values. Nothing here imports the training loop; the files are read as JSON and text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ember._errors import CheckpointError
+from ember.train._checkpoint.export import best_epoch
+from ember.train._checkpoint.manifest import manifest_epochs
+from ember.train._checkpoint.end import RunEnd, read_run_end
+from ember.train._summary import LearnerSummary
+
+__all__ = ["RunFacts", "describe", "read_config", "read_facts", "read_summary"]
+
+_LAUNCH = re.compile(r"^\S+ \S+ INFO ember\.train: Starting training for ", re.M)
+_STOPPED = re.compile(
+    r"^\S+ \S+ INFO ember\.train: (?:Training interrupted: |Stopping training loop, )(.*)$", re.M
+)
+_FAILED = re.compile(r"^\S+ \S+ ERROR ember\.train: Training failed$", re.M)
+
+
+@dataclass(frozen=True, slots=True)
+class RunFacts:
+    """How a run ended, as far as its files say (see the module doc)."""
+
+    last_epoch: int
+    best_epoch: int | None
+    stop_reason: str | None
+    finished: bool
+    failed: bool
+
+
+def read_config(directory: Path) -> dict[str, Any]:
+    """``config.json`` as a dict ({} without one); ValueError naming a file that is not one."""
+    data = _json(directory / "config.json")
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{directory / 'config.json'} is not a run configuration (a JSON object)")
+    return data
+
+
+def read_summary(directory: Path) -> LearnerSummary | None:
+    """``summary.json`` (None without one); ValueError naming a file that is not a summary."""
+    path = directory / "summary.json"
+    try:
+        data = _json(path)
+        return None if data is None else LearnerSummary.from_json(data)
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise ValueError(f"{path} is not a learner summary: {error!r}") from None
+
+
+def read_facts(
+    directory: Path,
+    summary: LearnerSummary | None,
+    epochs_logged: int,
+) -> RunFacts:
+    """The facts of the run in ``directory``; ``epochs_logged`` is the newest epoch whose last
+    split logged its epoch values."""
+    checkpoints = directory / "checkpoint"
+    end = _run_end(checkpoints)
+    launch = _latest_launch(directory / "experiment.log")
+    if end is not None:
+        last_epoch, reason = end.epoch, end.stop_reason
+    else:
+        last_epoch = epochs_logged
+        found = _STOPPED.findall(launch or "")
+        reason = found[-1] if found else None
+        if reason is None and launch is None and summary is not None:
+            reason = summary.stop_reason if summary.epochs == last_epoch else None
+    return RunFacts(
+        last_epoch,
+        _best_epoch(checkpoints),
+        reason,
+        finished=end is not None,
+        failed=launch is not None and _FAILED.search(launch) is not None,
+    )
+
+
+def _json(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as error:
+        raise ValueError(f"{path} is not valid JSON: {error}") from None
+
+
+def _run_end(checkpoints: Path) -> RunEnd | None:
+    """The end record when it is the newest checkpoint's (else the run went on after it)."""
+    if not checkpoints.is_dir():
+        return None
+    epochs = manifest_epochs(checkpoints)
+    return read_run_end(checkpoints, max(epochs)) if epochs else None
+
+
+def _best_epoch(checkpoints: Path) -> int | None:
+    if not checkpoints.is_dir():
+        return None
+    try:
+        return best_epoch(checkpoints)
+    except CheckpointError:  # no complete checkpoint: no best one either
+        return None
+
+
+def _latest_launch(path: Path) -> str | None:
+    """The application log from the latest launch's first line on; None without a log."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return None
+    starts = [match.start() for match in _LAUNCH.finditer(text)]
+    return text[starts[-1] :] if starts else text
+
+
+def describe(facts: RunFacts, config: Mapping[str, Any]) -> str:
+    """One line: how far the run got and how it ended."""
+    how = "finished" if facts.finished else "failed" if facts.failed else "not finished"
+    reason = f" ({facts.stop_reason})" if facts.stop_reason else ""
+    total = config.get("num_epochs")
+    of = f" of {total}" if isinstance(total, int) and config.get("max_steps") is None else ""
+    return f"epoch {facts.last_epoch}{of}, {how}{reason}"
