@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from ember import _protocols
-from ember._protocols import added, check_protocol, with_defaults
-from ember.extend import EarlyStoppingStrategy, MetricQuery
+from ember._protocols import added, check_protocol, member, with_defaults
+from ember.extend import EarlyStoppingStrategy, MetricQuery, Renderer
 from ember.train import (
     Direction,
     Learner,
@@ -96,16 +96,36 @@ class NamedGreeter(OldGreeter):
     name = "Ada"
 
 
-def test_the_adapter_forwards_what_exists_and_defaults_the_rest() -> None:
-    """Present members are the implementation's (read each time), missing ones the defaults."""
+def test_member_reads_what_exists_and_defaults_the_rest() -> None:
+    """An implementation is checked and returned as it is; ``member`` gives its own members
+    (read each time) and the protocol's defaults for the ones it lacks."""
     implementation = NamedGreeter()
     with pytest.warns(DeprecationWarning, match=r"lacks farewell \(added in 9.9\)"):
-        adapted: Any = with_defaults(implementation, Greeter, "greeter")
-    assert adapted.greet("you") == "hi you"
-    assert adapted.farewell("you") == "bye you"
-    assert adapted.name == "Ada"
+        checked = with_defaults(implementation, Greeter, "greeter")
+    assert checked is implementation
+    assert member(implementation, Greeter, "greet")("you") == "hi you"
+    assert member(implementation, Greeter, "farewell")("you") == "bye you"
+    assert member(implementation, Greeter, "name") == "Ada"
     implementation.name = "Grace"
-    assert adapted.name == "Grace"
+    assert member(implementation, Greeter, "name") == "Grace"
+    assert member(OldGreeter(), Greeter, "name") == "anonymous"
+
+
+def test_a_renderer_s_optional_members_default_to_renderer_s() -> None:
+    """A plain renderer without the optional members gets ``Renderer``'s (which show nothing),
+    bound to it; its own members are its own."""
+
+    class Shown:
+        def __init__(self) -> None:
+            self.steps: list[int] = []
+
+        def update_step(self, step: int) -> None:
+            self.steps.append(step)
+
+    shown = Shown()
+    member(shown, Renderer, "update_step")(3)
+    assert shown.steps == [3]
+    assert member(shown, Renderer, "on_warning")("ignored") is None
 
 
 def test_a_complete_implementation_is_returned_as_is() -> None:

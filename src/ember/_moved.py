@@ -63,14 +63,12 @@ MOVED: Final[dict[str, dict[str, str]]] = {
             "MetricMetadata",
             "MetricState",
             "MetricsRenderer",
-            "MetricsRendererTraining",
             "NumericEntry",
             "PerplexityInput",
             "ProcessedItem",
             "Start",
             "StartSplit",
             "TopKAccuracyInput",
-            "TrainingProgressLogger",
             "WerInput",
             "adapt",
             "merge_outputs",
@@ -172,8 +170,6 @@ MOVED: Final[dict[str, dict[str, str]]] = {
         "CliMetricsRenderer": _TRAIN,
         "MetricState": _EXTEND,
         "MetricsRenderer": _EXTEND,
-        "MetricsRendererTraining": _EXTEND,
-        "TrainingProgressLogger": _EXTEND,
         "default_renderer": _TRAIN,
     },
     "ember.train.strategy": {
@@ -194,9 +190,18 @@ _AGGREGATE = (
     "MetricCheckpointingStrategy(metric, direction, split), query.find_metric(name, epoch, split))",
 )
 
+_RENDERER = (
+    "ember.train._renderer.base.MetricsRenderer",
+    "a renderer is one protocol since 0.2.0, both Burn's roles in it: write "
+    "`from ember.extend import MetricsRenderer` (or subclass ember.extend.Renderer, whose every "
+    "method does nothing)",
+)
+_ROLES = dict.fromkeys(("MetricsRendererTraining", "TrainingProgressLogger"), _RENDERER)
+
 DEPRECATED: Final[dict[str, dict[str, tuple[str, str]]]] = {
-    "ember.train": {"Aggregate": _AGGREGATE},
+    "ember.train": {"Aggregate": _AGGREGATE, **_ROLES},
     "ember.train.metric": {"Aggregate": _AGGREGATE},
+    "ember.train.renderer": _ROLES,
 }
 """``{old namespace: {name: (where it lives now, what to write instead)}}``: it still works."""
 

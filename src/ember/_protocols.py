@@ -2,12 +2,14 @@
 
 What a user implements is a ``typing.Protocol`` (``ember.extend``): a plain class with the
 members is an implementation, and the builder checks it at the call (:func:`check_protocol`),
-naming every member it lacks. A member with a default has a body, the default an implementation
-that leaves it out gets: :func:`optional` marks one an implementation may leave out freely (a
-renderer's ``on_warning``), :func:`added` one that came after a release (``docs/design.md``,
-"Stability"). An implementation without an added member keeps working: :func:`with_defaults`
-warns once that it should add it. Either way the run is handed an adapter in which the missing
-members are the protocol's defaults::
+naming every member it lacks. A member added to a protocol after a release is marked
+:func:`added` and has a body, the default an older implementation gets (``docs/design.md``,
+"Stability"): such an implementation keeps working, and :func:`with_defaults` warns once that it
+should add the member. Members an implementation may always leave out are not on the protocol
+(a type checker would require them) but on a class of defaults: ``Renderer``'s no-op methods for
+a renderer's optional ones. Whoever calls a member that has a default reads it through
+:func:`member`, which gives the implementation's own or the default; the object itself is never
+wrapped, so everything else it is (another protocol's members, its identity) stays as it is::
 
     class EarlyStoppingStrategy(Protocol):
         def should_stop(self, epoch: int, query: MetricQuery) -> bool: ...
@@ -16,24 +18,26 @@ members are the protocol's defaults::
         @added("0.2.0")
         def reason(self) -> str | None:
             return None                     # what a 0.1.0 strategy's reason is
+
+    reason = member(strategy, EarlyStoppingStrategy, "reason")
 """
 
 from __future__ import annotations
 
 import inspect
+import types
 import warnings
 from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar
 
 from ember._moved import FORMER_CONTRACTS
 
-__all__ = ["added", "added_in", "check_protocol", "optional", "with_defaults"]
+__all__ = ["added", "added_in", "check_protocol", "member", "with_defaults"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
-_DEFAULT = "__ember_default__"
-_OPTIONAL = ""  # the mark of an optional member: it came with its protocol, not after
+_ADDED = "__ember_added__"
 
 
 def added(version: str) -> Callable[[F], F]:
@@ -41,27 +45,16 @@ def added(version: str) -> Callable[[F], F]:
     implementation without it is warned of (once)."""
 
     def mark(member: F) -> F:
-        setattr(member, _DEFAULT, version)
+        setattr(member, _ADDED, version)
         return member
 
     return mark
 
 
-def optional(member: F) -> F:
-    """Mark a protocol member as optional: its body is its default (no warning)."""
-    setattr(member, _DEFAULT, _OPTIONAL)
-    return member
-
-
-def _mark(member: object) -> str | None:
-    function = member.fget if isinstance(member, property) else member
-    return getattr(function, _DEFAULT, None)
-
-
 def added_in(member: object) -> str | None:
-    """The version a protocol member was added in (``@added``), or None: it is required or
-    optional from the start."""
-    return _mark(member) or None
+    """The version a protocol member was added in (``@added``), or None: it is required."""
+    function = member.fget if isinstance(member, property) else member
+    return getattr(function, _ADDED, None)
 
 
 def _declared(protocol: type) -> dict[str, object]:
@@ -91,7 +84,7 @@ def check_protocol(value: Any, protocol: type, what: str) -> None:
     missing = [
         name
         for name, member in _declared(protocol).items()
-        if _mark(member) is None and _lacks(value, name, inspect.isfunction(member))
+        if added_in(member) is None and _lacks(value, name, inspect.isfunction(member))
     ]
     if missing:
         raise TypeError(
@@ -116,19 +109,16 @@ _warned: set[tuple[type, type]] = set()
 
 
 def with_defaults(value: T, protocol: type[Any], what: str) -> T:
-    """``value`` checked against ``protocol``; if it lacks members that have defaults, an
-    adapter that forwards to it and takes the protocol's defaults for those (members added
-    after a release are warned of once per class, with the members to add)."""
+    """``value`` checked against ``protocol`` (:func:`check_protocol`); when it lacks members
+    added after a release, one ``DeprecationWarning`` per class names them. The value itself is
+    returned: its missing members are read with :func:`member`."""
     check_protocol(value, protocol, what)
     declared = _declared(protocol)
-    missing = sorted(
+    late = sorted(
         name
         for name, member in declared.items()
-        if _mark(member) is not None and _lacks(value, name, inspect.isfunction(member))
+        if added_in(member) is not None and _lacks(value, name, inspect.isfunction(member))
     )
-    if not missing:
-        return value
-    late = [name for name in missing if added_in(declared[name]) is not None]
     if late and (type(value), protocol) not in _warned:
         _warned.add((type(value), protocol))
         versions = sorted({str(added_in(declared[name])) for name in late})
@@ -140,38 +130,17 @@ def with_defaults(value: T, protocol: type[Any], what: str) -> T:
             DeprecationWarning,
             stacklevel=3,
         )
-    adapter: T = _adapter(value, protocol, declared, missing)
-    return adapter
+    return value
 
 
-def _adapter(value: Any, protocol: type, declared: dict[str, object], missing: list[str]) -> Any:
-    """An object of a new class whose members forward to ``value``, except ``missing``: those
-    are the protocol's own (their defaults)."""
-    doc = f"{type(value).__name__} as a {protocol.__name__}, with the defaults of {missing}"
-    body: dict[str, object] = {"__slots__": ("wrapped",), "__doc__": doc}
-    for name, member in declared.items():
-        if name in missing:
-            body[name] = member
-        elif inspect.isfunction(member):
-            body[name] = _forward_method(name)
-        else:
-            body[name] = property(_forward_attribute(name))
-    cls = type(f"{type(value).__name__}WithDefaults", (), body)
-    adapter = cls()
-    adapter.wrapped = value
-    return adapter
-
-
-def _forward_method(name: str) -> Callable[..., Any]:
-    def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
-        return getattr(self.wrapped, name)(*args, **kwargs)
-
-    forward.__name__ = name
-    return forward
-
-
-def _forward_attribute(name: str) -> Callable[[Any], Any]:
-    def forward(self: Any) -> Any:
-        return getattr(self.wrapped, name)
-
-    return forward
+def member(value: Any, defaults: type, name: str) -> Any:
+    """``value``'s member ``name``, or, when it has none, the default ``defaults`` declares (an
+    ``@added`` protocol member, or a class of defaults' method): bound to ``value``, or a default
+    property's value. Resolve a method once where it is called per batch."""
+    if hasattr(value, name):
+        return getattr(value, name)
+    default = inspect.getattr_static(defaults, name)
+    if isinstance(default, property):
+        assert default.fget is not None
+        return default.fget(value)
+    return types.MethodType(default, value)

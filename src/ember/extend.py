@@ -39,15 +39,12 @@ from ember.train._events import (
 )
 from ember.train._hooks import Stateful, TrainingHooks
 from ember.train._logger.base import (
-    ArtifactLogger,
-    ErrorLogger,
+    Logger,
     MetricLogger,
     MetricReader,
     MetricText,
     MetricValue,
     ResumableLogger,
-    StoppingLogger,
-    TextLogger,
 )
 from ember.train._metric.accuracy import AccuracyInput
 from ember.train._metric.base import (
@@ -72,17 +69,7 @@ from ember.train._metric.state import MeanMetric
 from ember.train._metric.top_k import TopKAccuracyInput
 from ember.train._outputs import ItemLazy
 from ember.train._processor import EventProcessor
-from ember.train._renderer.base import (
-    EvaluationRenderer,
-    MetricsRenderer,
-    MetricsRendererEvaluation,
-    MetricsRendererTraining,
-    MetricState,
-    ResumedSplitLogger,
-    StepProgressLogger,
-    StopCheckpointLogger,
-    TrainingProgressLogger,
-)
+from ember.train._renderer.base import EvaluationRenderer, MetricsRenderer, MetricState, Renderer
 from ember.train._step import StepContext, current_step
 from ember.train._strategy.base import (
     LocalRun,
@@ -96,7 +83,6 @@ from ember.train._vocabulary import Direction, Split
 
 __all__ = [
     "AccuracyInput",
-    "ArtifactLogger",
     "CerInput",
     "CheckpointFile",
     "Checkpointer",
@@ -111,7 +97,6 @@ __all__ = [
     "EndEvaluation",
     "EndSplit",
     "EndTest",
-    "ErrorLogger",
     "EvaluationRenderer",
     "EvaluatorEvent",
     "EventProcessor",
@@ -119,6 +104,7 @@ __all__ = [
     "ItemLazy",
     "LearnerEvent",
     "LocalRun",
+    "Logger",
     "LossInput",
     "MeanMetric",
     "Metric",
@@ -133,8 +119,6 @@ __all__ = [
     "MetricText",
     "MetricValue",
     "MetricsRenderer",
-    "MetricsRendererEvaluation",
-    "MetricsRendererTraining",
     "MidRoundCheckpointer",
     "Numeric",
     "NumericEntry",
@@ -142,9 +126,9 @@ __all__ = [
     "ProcessedItem",
     "Progress",
     "Record",
+    "Renderer",
     "ResumableLogger",
     "ResumePoint",
-    "ResumedSplitLogger",
     "RunCheckpointer",
     "Save",
     "Split",
@@ -155,16 +139,11 @@ __all__ = [
     "Stateful",
     "StatefulMetric",
     "StepContext",
-    "StepProgressLogger",
-    "StopCheckpointLogger",
-    "StoppingLogger",
     "StrategyRun",
     "SupervisedLearningStrategy",
-    "TextLogger",
     "TopKAccuracyInput",
     "TrainingHooks",
     "TrainingItem",
-    "TrainingProgressLogger",
     "TrainingRecords",
     "WerInput",
     "adapt",

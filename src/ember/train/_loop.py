@@ -74,10 +74,12 @@ from typing import Any
 
 import torch
 
+from ember._protocols import member
 from ember.data import Progress
 from ember.train._checkpoint.mid_round import ResumePoint
 from ember.train._checkpoint.saver import CheckpointSaver
 from ember.train._counters import RunCounters
+from ember.train._early_stopping import EarlyStoppingStrategy
 from ember.train._events import EndEpoch, EndSplit, ProcessedItem, Start, StartSplit, TrainingItem
 from ember.train._gradient_checkpointing import checkpointed
 from ember.train._inference import inference_pass
@@ -398,7 +400,8 @@ class TrainingLoop:
             return False
         reason = None
         if plan.main and stopping.should_stop(epoch, self.store):
-            reason = stopping.reason or f"early stopping after epoch {epoch}"
+            reason = member(stopping, EarlyStoppingStrategy, "reason")
+            reason = reason or f"early stopping after epoch {epoch}"
         reason = run.decide(reason)
         if reason is None:
             return False

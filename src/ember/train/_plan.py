@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ember._protocols import member
 from ember.data import DataLoader
 from ember.train._checkpoint.checkpointer import MidRoundCheckpointer, RunCheckpointer
 from ember.train._checkpoint.learning import LearningCheckpointer
@@ -48,7 +49,7 @@ from ember.train._metric.grad_norm import GradNormMetric
 from ember.train._metric.registered import MetricsTraining
 from ember.train._metric.resumable import has_metric_state
 from ember.train._schedule import Schedule, check_schedule, steps_per_pass
-from ember.train._strategy.base import SupervisedLearningStrategy, pass_size
+from ember.train._strategy.base import StrategyDefaults, SupervisedLearningStrategy, pass_size
 from ember.train._strategy.single import SingleDevice
 from ember.train._vocabulary import Split
 
@@ -94,7 +95,7 @@ def plan_run(config: TrainingConfig, learner: Learner[Any]) -> RunPlan:
     """The plan of ``config``'s run with ``learner`` (see the module doc); refusals raise
     TypeError/ValueError before anything runs."""
     strategy = config.strategy or SingleDevice()
-    strategy.check(learner)
+    member(strategy, StrategyDefaults, "check")(learner)
     _check_monitor(config, learner)
     _check_metric_names(config)
     checkpointer = _checkpointer(config)

@@ -54,6 +54,7 @@ import torch
 from torch import nn
 
 from ember._errors import CheckpointError
+from ember._protocols import member
 from ember.train._application_log import ExperimentLogHandler, experiment_log, warnings_to
 from ember.train._checkpoint.end import RunEnd
 from ember.train._checkpoint.export import best_epoch, model_checkpoints
@@ -79,11 +80,11 @@ from ember.train._processor import (
     FullEventProcessorTraining,
     SilentProcessor,
 )
-from ember.train._renderer.base import EvaluationRenderer, MetricsRenderer, WarningRenderer
+from ember.train._renderer.base import EvaluationRenderer, MetricsRenderer, Renderer
 from ember.train._renderer.cli import CliMetricsRenderer
 from ember.train._renderer.default import default_renderer
 from ember.train._result import LearningResult
-from ember.train._strategy.base import StrategyRun
+from ember.train._strategy.base import StrategyDefaults, StrategyRun
 from ember.train._summary import LearnerSummary, describe_model
 from ember.train._vocabulary import Split
 
@@ -162,11 +163,7 @@ class TrainingSession(Generic[M]):
         warnings reach the screen too."""
         config, checkpointer = self.plan.config, self._checkpointer("resume_latest()")
         renderer = self.renderer
-        show = (
-            renderer.on_warning
-            if self.plan.main and isinstance(renderer, WarningRenderer)
-            else None
-        )
+        show = member(renderer, Renderer, "on_warning") if self.plan.main else None
         with warnings_to(show):  # skipped checkpoints: in experiment.log and on the screen
             self.start = resume_latest_point(
                 checkpointer, fresh_if_unusable=config.fresh_if_unusable
@@ -233,7 +230,8 @@ class TrainingSession(Generic[M]):
             config.num_epochs,
             self.counters.last_round + 1,
         )
-        plan.strategy.use_precision(config.precision)  # e.g. FSDP's mixed-precision policy
+        use_precision = member(plan.strategy, StrategyDefaults, "use_precision")
+        use_precision(config.precision)  # e.g. FSDP's mixed-precision policy
         loaders = {"train": config.train}
         if config.valid is not None:
             loaders["valid"] = config.valid

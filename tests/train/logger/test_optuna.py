@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 import torch
 
-from ember.extend import StoppingLogger
 from ember.runs import load
 from ember.train import Learner, LossMetric, OptunaPruning
 from tests.train.fixtures import TinyRegressor, ember_threads, loader, quiet
@@ -59,7 +58,6 @@ def test_a_pruned_trial_stops_its_run_as_an_interrupt(tmp_path: Path) -> None:
     )
     trial = trials.ask()
     pruning = OptunaPruning(trial, "Loss")
-    assert isinstance(pruning, StoppingLogger)
     result = run_trial(tmp_path / "run", pruning, 0.05)
     assert result.error is None and ember_threads() == []
     assert result.stop_reason == "pruned by optuna at epoch 2 (trial 0)"

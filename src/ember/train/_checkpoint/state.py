@@ -46,6 +46,7 @@ from typing import Any, Protocol
 import torch
 
 from ember._errors import CheckpointError
+from ember._protocols import member
 from ember.data import DataLoader
 from ember.train._checkpoint.checkpointer import TrainingRecords
 from ember.train._checkpoint.file import CheckpointFile
@@ -317,12 +318,14 @@ class EarlyStoppingPart:
         self.strategy = strategy
 
     def save(self, snapshot: Snapshot) -> None:
-        snapshot.state["early_stopping"] = self.strategy.state_dict()
+        state_dict = member(self.strategy, EarlyStoppingStrategy, "state_dict")
+        snapshot.state["early_stopping"] = state_dict()
 
     def load(self, snapshot: Snapshot) -> None:
         """A checkpoint written without early stopping leaves the strategy as it is."""
         if "early_stopping" in snapshot.state:
-            self.strategy.load_state_dict(snapshot.state["early_stopping"])
+            load = member(self.strategy, EarlyStoppingStrategy, "load_state_dict")
+            load(snapshot.state["early_stopping"])
 
 
 class UserPart:

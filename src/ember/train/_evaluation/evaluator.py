@@ -42,7 +42,7 @@ from torch import nn
 
 from ember._checks import check_directory
 from ember._errors import DistributedError
-from ember._protocols import check_protocol, with_defaults
+from ember._protocols import check_protocol, member, with_defaults
 from ember.data import DataLoader
 from ember.data._torch_loader import as_ember_loader
 from ember.train._application_log import experiment_log
@@ -66,7 +66,12 @@ from ember.train._processor import AsyncProcessorTraining
 from ember.train._renderer.base import EvaluationRenderer
 from ember.train._renderer.cli import CliMetricsRenderer
 from ember.train._step import InferenceStep
-from ember.train._strategy.base import SupervisedLearningStrategy, model_device, pass_size
+from ember.train._strategy.base import (
+    StrategyDefaults,
+    SupervisedLearningStrategy,
+    model_device,
+    pass_size,
+)
 from ember.train._strategy.single import SingleDevice
 from ember.train._vocabulary import Split
 
@@ -261,7 +266,7 @@ class Evaluator:
         """Run every test on the model placed once; the main process's summarised values, on
         every process."""
         model = self._model
-        strategy.use_precision(self._config.precision)
+        member(strategy, StrategyDefaults, "use_precision")(self._config.precision)
         run = strategy.start(model, {_key(name): loader for name, loader in tests})
         rows: list[dict[str, Any]] = []
         try:

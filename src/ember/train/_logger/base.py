@@ -12,16 +12,13 @@ A tracker (MLflow, Weights & Biases, a JSON-lines file) implements :class:`Metri
         def close(self):                    pass
 
 Loggers that keep values where they can be read again (files, memory, one CSV file) are also
-:class:`MetricReader`; checkpointing strategies, early stopping and the summary ask them. Ember's
-file logger also writes the text of metrics that log text, not numbers (:class:`TextLogger`).
-A logger that wants files the run does not write unasked (the best checkpoint's export, the
-curves PNG) names them (:class:`ArtifactLogger`), and gets their paths in ``end``. A logger
-that keeps what it logged where a later process finds it (files) can be cut back to where a
-mid-round checkpoint left a split (:class:`ResumableLogger`), so a resumed run appends to the
-split's logs with no line lost or repeated. A logger that decides when the run stops (a
-hyper-parameter search's pruner) is handed the run's interrupter at launch
-(:class:`StoppingLogger`): it stops the run as ``interrupter.stop(reason)`` does, never by
-raising.
+:class:`MetricReader`; checkpointing strategies, early stopping and the summary ask them. A
+logger that keeps what it logged where a later process finds it (files) can be cut back to where
+a mid-round checkpoint left a split (:class:`ResumableLogger`), so a resumed run appends to the
+split's logs with no line lost or repeated. A logger's optional members (the text of metrics
+that log text, files the run writes only when asked, the run's error, the run's interrupter for
+a logger that decides when it stops: a pruner) have defaults that do nothing: :class:`Logger`'s,
+a base class to subclass.
 """
 
 from __future__ import annotations
@@ -40,15 +37,12 @@ if TYPE_CHECKING:
     from ember.train._summary import LearnerSummary
 
 __all__ = [
-    "ArtifactLogger",
-    "ErrorLogger",
+    "Logger",
     "MetricLogger",
     "MetricReader",
     "MetricText",
     "MetricValue",
     "ResumableLogger",
-    "StoppingLogger",
-    "TextLogger",
     "tracker_points",
 ]
 
@@ -123,7 +117,7 @@ class MetricLogger(Protocol):
     tracker, stops the launch). Then, per split of each epoch, ``log`` for each batch and once for
     the epoch values, then ``end_split``. ``end`` gets the summary (None without one) and the
     run's artifacts (``{"summary": path, ...}``: only files that exist), ``close`` is called
-    last, also after an error (a logger that is an :class:`ErrorLogger` is told the error
+    last, also after an error (a logger with ``on_error`` is told the error
     before ``end``).
     """
 
@@ -159,45 +153,6 @@ class MetricReader(Protocol):
 
 
 @runtime_checkable
-class TextLogger(Protocol):
-    """A logger that also keeps the entries of metrics that log text."""
-
-    def log_text(self, texts: Sequence[MetricText]) -> None:
-        """The text entries of one batch, or of the split end."""
-        ...
-
-
-@runtime_checkable
-class ErrorLogger(Protocol):
-    """Optional: a logger told the run's error before its ``end`` (a tracker marks it failed).
-
-    Without it a tracker cannot tell a run that raised from one that ended well: both get
-    ``end`` (with the artifacts that exist) and ``close``.
-    """
-
-    def on_error(self, error: BaseException) -> None:
-        """The run's error (the first one); ``end`` and ``close`` follow."""
-        ...
-
-
-@runtime_checkable
-class ArtifactLogger(Protocol):
-    """A logger that asks the run for files it writes only when asked.
-
-    ``"model"``: the best epoch's weights (the last epoch's without a metric checkpointing
-    strategy) exported as one plain safetensors file, ``DIR/model.safetensors``;
-    ``"curves"``: the per-epoch curves, ``DIR/metrics.png`` (needs matplotlib, the ``plot``
-    extra). They are written at the end of the run, after the last checkpoint, and handed to
-    every logger's ``end`` with the other artifacts; ``launch`` refuses, before training, a
-    request the run cannot meet (no checkpoints, no file logs).
-    """
-
-    def wanted_artifacts(self) -> Collection[str]:
-        """The names of the files wanted, of ``"model"`` and ``"curves"``."""
-        ...
-
-
-@runtime_checkable
 class ResumableLogger(Protocol):
     """A logger whose logs of a split can be cut back to a saved position (``docs/design.md``,
     "Mid-round checkpoints").
@@ -219,23 +174,51 @@ class ResumableLogger(Protocol):
         ...
 
 
-@runtime_checkable
-class StoppingLogger(Protocol):
-    """A logger that may stop the run (a pruner): given the run's interrupter at launch.
+class Logger:
+    """A logger that records nothing: subclass it and override what you record. Its methods are
+    also the defaults of a logger's optional members, which a plain class may leave out:
 
-    ``use_interrupter`` is called once per launch, before ``start`` (a logger may also only
-    read it: ``WandbLogger`` leaves out the epoch value of a train split a stop cut short). The
-    logger stops the run with ``interrupter.stop(reason)``, as Ctrl-C or user code would
-    (``docs/training.md``, "Stopping"): the run ends with ``result.stop_reason`` set to
-    ``reason``, its directory a valid run that ``resume_latest()`` continues. Called from
-    ``end_split`` of a validation, the stop takes effect before the next round trains when the
-    run waits for its metrics at the end of each round (it keeps checkpoints or has early
-    stopping; else a few batches of the next round may train first).
+    ``log_text(texts)``: the text entries of one batch or split end (metrics that log text,
+    ``CudaMetric``); ``wanted_artifacts()``: the files the run writes only when asked, of
+    ``"model"`` (the best epoch's weights, ``DIR/model.safetensors``) and ``"curves"`` (the
+    per-epoch curves, ``DIR/metrics.png``; the ``plot`` extra), written at the run's end and
+    handed to ``end`` (``launch`` refuses, before training, a request the run cannot meet);
+    ``on_error(error)``: the run's first error, before ``end`` (a tracker marks the run failed);
+    ``use_interrupter(interrupter)``: the handle that stops the run, given once per launch before
+    ``start`` (a pruner stops with ``interrupter.stop(reason)``, as Ctrl-C would: the run ends
+    with ``result.stop_reason`` set, its directory a valid run that ``resume_latest()``
+    continues; called from a validation's ``end_split``, the stop takes effect before the next
+    round trains when the run waits for its metrics at each round's end, which it does when it
+    keeps checkpoints or has early stopping).
     """
 
+    def start(self, config: Mapping[str, Any]) -> None:
+        """The run's configuration."""
+
+    def log(self, values: Sequence[MetricValue]) -> None:
+        """The numbers of one batch, or the epoch values at the split end."""
+
+    def end_split(self, epoch: int, split: Split) -> None:
+        """The split of ``epoch`` ended."""
+
+    def end(self, summary: LearnerSummary | None, artifacts: Mapping[str, Path]) -> None:
+        """Training ended."""
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def log_text(self, texts: Sequence[MetricText]) -> None:
+        """Optional: the text entries of one batch, or of the split end."""
+
+    def wanted_artifacts(self) -> Collection[str]:
+        """Optional: the names of the files wanted, of ``"model"`` and ``"curves"``."""
+        return ()
+
+    def on_error(self, error: BaseException) -> None:
+        """Optional: the run's error (the first one); ``end`` and ``close`` follow."""
+
     def use_interrupter(self, interrupter: Interrupter) -> None:
-        """The handle that stops this run."""
-        ...
+        """Optional: the handle that stops this run."""
 
 
 def tracker_points(value: MetricValue) -> list[tuple[str, int]]:

@@ -25,7 +25,7 @@ Needs the ``ember[mlflow]`` extra, imported only when a logger is created::
   best epoch's weights exported as ``model.safetensors`` (the run must keep checkpoints), and
   ``"curves"``, the curves ``metrics.png`` as ``ember plot`` draws them (needs matplotlib, the
   ``plot`` extra); the run is then finished: ``FAILED`` when training raised (the logger is an
-  ``ErrorLogger``), else ``FINISHED``; a run that never reached ``end`` is marked ``FAILED`` at
+  ``on_error``), else ``FINISHED``; a run that never reached ``end`` is marked ``FAILED`` at
   ``close``, which sends the values logged before the error first.
 * **Resume**: the MLflow run id is kept in ``DIR/mlflow-run.json``; a resumed run of ember
   (``resume_latest()``/``checkpoint(n)``) continues the same MLflow run, its steps following
@@ -116,7 +116,7 @@ class MLflowLogger:
         self._failed = False
 
     def wanted_artifacts(self) -> Collection[str]:
-        """The files chosen with ``artifacts`` (see :class:`~ember.extend.ArtifactLogger`)."""
+        """The files chosen with ``artifacts`` (see :class:`~ember.extend.Logger`)."""
         return self.artifacts
 
     def start(self, config: Mapping[str, Any]) -> None:
@@ -176,7 +176,7 @@ class MLflowLogger:
         self._send()
 
     def on_error(self, error: BaseException) -> None:
-        """Training raised (``ErrorLogger``): ``end`` marks the run failed, not finished."""
+        """Training raised (``on_error``): ``end`` marks the run failed, not finished."""
         self._failed = True
 
     def end(self, summary: LearnerSummary | None, artifacts: Mapping[str, Path]) -> None:

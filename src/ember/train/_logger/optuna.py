@@ -13,7 +13,7 @@ Needs the ``ember[optuna]`` extra, imported only when one is created::
 It does what optuna-integration's ``PyTorchLightningPruningCallback`` does, with ember's stop
 path: at the end of each validation, ``trial.report(value, step)`` with the epoch value of the
 chosen metric and split, then ``trial.should_prune()``; when it says so, the run is stopped
-through its interrupter (``StoppingLogger``) with the reason ``pruned by optuna at epoch E
+through its interrupter (``use_interrupter``) with the reason ``pruned by optuna at epoch E
 (trial N)``, which ``result.stop_reason`` and the summary carry. Training ends after that
 round, its checkpoint is written as at any stop, and the directory stays a valid run that
 ``resume_latest()`` would continue; :meth:`OptunaPruning.result` then raises

@@ -6,7 +6,7 @@ checkpointing read back. Without them, one of the given loggers must read back
 (:class:`~ember.train._logger.base.MetricReader`), or the run is refused before training.
 
 At the end the loggers get the run's files: ``config.json`` and ``summary.json`` when they
-exist, and the files a logger asked for (:class:`~ember.train._logger.base.ArtifactLogger`),
+exist, and the files a logger asked for (``wanted_artifacts``, :class:`~ember.extend.Logger`),
 written then: the best checkpoint's export and the curves PNG. Both cost time and disk (a copy
 of the weights, matplotlib), so no run writes them unasked.
 """
@@ -18,11 +18,12 @@ import logging
 from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 
+from ember._protocols import member
 from ember.train._checkpoint.export import best_epoch, export_weights
 from ember.train._checkpoint.manifest import manifest_epochs
 from ember.train._checkpoint.strategy import KeepLastNCheckpoints
 from ember.train._config import DEFAULT_CHECKPOINTERS, TrainingConfig
-from ember.train._logger.base import ArtifactLogger, MetricLogger, MetricReader, StoppingLogger
+from ember.train._logger.base import Logger, MetricLogger, MetricReader
 from ember.train._logger.file import FileMetricLogger
 
 __all__ = [
@@ -48,7 +49,7 @@ WRITTEN_WHEN_ASKED = {
     "model": "the best epoch's weights as one safetensors file",
     "curves": "the per-epoch curves as a PNG (matplotlib)",
 }
-"""The artifacts a logger can ask for (:class:`~ember.train._logger.base.ArtifactLogger`)."""
+"""The artifacts a logger can ask for (``wanted_artifacts``, :class:`~ember.extend.Logger`)."""
 
 
 def check_artifacts(names: object) -> tuple[str, ...]:
@@ -73,19 +74,17 @@ def wanted_artifacts(loggers: Sequence[MetricLogger]) -> tuple[str, ...]:
     """The artifacts the loggers ask for, each checked (:func:`check_artifacts`)."""
     wanted: dict[str, None] = {}
     for logger in loggers:
-        if isinstance(logger, ArtifactLogger):
-            wanted.update(dict.fromkeys(check_artifacts(logger.wanted_artifacts())))
+        wanted.update(dict.fromkeys(check_artifacts(member(logger, Logger, "wanted_artifacts")())))
     return tuple(wanted)
 
 
 def run_loggers(config: TrainingConfig) -> list[MetricLogger]:
     """The loggers of a run: the file logs first (unless turned off, or given already), then the
-    given ones; each :class:`StoppingLogger` gets the run's interrupter. Raises ``ValueError``
-    when nothing reads back what something needs."""
+    given ones, each handed the run's interrupter (the optional ``use_interrupter``). Raises
+    ``ValueError`` when nothing reads back what something needs."""
     given = list(config.loggers)
     for logger in given:
-        if isinstance(logger, StoppingLogger):
-            logger.use_interrupter(config.interrupter)
+        member(logger, Logger, "use_interrupter")(config.interrupter)
     if config.file_logs:
         directory = config.directory.resolve()
         if not any(

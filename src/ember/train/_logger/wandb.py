@@ -118,7 +118,7 @@ class WandbLogger:
         self._interrupter = interrupter
 
     def wanted_artifacts(self) -> Collection[str]:
-        """The files chosen with ``artifacts`` (see :class:`~ember.extend.ArtifactLogger`)."""
+        """The files chosen with ``artifacts`` (see :class:`~ember.extend.Logger`)."""
         return self.artifacts
 
     def start(self, config: Mapping[str, Any]) -> None:

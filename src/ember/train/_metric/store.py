@@ -15,14 +15,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ember._protocols import member
 from ember.train._logger.base import (
-    ErrorLogger,
+    Logger,
     MetricLogger,
     MetricReader,
     MetricText,
     MetricValue,
     ResumableLogger,
-    TextLogger,
 )
 from ember.train._metric.base import NumericEntry
 from ember.train._vocabulary import Aggregate, Direction, Split, warn_aggregate
@@ -66,7 +66,8 @@ class EventStore:
         self.loggers = list(loggers)
         # the protocols are checked once here: isinstance on a Protocol is too slow per batch
         self.readers = [logger for logger in self.loggers if isinstance(logger, MetricReader)]
-        self._text_loggers = [logger for logger in self.loggers if isinstance(logger, TextLogger)]
+        # optional members resolved once (Logger's no-op defaults for a logger without them)
+        self._text_logs = [member(logger, Logger, "log_text") for logger in self.loggers]
         self._resumable = [logger for logger in self.loggers if isinstance(logger, ResumableLogger)]
         self._epoch: dict[Split, int] = {}
         self._cache: dict[tuple[str, int, Split], float] = {}  # bounded: _CACHE_SIZE
@@ -126,8 +127,8 @@ class EventStore:
             for logger in self.loggers:
                 logger.log(values)
         if texts:
-            for text_logger in self._text_loggers:
-                text_logger.log_text(texts)
+            for log_text in self._text_logs:
+                log_text(texts)
 
     def end_split(self, split: Split) -> None:
         """The split ended: loggers make its files complete."""
@@ -176,11 +177,8 @@ class EventStore:
         _each(self.loggers, lambda logger: logger.end(summary, artifacts))
 
     def on_error(self, error: BaseException) -> None:
-        """Tell every logger that is an ``ErrorLogger`` that the run failed (before ``end``)."""
-        _each(
-            [logger for logger in self.loggers if isinstance(logger, ErrorLogger)],
-            lambda logger: logger.on_error(error),
-        )
+        """Tell every logger that the run failed (before ``end``)."""
+        _each(self.loggers, lambda logger: member(logger, Logger, "on_error")(error))
 
     def close(self) -> None:
         """Flush every logger; errors of one do not keep the others from closing."""

@@ -1,13 +1,18 @@
-"""The renderer protocols: what the metrics thread tells whoever shows training to a person.
+"""The renderer: what the metrics thread tells whoever shows training to a person.
 
-A renderer is two roles, as in Burn: it shows metric values (:class:`MetricsRendererTraining`)
-and training progress (:class:`TrainingProgressLogger`). :class:`MetricsRenderer` is both plus
-the hooks for registration and errors. Every method is called on the ``train-worker`` thread, in
-event order; a plain class with these methods is a renderer (``examples/custom_renderer.py``).
+:class:`MetricsRenderer` is everything a renderer is told, on the ``train-worker`` thread and in
+event order: the metric values (``update_train``, ``update_valid``, ``on_train_end``, Burn's
+``MetricsRendererTraining``), the progress (``start``, ``start_split``, ``update_split``,
+``end_split``, ``update_epoch``, ``end``, Burn's progress logger), the metrics' registration and
+the errors. Its optional members (progress in optimizer steps, a split resumed mid-pass,
+whether a stop keeps a step checkpoint, ember's warnings) have defaults that show nothing. A
+plain class with the required methods is a renderer (``examples/custom_renderer.py``); or
+subclass :class:`Renderer`, whose every method does nothing, and override what you show (Keras'
+``Callback`` pattern).
 
 An evaluation (``EvaluatorBuilder``) needs an :class:`EvaluationRenderer`: a renderer that also
-shows tests (:class:`MetricsRendererEvaluation`), called on the ``eval-worker`` thread. Progress
-within a test comes through ``update_split`` as within a split.
+shows tests, called on the ``eval-worker`` thread. Progress within a test comes through
+``update_split`` as within a split.
 """
 
 from __future__ import annotations
@@ -23,18 +28,7 @@ if TYPE_CHECKING:
     from ember.train._evaluation.summary import EvaluationSummary
     from ember.train._summary import LearnerSummary
 
-__all__ = [
-    "EvaluationRenderer",
-    "MetricState",
-    "MetricsRenderer",
-    "MetricsRendererEvaluation",
-    "MetricsRendererTraining",
-    "ResumedSplitLogger",
-    "StepProgressLogger",
-    "StopCheckpointLogger",
-    "TrainingProgressLogger",
-    "WarningRenderer",
-]
+__all__ = ["EvaluationRenderer", "MetricState", "MetricsRenderer", "Renderer"]
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -50,67 +44,14 @@ class MetricState:
 
 
 @runtime_checkable
-class MetricsRendererTraining(Protocol):
-    """Shows metric values."""
+class MetricsRenderer(Protocol):
+    """Shows training to a person (see the module doc). Optional members a renderer may add
+    (their defaults, :class:`Renderer`'s, show nothing): ``start_steps``, ``update_step``,
+    ``resume_split``, ``stop_checkpoints``, ``on_warning``."""
 
-    def update_train(self, state: MetricState) -> None:
-        """A training metric has a new value."""
+    def register_metric(self, definition: MetricDefinition) -> None:
+        """A metric was registered (called before :meth:`start`)."""
         ...
-
-    def update_valid(self, state: MetricState) -> None:
-        """A validation metric has a new value."""
-        ...
-
-    def on_train_end(self, summary: LearnerSummary | None) -> None:
-        """Training ended; show the summary if there is one."""
-        ...
-
-
-@runtime_checkable
-class StepProgressLogger(Protocol):
-    """Optional: a renderer that shows progress in optimizer steps. When ``max_steps`` bounds
-    the run, the metrics thread calls ``start_steps`` right after ``start``, then
-    ``update_step`` with each training batch's step count (before ``update_split``)."""
-
-    def start_steps(self, total_steps: int, starting_step: int) -> None:
-        """The run will take ``total_steps`` optimizer steps; ``starting_step`` were taken
-        before it started (a resume)."""
-        ...
-
-    def update_step(self, step: int) -> None:
-        """The optimizer steps taken so far."""
-        ...
-
-
-@runtime_checkable
-class ResumedSplitLogger(Protocol):
-    """Optional: a renderer told where a split resumed from a mid-round checkpoint starts."""
-
-    def resume_split(self, items_done: int) -> None:
-        """The split just started goes on after ``items_done`` items of its pass (called right
-        after ``start_split``): they count as done, not towards this run's speed."""
-        ...
-
-
-@runtime_checkable
-class StopCheckpointLogger(Protocol):
-    """Optional: a renderer told whether a stop inside an epoch leaves a step checkpoint.
-
-    Called right after ``start`` (and ``start_steps``), so that what the renderer says after a
-    stop is true: with step checkpoints, a stop inside an epoch trains to the end of the
-    optimizer step, writes ``checkpoint/step-N/`` and a resume continues from it; without (no
-    checkpointers, a train metric that cannot save its state), the partial epoch is dropped and
-    a resume trains it again.
-    """
-
-    def stop_checkpoints(self, kept: bool) -> None:
-        """``kept``: a stop inside an epoch writes a step checkpoint a resume continues from."""
-        ...
-
-
-@runtime_checkable
-class TrainingProgressLogger(Protocol):
-    """Shows where training is."""
 
     def start(self, total_epochs: int, starting_epoch: int) -> None:
         """Training starts at ``starting_epoch`` of ``total_epochs``."""
@@ -122,6 +63,14 @@ class TrainingProgressLogger(Protocol):
 
     def update_split(self, items_processed: int) -> None:
         """Items processed so far in the current split."""
+        ...
+
+    def update_train(self, state: MetricState) -> None:
+        """A training metric has a new value."""
+        ...
+
+    def update_valid(self, state: MetricState) -> None:
+        """A validation metric has a new value."""
         ...
 
     def end_split(self) -> None:
@@ -136,23 +85,8 @@ class TrainingProgressLogger(Protocol):
         """Training ended."""
         ...
 
-
-@runtime_checkable
-class WarningRenderer(Protocol):
-    """A renderer that shows ember's warnings (a damaged checkpoint skipped, a metric not
-    found) to the person watching, besides ``experiment.log``; optional for a renderer."""
-
-    def on_warning(self, message: str) -> None:
-        """Show ``message``; called on whichever thread logged it."""
-        ...
-
-
-@runtime_checkable
-class MetricsRenderer(MetricsRendererTraining, TrainingProgressLogger, Protocol):
-    """A complete renderer."""
-
-    def register_metric(self, definition: MetricDefinition) -> None:
-        """A metric was registered (called before :meth:`start`)."""
+    def on_train_end(self, summary: LearnerSummary | None) -> None:
+        """Training ended; show the summary if there is one."""
         ...
 
     def on_error(self, error: BaseException) -> None:
@@ -165,8 +99,9 @@ class MetricsRenderer(MetricsRendererTraining, TrainingProgressLogger, Protocol)
 
 
 @runtime_checkable
-class MetricsRendererEvaluation(Protocol):
-    """Shows an evaluation: its tests, their metric values and the summary."""
+class EvaluationRenderer(MetricsRenderer, Protocol):
+    """A renderer that also shows an evaluation: its tests, their values and the summary
+    (``CliMetricsRenderer`` is one)."""
 
     def start_evaluation(self, total_tests: int) -> None:
         """An evaluation of ``total_tests`` tests begins."""
@@ -193,6 +128,86 @@ class MetricsRendererEvaluation(Protocol):
         ...
 
 
-@runtime_checkable
-class EvaluationRenderer(MetricsRenderer, MetricsRendererEvaluation, Protocol):
-    """A renderer that shows training and evaluation (``CliMetricsRenderer`` is one)."""
+class Renderer:
+    """A renderer that shows nothing: subclass it and override what you show. It is an
+    :class:`EvaluationRenderer`; its methods are also the defaults of a renderer's optional
+    members (``start_steps``, ``update_step``, ``resume_split``, ``stop_checkpoints``,
+    ``on_warning``), which a plain class may leave out."""
+
+    def register_metric(self, definition: MetricDefinition) -> None:
+        """A metric was registered."""
+
+    def start(self, total_epochs: int, starting_epoch: int) -> None:
+        """Training starts."""
+
+    def start_split(self, split: Split, total_items: int | None) -> None:
+        """A pass begins."""
+
+    def update_split(self, items_processed: int) -> None:
+        """Items processed so far in the split."""
+
+    def update_train(self, state: MetricState) -> None:
+        """A training metric has a new value."""
+
+    def update_valid(self, state: MetricState) -> None:
+        """A validation metric has a new value."""
+
+    def end_split(self) -> None:
+        """The split ended."""
+
+    def update_epoch(self, epoch: int) -> None:
+        """``epoch`` is complete."""
+
+    def end(self) -> None:
+        """Training ended."""
+
+    def on_train_end(self, summary: LearnerSummary | None) -> None:
+        """Training ended, with its summary or None."""
+
+    def on_error(self, error: BaseException) -> None:
+        """Training failed with ``error``."""
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def start_steps(self, total_steps: int, starting_step: int) -> None:
+        """Optional: the run will take ``total_steps`` optimizer steps (``max_steps`` bounds it),
+        of which ``starting_step`` were taken before it started (a resume); called right after
+        ``start``, then ``update_step`` with each training batch's step count (before
+        ``update_split``). Default: progress stays in items."""
+
+    def update_step(self, step: int) -> None:
+        """Optional: the optimizer steps taken so far (when ``start_steps`` was called)."""
+
+    def resume_split(self, items_done: int) -> None:
+        """Optional: the split just started goes on after ``items_done`` items of its pass (a
+        resume from a mid-round checkpoint, called right after ``start_split``): they count as
+        done, not towards this run's speed."""
+
+    def stop_checkpoints(self, kept: bool) -> None:
+        """Optional: whether a stop inside an epoch writes a step checkpoint a resume continues
+        from (``kept``), or abandons the epoch; called right after ``start``, so that what the
+        renderer says after a stop is true."""
+
+    def on_warning(self, message: str) -> None:
+        """Optional: show one of ember's warnings (a damaged checkpoint skipped, a metric not
+        found) to the person watching, besides ``experiment.log``; called on whichever thread
+        logged it."""
+
+    def start_evaluation(self, total_tests: int) -> None:
+        """An evaluation begins."""
+
+    def start_test(self, name: str, total_items: int | None) -> None:
+        """A test begins."""
+
+    def update_test(self, name: str, state: MetricState) -> None:
+        """A test's metric has a new value."""
+
+    def end_test(self) -> None:
+        """The test ended."""
+
+    def end_evaluation(self) -> None:
+        """Every test ended."""
+
+    def on_test_end(self, summary: EvaluationSummary | None) -> None:
+        """The evaluation ended, with its summary or None."""

@@ -113,7 +113,7 @@ class CliMetricsRenderer:
         self._print(f"Starting training for {epochs}.{resumed}")
 
     def start_steps(self, total_steps: int, starting_step: int) -> None:
-        """Show training in optimizer steps out of ``total_steps`` (``StepProgressLogger``)."""
+        """Show training in optimizer steps out of ``total_steps`` (an optional renderer member)."""
         self._total_steps, self._step = total_steps, starting_step
         self._steps_since = (starting_step, self._clock())
         if starting_step:
@@ -129,7 +129,7 @@ class CliMetricsRenderer:
         self._print(f"Starting split '{split.value}' with {_items(total_items)}.")
 
     def resume_split(self, items_done: int) -> None:
-        """The split goes on after ``items_done`` items (``ResumedSplitLogger``)."""
+        """The split goes on after ``items_done`` items (an optional renderer member)."""
         self._split_done = self._split_base = items_done
         self._print(f"Resuming after {items_done} items.")
 

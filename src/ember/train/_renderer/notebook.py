@@ -112,7 +112,7 @@ class NotebookMetricsRenderer(StateRenderer):
         stream.flush()
 
     def on_warning(self, message: str) -> None:
-        """Print the warning under the display (``WarningRenderer``)."""
+        """Print the warning under the display (an optional renderer member)."""
         self._print(f"Warning: {message}")
 
     def _draw(self, *, force: bool) -> None:

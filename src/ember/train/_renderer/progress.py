@@ -1,23 +1,18 @@
 """What the metrics thread tells a renderer about progress: the run's start (its metrics, whether
 a stop leaves a step checkpoint, and its optimizer steps when ``max_steps`` bounds the run), a
-split's start (resumed mid-pass from a mid-round checkpoint) and each batch. The optional
-protocols are checked once here, not per batch."""
+split's start (resumed mid-pass from a mid-round checkpoint) and each batch. The renderer's
+optional members are resolved once here, not per batch."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
+from ember._protocols import member
 from ember.train._events import Start, StartSplit, TrainingItem
 from ember.train._metric.base import MetricDefinition, metric_definition
 from ember.train._metric.registered import MetricsTraining
-from ember.train._renderer.base import (
-    MetricsRenderer,
-    ResumedSplitLogger,
-    StepProgressLogger,
-    StopCheckpointLogger,
-    TrainingProgressLogger,
-)
+from ember.train._renderer.base import MetricsRenderer, Renderer
 from ember.train._vocabulary import Split
 
 __all__ = ["ProgressUpdate", "announce_split", "announce_start", "items_progress"]
@@ -26,7 +21,7 @@ ProgressUpdate = Callable[[Split, TrainingItem[Any]], None]
 """Tells the renderer where the run is after a batch of a split."""
 
 
-def items_progress(renderer: TrainingProgressLogger) -> ProgressUpdate:
+def items_progress(renderer: MetricsRenderer) -> ProgressUpdate:
     """Each batch: the items of its split processed so far (``update_split``)."""
 
     def update(split: Split, item: TrainingItem[Any]) -> None:
@@ -48,23 +43,22 @@ def announce_start(
     for definition in definitions.values():
         renderer.register_metric(definition)
     renderer.start(event.total_epochs, event.starting_epoch)
-    if isinstance(renderer, StopCheckpointLogger):
-        renderer.stop_checkpoints(event.stop_checkpoints)
-    if event.total_steps is None or not isinstance(renderer, StepProgressLogger):
+    member(renderer, Renderer, "stop_checkpoints")(event.stop_checkpoints)
+    if event.total_steps is None:
         return items_progress(renderer)
-    renderer.start_steps(event.total_steps, event.starting_step)
-    steps: StepProgressLogger = renderer
+    member(renderer, Renderer, "start_steps")(event.total_steps, event.starting_step)
+    update_step = member(renderer, Renderer, "update_step")
 
     def update(split: Split, item: TrainingItem[Any]) -> None:
         if split is Split.TRAIN:
-            steps.update_step(item.step)
+            update_step(item.step)
         renderer.update_split(item.progress.items_processed)
 
     return update
 
 
-def announce_split(renderer: TrainingProgressLogger, split: Split, event: StartSplit) -> None:
+def announce_split(renderer: MetricsRenderer, split: Split, event: StartSplit) -> None:
     """``renderer.start_split``, then ``resume_split`` for a split that goes on mid-pass."""
     renderer.start_split(split, event.total_items)
-    if event.items_done and isinstance(renderer, ResumedSplitLogger):
-        renderer.resume_split(event.items_done)
+    if event.items_done:
+        member(renderer, Renderer, "resume_split")(event.items_done)

@@ -36,7 +36,6 @@ from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 import torch
 from torch import nn
 
-from ember._protocols import optional
 from ember.data import DataLoader, Progress
 from ember.train._learner import Learner
 from ember.train._precision import Precision
@@ -44,6 +43,7 @@ from ember.train._step import GradientsParams, InferenceStep, TrainOutput, train
 
 __all__ = [
     "LocalRun",
+    "StrategyDefaults",
     "StrategyRun",
     "SupervisedLearningStrategy",
     "add_gradients",
@@ -134,7 +134,9 @@ class SupervisedLearningStrategy(Protocol):
     (and to ``EvaluatorBuilder.with_strategy``, ``predict``).
 
     A plain class with ``is_main`` and ``start`` is a strategy (see
-    ``examples/custom_strategy.py``); ``check`` and ``use_precision`` have defaults.
+    ``examples/custom_strategy.py``). It may also have ``check(learner)`` and
+    ``use_precision(precision)`` (:class:`StrategyDefaults` says what a strategy without them
+    does).
     """
 
     @property
@@ -148,14 +150,16 @@ class SupervisedLearningStrategy(Protocol):
         exist yet: the Learner builds them on the placed parameters right after."""
         ...
 
-    @optional
-    def check(self, learner: Learner[Any]) -> None:
-        """Refuse, before anything starts, a learner this strategy cannot train (naming what
-        to change); default: every learner is fine."""
 
-    @optional
+class StrategyDefaults:
+    """What a strategy without the optional members does."""
+
+    def check(self, learner: Learner[Any]) -> None:
+        """Refuse, before anything starts, a learner this strategy cannot train (naming what to
+        change); default: every learner is fine."""
+
     def use_precision(self, precision: Precision) -> None:
-        """The run's precision, told right before :meth:`start` (FSDP casts the parameters it
+        """The run's precision, told right before ``start`` (FSDP casts the parameters it
         gathers); default: nothing to do."""
 
 

@@ -85,7 +85,7 @@ class StateRenderer:
             self._stop_checkpoints = kept
 
     def start_steps(self, total_steps: int, starting_step: int) -> None:
-        """Show the run's progress and ETA in optimizer steps (``StepProgressLogger``)."""
+        """Show the run's progress and ETA in optimizer steps (an optional renderer member)."""
         now = self._clock()
         self._update(lambda state: state.start_steps(total_steps, starting_step, now))
 
@@ -99,7 +99,7 @@ class StateRenderer:
         self._update(lambda state: state.start_split(split, total_items, now))
 
     def resume_split(self, items_done: int) -> None:
-        """The split goes on after ``items_done`` items (``ResumedSplitLogger``)."""
+        """The split goes on after ``items_done`` items (an optional renderer member)."""
         self._update(lambda state: state.resume_split(items_done))
 
     def update_split(self, items_processed: int) -> None:
