@@ -202,10 +202,10 @@ def test_file_logger_hands_a_new_file_to_the_writer_with_its_first_line(tmp_path
     logger = FileMetricLogger(tmp_path, interval=10.0, clock=clock)
     path = tmp_path / "train" / "epoch-1" / "Loss.log"
     logger.log([metric_value("Loss", NumericEntry(1.0, 1), 1)])
-    logger._writer.sync()  # what was handed over is written; nothing else is handed over
+    logger._writer.flush()  # what was handed over is written; nothing else is handed over
     assert path.read_text() == "1,1\n"
     logger.log([metric_value("Loss", NumericEntry(2.0, 1), 1)])
-    logger._writer.sync()
+    logger._writer.flush()
     assert path.read_text() == "1,1\n"  # held until the interval passes
     clock.now = 10.0
     logger.log([metric_value("Loss", NumericEntry(3.0, 1), 1)])

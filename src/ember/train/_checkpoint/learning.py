@@ -36,7 +36,7 @@ from typing import Any
 
 from ember._checks import check_positive_int
 from ember._errors import CheckpointError
-from ember.train._checkpoint.asynchronous import BackgroundWriter
+from ember.train._checkpoint.asynchronous import checkpoint_writer
 from ember.train._checkpoint.checkpointer import TrainingRecords
 from ember.train._checkpoint.file import (
     FileCheckpointer,
@@ -109,7 +109,7 @@ class LearningCheckpointer:
         self._directory = checked_directory(directory)
         self._strategy = strategy
         self._files = _files(self._directory)
-        self._writer = BackgroundWriter() if asynchronous else None
+        self._writer = checkpoint_writer() if asynchronous else None
         self._closed = False
 
     def __repr__(self) -> str:

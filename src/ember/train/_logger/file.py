@@ -34,15 +34,15 @@ once, like any error of the metrics thread).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
-import queue
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
+from ember.train._background import BackgroundWorker
 from ember.train._logger.base import MetricText, MetricValue
 from ember.train._metric.base import NumericEntry
 from ember.train._vocabulary import Split, as_vocabulary
@@ -176,74 +176,39 @@ def _json_line(row: list[object]) -> str:
     return json.dumps(row, separators=(",", ":"), ensure_ascii=False)
 
 
-class _Writer:
-    """Writes blocks of lines on its own thread; :meth:`sync` waits for what was queued."""
-
-    def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
-        self.error: BaseException | None = None
-        self._thread: threading.Thread | None = None
-
-    def write(self, blocks: list[tuple[str, str, bool]]) -> None:
-        """Queue ``(path, text, truncate)`` blocks: ``truncate`` starts the file anew."""
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="metric-writer", daemon=True)
-            self._thread.start()
-        self._queue.put(("write", blocks))
-
-    def sync(self) -> None:
-        if self._thread is not None:
-            done = threading.Event()
-            self._queue.put(("sync", done))
-            done.wait()
-        self.raise_pending()
-
-    def raise_pending(self) -> None:
-        """Raise the error of a failed write, once."""
-        if self.error is not None:
-            error, self.error = self.error, None
-            raise error
-
-    def stop(self) -> None:
-        if self._thread is not None:
-            self._queue.put(("stop", None))
-            self._thread.join()
-            self._thread = None
-
-    def _run(self) -> None:
-        while True:
-            command, argument = self._queue.get()
-            if command == "stop":
-                return
-            if command == "sync":
-                cast(threading.Event, argument).set()
-                continue
-            for path, text, truncate in cast(list[tuple[str, str, bool]], argument):
-                try:
-                    self._append(path, text, truncate)
-                except Exception as error:  # raised on the logger's next call
-                    self.error = self.error or error
-
-    def _append(self, path: str, text: str, truncate: bool) -> None:
-        # os-level calls, the directory made before a new file (a new epoch's directory is new
-        # too): every system call here hands the GIL to the training thread and must win it
-        # back, and Python's open() and makedirs() make twice as many calls
-        if truncate:
-            directory = os.path.dirname(path)
-            try:
-                os.mkdir(directory)
-            except FileExistsError:
-                pass
-            except FileNotFoundError:  # the split's own directory is new too
-                os.makedirs(directory, exist_ok=True)
-        flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if truncate else os.O_APPEND)
-        data = memoryview(text.encode("utf-8"))
-        fd = os.open(path, flags, 0o666)
+def _write_blocks(blocks: list[tuple[str, str, bool]]) -> None:
+    """Write each ``(path, text, truncate)`` block (``truncate`` starts the file anew); a
+    failed block does not keep the others from being written, and the first error is raised."""
+    failure: Exception | None = None
+    for path, text, truncate in blocks:
         try:
-            while data:
-                data = data[os.write(fd, data) :]
-        finally:
-            os.close(fd)
+            _append(path, text, truncate)
+        except Exception as error:  # raised by the logger's next call (the worker keeps it)
+            failure = failure or error
+    if failure is not None:
+        raise failure
+
+
+def _append(path: str, text: str, truncate: bool) -> None:
+    # os-level calls, the directory made before a new file (a new epoch's directory is new
+    # too): every system call here hands the GIL to the training thread and must win it
+    # back, and Python's open() and makedirs() make twice as many calls
+    if truncate:
+        directory = os.path.dirname(path)
+        try:
+            os.mkdir(directory)
+        except FileExistsError:
+            pass
+        except FileNotFoundError:  # the split's own directory is new too
+            os.makedirs(directory, exist_ok=True)
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if truncate else os.O_APPEND)
+    data = memoryview(text.encode("utf-8"))
+    fd = os.open(path, flags, 0o666)
+    try:
+        while data:
+            data = data[os.write(fd, data) :]
+    finally:
+        os.close(fd)
 
 
 class FileMetricLogger:
@@ -262,7 +227,9 @@ class FileMetricLogger:
         if self.directory.exists() and not self.directory.is_dir():
             raise ValueError(f"metric log directory is a file: {str(self.directory)!r}")
         self._root = str(self.directory)
-        self._writer = _Writer()
+        self._writer = BackgroundWorker(
+            "metric-writer", job="metric file write"
+        )  # unbounded: never waits for the disk
         # the open files by (metric name, epoch, split); a name of None is the split's steps
         self._paths: dict[tuple[str | None, int, Split], str] = {}
         self._steps: dict[tuple[int, Split], _StepRuns] = {}
@@ -364,14 +331,14 @@ class FileMetricLogger:
         """Parse the file of ``name`` (``split``: a Split or ``"valid"``...); a malformed line
         raises ``ValueError`` naming the file."""
         self._hand_off()
-        self._writer.sync()
+        self._writer.flush()
         return read_metric_log(self._file(name, epoch, as_vocabulary(Split, split, "split")))
 
     def sync(self) -> None:
         """Write every line logged so far to disk, raising a failed write's error (before a
         checkpoint commits: a resume from it must find those lines)."""
         self._hand_off()
-        self._writer.sync()
+        self._writer.flush()
 
     def log_position(self, epoch: int, split: Split) -> dict[str, Any]:
         """The size in bytes of each file of ``split`` in ``epoch``, after writing out every
@@ -423,9 +390,9 @@ class FileMetricLogger:
             for runs in self._steps.values():  # splits that did not end (an error)
                 runs.close_step()
             self._hand_off()
-            self._writer.sync()
+            self._writer.flush()
         finally:  # the thread stops even when a write failed
-            self._writer.stop()
+            self._writer.close()
 
     def _hand_off(self) -> None:
         for (epoch, split), runs in self._steps.items():  # the steps that are over
@@ -446,4 +413,4 @@ class FileMetricLogger:
         self._started.difference_update(self._ended)  # ended splits: their last block is out
         self._ended.clear()
         if blocks:
-            self._writer.write(blocks)
+            self._writer.submit(functools.partial(_write_blocks, blocks))
