@@ -190,8 +190,8 @@ def test_find_cycle_reports_a_cycle() -> None:
 def test_relative_imports_are_resolved() -> None:
     """A relative import counts as importing the module it names."""
     tree = ast.parse("from .._vocabulary import Split\nfrom . import base\n")
-    store = Module("ember.train._metric.store", SRC / "ember/train/_metric/store.py", tree)
-    assert set(imported(store)) == {"ember.train._vocabulary", "ember.train._metric.base"}
+    values = Module("ember.train._metric.values", SRC / "ember/train/_metric/values.py", tree)
+    assert set(imported(values)) == {"ember.train._vocabulary", "ember.train._metric.base"}
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if modules()[n].within("ember.data")])
@@ -304,3 +304,60 @@ def test_no_module_is_a_prefix_satellite() -> None:
         if len(leaves) > 1
     }
     assert satellites == set(), f"modules sharing a first word: {sorted(satellites)}"
+
+
+LAYERED = {"ember", "ember.train"}
+"""Packages whose own modules are layers of their own (the root's helpers, the training layer's
+concepts); the folders below them are the units that must not import each other in a loop."""
+
+
+def folder(name: str) -> str:
+    """The folder a module belongs to: its package (a package's ``__init__`` is its own), or
+    the module itself directly in a layered package (``ember._errors``, ``ember.train._loop``)."""
+    if modules()[name].is_package:
+        return name
+    package = name.rpartition(".")[0]
+    return name if package in LAYERED else package
+
+
+def test_no_folder_level_import_loops() -> None:
+    """Packages import each other one way: no loop between folders (``_metric`` importing
+    ``_logger`` while ``_logger`` imports ``_metric``), type-only imports counted. Imports within
+    one package's tree (a package and its subpackages) are not edges, nor is ``python -m ember``."""
+    edges: dict[str, set[str]] = {}
+    for name, deps in graph().items():
+        if name == SCRIPT:
+            continue
+        here = folder(name)
+        for dep in deps:
+            there = folder(dep)
+            if here == there or there.startswith(here + ".") or here.startswith(there + "."):
+                continue  # within one package's tree (a renderer's tui/ uses its base)
+            edges.setdefault(here, set()).add(there)
+    nodes = set(edges) | {dep for deps in edges.values() for dep in deps}
+    cycle = find_cycle({node: frozenset(edges.get(node, ())) for node in nodes})
+    assert cycle is None, "folder-level import loop: " + " -> ".join(cycle or [])
+
+
+BELOW = {
+    "ember.data": ("ember.data.",),
+    "ember.train._metric": ("ember.train._metric.", "ember.data", "ember.train._vocabulary"),
+}
+"""What the bottom packages may import besides ember's private helpers at the root."""
+
+
+@pytest.mark.parametrize("package", sorted(BELOW))
+def test_no_upward_imports(package: str) -> None:
+    """The data layer and the metric package stand below what uses them: the data layer imports
+    only its own modules (never its package's ``__init__``), the metric package the data
+    layer and the vocabulary (``Split``), never a logger, renderer or the summary."""
+    allowed = BELOW[package]
+    upward = sorted(
+        f"{name} -> {dep}"
+        for name, deps in graph().items()
+        if modules()[name].within(package) and not modules()[name].is_package
+        for dep in deps
+        if not (dep.count(".") == 1 and dep.split(".")[1].startswith("_"))  # not a root helper
+        if not any(dep == prefix or dep.startswith(prefix) for prefix in allowed) or dep == package
+    )
+    assert upward == [], f"upward imports: {upward}"

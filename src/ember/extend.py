@@ -12,7 +12,7 @@ from ember.train._checkpoint.checkpointer import (
     RunCheckpointer,
     TrainingRecords,
 )
-from ember.train._checkpoint.file import Checkpointer, CheckpointFile
+from ember.train._checkpoint.file import Checkpointer
 from ember.train._checkpoint.mid_round import ResumePoint
 from ember.train._checkpoint.record import Record
 from ember.train._checkpoint.strategy import (
@@ -37,15 +37,9 @@ from ember.train._events import (
     StartTest,
     TrainingItem,
 )
+from ember.train._files import CheckpointFile
 from ember.train._hooks import Stateful, TrainingHooks
-from ember.train._logger.base import (
-    Logger,
-    MetricLogger,
-    MetricReader,
-    MetricText,
-    MetricValue,
-    ResumableLogger,
-)
+from ember.train._logger.base import Logger, MetricLogger, MetricReader, ResumableLogger
 from ember.train._metric.accuracy import AccuracyInput
 from ember.train._metric.base import (
     Metric,
@@ -67,9 +61,10 @@ from ember.train._metric.query import MetricQuery
 from ember.train._metric.resumable import StatefulMetric
 from ember.train._metric.state import MeanMetric
 from ember.train._metric.top_k import TopKAccuracyInput
+from ember.train._metric.values import MetricState, MetricText, MetricValue
 from ember.train._outputs import ItemLazy
 from ember.train._processor import EventProcessor
-from ember.train._renderer.base import EvaluationRenderer, MetricsRenderer, MetricState, Renderer
+from ember.train._renderer.base import EvaluationRenderer, MetricsRenderer, Renderer
 from ember.train._step import StepContext, current_step
 from ember.train._strategy.base import (
     LocalRun,

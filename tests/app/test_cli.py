@@ -26,7 +26,7 @@ from ember.train import (
     Split,
     SupervisedTraining,
 )
-from ember.train._metric.store import EventStore
+from ember.train._logger.store import EventStore
 from tests.train.fixtures import TinyRegressor, loader
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -165,7 +165,7 @@ def test_optional_dependencies_load_lazily() -> None:
     """Importing ember, its CLI, ember.runs, digits and loggers imports no optional dependency."""
     code = (
         "import sys, ember, ember.app.cli, ember.runs, ember.app.digits\n"
-        "import ember.train._logger.run, ember.train._logger.mlflow\n"
+        "import ember.train._tracking, ember.train._logger.mlflow\n"
         "import ember.train._logger.wandb, ember.train._logger.optuna\n"
         "heavy = {'tensorboard', 'matplotlib', 'sklearn', 'torchmetrics', 'mlflow', 'wandb',\n"
         "         'optuna', 'pandas'}\n"

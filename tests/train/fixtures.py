@@ -32,9 +32,9 @@ from ember.train import (
 )
 from ember.train._config import TrainingConfig
 from ember.train._counters import RunCounters
-from ember.train._logger.base import MetricValue
+from ember.train._logger.store import EventStore
 from ember.train._loop import LoopOutcome, TrainingLoop
-from ember.train._metric.store import EventStore
+from ember.train._metric.values import MetricValue
 from ember.train._plan import RunPlan, plan_run
 
 

@@ -24,8 +24,8 @@ from ember.train import (
     Split,
     TrainingItem,
 )
+from ember.train._logger.store import EventStore
 from ember.train._metric.registered import MetricsTraining
-from ember.train._metric.store import EventStore
 from ember.train._processor import (
     AsyncProcessorTraining,
     FullEventProcessorTraining,

@@ -17,7 +17,7 @@ from ember.train import (
     RegressionOutput,
     SupervisedTraining,
 )
-from ember.train._metric.store import epoch_value
+from ember.train._logger.store import epoch_value
 from tests.train.fixtures import Batch, TinyRegressor, loader, read_lines
 
 

@@ -28,16 +28,16 @@ from ember._checks import check_positive_int
 from ember.app.rundir import claim_directory
 from ember.data import DataLoader, DataLoaderBuilder, InMemDataset
 from ember.train._builder import SupervisedTraining
-from ember.train._evaluation.summary import EvaluationSummary
 from ember.train._learner import Learner
 from ember.train._logger.file import FileMetricLogger
+from ember.train._logger.store import epoch_value
 from ember.train._metric.accuracy import AccuracyMetric
 from ember.train._metric.loss import LossMetric
-from ember.train._metric.store import epoch_value
 from ember.train._outputs import ClassificationOutput
 from ember.train._renderer.cli import CliMetricsRenderer
 from ember.train._result import LearningResult
 from ember.train._step import LearnerModel, TrainOutput
+from ember.train._summary import EvaluationSummary
 from ember.train._vocabulary import Split
 
 __all__ = ["DigitsMlp", "DigitsReport", "load_digits", "load_digits_with_test", "run_digits"]

@@ -17,7 +17,7 @@ from typing import Any
 
 from ember.runs._logs import MetricRow
 from ember.runs._run import Run, Runs
-from ember.train._config import flatten_config
+from ember.train._logger.base import flatten_config
 from ember.train._summary import format_cell
 
 __all__ = ["compare", "differing_config"]

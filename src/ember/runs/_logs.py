@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ember.train._logger.file import metric_file_name, read_metric_log, read_steps
+from ember.train._logger.store import epoch_value
 from ember.train._metric.base import NumericEntry
-from ember.train._metric.store import epoch_value
 from ember.train._vocabulary import Split
 
 __all__ = [

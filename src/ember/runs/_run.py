@@ -34,7 +34,7 @@ from ember.runs._logs import (
     read_split,
 )
 from ember.train._logger.file import FileMetricLogger
-from ember.train._metric.store import EventStore
+from ember.train._logger.store import EventStore
 from ember.train._summary import LearnerSummary
 from ember.train._vocabulary import Split
 

@@ -23,7 +23,6 @@ from ember.train._checkpoint.strategy import (
 from ember.train._early_stopping import MetricEarlyStoppingStrategy, StoppingCondition
 from ember.train._evaluation.evaluator import Evaluator, EvaluatorBuilder
 from ember.train._evaluation.prediction import iter_predictions, predict
-from ember.train._evaluation.summary import EvaluationSummary, TestValue
 from ember.train._events import TrainingItem
 from ember.train._gradient_checkpointing import GradientCheckpointing, apply_gradient_checkpointing
 from ember.train._hooks import Hooks, Stateful, TrainingHooks
@@ -94,7 +93,7 @@ from ember.train._strategy.ddp.strategy import DistributedDataParallel
 from ember.train._strategy.fsdp.strategy import FullyShardedDataParallel
 from ember.train._strategy.multi import MultiDevice
 from ember.train._strategy.single import SingleDevice
-from ember.train._summary import LearnerSummary, MetricSummary
+from ember.train._summary import EvaluationSummary, LearnerSummary, MetricSummary, TestValue
 from ember.train._vocabulary import Direction, Split
 
 __all__ = [

@@ -65,7 +65,6 @@ __all__ = [
     "Resume",
     "TrainingConfig",
     "check_hparams",
-    "flatten_config",
     "run_configuration",
 ]
 
@@ -199,23 +198,6 @@ def _directions(config: TrainingConfig) -> dict[str, str]:
         if isinstance(metric, Numeric)
     }
     return {name: directions[name].value for name in sorted(directions)}
-
-
-def flatten_config(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``config`` with nested mappings flattened to dotted keys (``optimizer.class``) and lists
-    of mappings indexed (``optimizer.param_groups.0.lr``); the leaves as they are."""
-    flat: dict[str, Any] = {}
-    for key, value in config.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            flat.update(flatten_config(value, f"{name}."))
-        elif isinstance(value, list) and any(isinstance(item, Mapping) for item in value):
-            for index, item in enumerate(value):
-                item_map = item if isinstance(item, Mapping) else {"value": item}
-                flat.update(flatten_config(item_map, f"{name}.{index}."))
-        else:
-            flat[name] = value
-    return flat
 
 
 def _loader(loader: DataLoader[Any]) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ember.train._checkpoint.file import atomic_write
+from ember.train._files import atomic_write
 
 __all__ = [
     "CONFIG_YAML",

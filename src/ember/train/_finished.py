@@ -23,11 +23,11 @@ from ember.train._checkpoint.end import RunEnd, read_run_end
 from ember.train._checkpoint.record import load_model_record
 from ember.train._config import TrainingConfig
 from ember.train._learner import Learner
-from ember.train._logger.run import run_loggers
-from ember.train._metric.store import EventStore
+from ember.train._logger.store import EventStore
 from ember.train._renderer.base import MetricsRenderer
 from ember.train._result import LearningResult, metric_names
 from ember.train._summary import LearnerSummary
+from ember.train._tracking import run_loggers
 
 __all__ = ["finished_result", "finished_run", "run_result"]
 

@@ -10,7 +10,7 @@ places the model before it. The loop reads the configuration through the plan
     saver.begin(start)                                  # resuming: every process restores the
                                                         # run's state from the checkpoint of a
                                                         # round end, or of a step inside a round
-                                                        # (_checkpoint/state.py); then the
+                                                        # (_state.py); then the
                                                         # directory's recorded end is forgotten
     Start(rounds, starting round, total steps when max_steps bounds the run, steps taken,
           whether a stop writes a mid-round checkpoint)
@@ -77,14 +77,14 @@ import torch
 from ember._protocols import member
 from ember.data import Progress
 from ember.train._checkpoint.mid_round import ResumePoint
-from ember.train._checkpoint.saver import CheckpointSaver
+from ember.train._checkpointing import CheckpointSaver
 from ember.train._counters import RunCounters
 from ember.train._early_stopping import EarlyStoppingStrategy
 from ember.train._events import EndEpoch, EndSplit, ProcessedItem, Start, StartSplit, TrainingItem
 from ember.train._gradient_checkpointing import checkpointed
 from ember.train._inference import inference_pass
 from ember.train._learner import Learner
-from ember.train._metric.store import EventStore
+from ember.train._logger.store import EventStore
 from ember.train._plan import RunPlan, same_training_facts
 from ember.train._precision import autocast_of, grad_scaler
 from ember.train._processor import EventProcessor

@@ -43,7 +43,6 @@ from ember.train._gradient_checkpointing import checkpointed_modules
 from ember.train._hooks import TrainingHooks
 from ember.train._learner import Learner
 from ember.train._logger.base import MetricLogger
-from ember.train._logger.run import run_loggers
 from ember.train._metric.base import Metric
 from ember.train._metric.grad_norm import GradNormMetric
 from ember.train._metric.registered import MetricsTraining
@@ -51,6 +50,7 @@ from ember.train._metric.resumable import has_metric_state
 from ember.train._schedule import Schedule, check_schedule, steps_per_pass
 from ember.train._strategy.base import StrategyDefaults, SupervisedLearningStrategy, pass_size
 from ember.train._strategy.single import SingleDevice
+from ember.train._tracking import run_loggers
 from ember.train._vocabulary import Split
 
 __all__ = ["RunPlan", "plan_run", "same_training_facts"]

@@ -13,13 +13,12 @@ from torch import nn
 from ember.data import DataLoader
 from ember.train._checkpoint.export import CheckpointEpoch, load_checkpoint
 from ember.train._evaluation.evaluator import EvaluatorBuilder
-from ember.train._evaluation.summary import EvaluationSummary
 from ember.train._metric.base import Metric, Numeric
 from ember.train._metric.query import MetricQuery
 from ember.train._precision import Precision
 from ember.train._renderer.base import EvaluationRenderer, MetricsRenderer
 from ember.train._strategy.base import SupervisedLearningStrategy
-from ember.train._summary import LearnerSummary
+from ember.train._summary import EvaluationSummary, LearnerSummary
 from ember.train._vocabulary import Split, as_vocabulary
 
 __all__ = ["LearningResult", "metric_names"]

@@ -58,7 +58,6 @@ from ember._protocols import member
 from ember.train._application_log import ExperimentLogHandler, experiment_log, warnings_to
 from ember.train._checkpoint.end import RunEnd
 from ember.train._checkpoint.export import best_epoch, model_checkpoints
-from ember.train._checkpoint.file import atomic_write
 from ember.train._checkpoint.manifest import manifest_path
 from ember.train._checkpoint.mid_round import ResumePoint
 from ember.train._checkpoint.resume import resume_latest_point
@@ -67,12 +66,12 @@ from ember.train._counters import RunCounters
 from ember.train._directory import claim_for_run
 from ember.train._events import End
 from ember.train._experiment import write_experiment_config
+from ember.train._files import atomic_write
 from ember.train._finished import finished_result, finished_run, run_result
 from ember.train._learner import Learner
-from ember.train._logger.run import run_artifacts, wanted_artifacts
+from ember.train._logger.store import EventStore
 from ember.train._loop import LoopOutcome
 from ember.train._metric.base import Numeric
-from ember.train._metric.store import EventStore
 from ember.train._plan import RunPlan
 from ember.train._processor import (
     AsyncProcessorTraining,
@@ -86,6 +85,7 @@ from ember.train._renderer.default import default_renderer
 from ember.train._result import LearningResult
 from ember.train._strategy.base import StrategyDefaults, StrategyRun
 from ember.train._summary import LearnerSummary, describe_model
+from ember.train._tracking import run_artifacts, wanted_artifacts
 from ember.train._vocabulary import Split
 
 __all__ = ["TrainingSession"]

@@ -1,7 +1,10 @@
-"""The learner summary: the model, and each numeric metric's best and worst epochs.
+"""The summary tables: a training run's (the model, and each numeric metric's best and worst
+epochs) and an evaluation's (each test's metric values).
 
-Built at the end of training from the logged epoch values (so epochs from before a resume count
-too), printed as Burn's table and written to ``summary.json`` (both in ``docs/design.md``).
+A :class:`LearnerSummary` is built at the end of training from the logged epoch values (so
+epochs from before a resume count too), printed as Burn's table and written to
+``summary.json``; an :class:`EvaluationSummary` is printed as Burn's ``| Test | Metric | Value |``
+table and written to ``test/summary.json`` (both in ``docs/design.md``).
 """
 
 from __future__ import annotations
@@ -17,7 +20,14 @@ from torch import nn
 from ember.train._metric.query import MetricQuery
 from ember.train._vocabulary import Split
 
-__all__ = ["LearnerSummary", "MetricSummary", "describe_model", "format_cell"]
+__all__ = [
+    "EvaluationSummary",
+    "LearnerSummary",
+    "MetricSummary",
+    "TestValue",
+    "describe_model",
+    "format_cell",
+]
 
 _RULE = "=" * 24
 
@@ -158,5 +168,83 @@ class LearnerSummary:
                 f"| {row.split:<{width_split}} | {row.label:<{width_name}} "
                 f"| {format_cell(row.min_value)}| {row.min_epoch:<9}"
                 f"| {format_cell(row.max_value)}| {row.max_epoch:<9}|"
+            )
+        return "\n".join(out)
+
+
+@dataclass(frozen=True, slots=True)
+class TestValue:
+    """One row: the value of ``metric`` over the whole test ``test``."""
+
+    __test__ = False  # not a pytest class, whatever its name
+
+    test: str
+    metric: str
+    value: float
+
+
+@dataclass(frozen=True, slots=True)
+class EvaluationSummary:
+    """What an evaluation measured; ``str()`` gives the printed table."""
+
+    values: tuple[TestValue, ...] = ()
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Mapping[str, float]]) -> EvaluationSummary:
+        """Rows from ``{test: {metric: value}}``: tests in the order given, metrics sorted."""
+        return cls(
+            tuple(
+                TestValue(test, metric, float(metrics[metric]))
+                for test, metrics in values.items()
+                for metric in sorted(metrics)
+            )
+        )
+
+    def value(self, metric: str, test: str | None = None) -> float:
+        """The value of ``metric`` on ``test`` (None: the summary's only test); KeyError naming
+        what exists otherwise."""
+        if test is None:
+            tests = {row.test for row in self.values}
+            if len(tests) > 1:
+                raise KeyError(f"name the test: the summary has {sorted(tests)}")
+            test = next(iter(tests), "")
+        for row in self.values:
+            if row.test == test and row.metric == metric:
+                return row.value
+        known = ", ".join(f"{row.test}/{row.metric}" for row in self.values) or "nothing"
+        raise KeyError(f"no value of {metric!r} for test {test!r}; the summary has {known}")
+
+    def merged(self, other: EvaluationSummary) -> EvaluationSummary:
+        """This summary with ``other``'s tests replacing or following its own."""
+        tests = {row.test for row in other.values}
+        return EvaluationSummary(
+            tuple(row for row in self.values if row.test not in tests) + other.values
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (``test/summary.json``)."""
+        return {"tests": [asdict(row) for row in self.values]}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> EvaluationSummary:
+        """Read back what :meth:`to_json` wrote."""
+        return cls(tuple(TestValue(**row) for row in data.get("tests", [])))
+
+    def dumps(self) -> str:
+        """``test/summary.json``'s text."""
+        return json.dumps(self.to_json(), indent=2, allow_nan=True) + "\n"
+
+    def __str__(self) -> str:
+        width_test = max([4, *(len(row.test) for row in self.values)])
+        width_name = max([6, *(len(row.metric) for row in self.values)])
+        out = [
+            f"{_RULE} Evaluation Summary {_RULE}",
+            f"| {'Test':<{width_test}} | {'Metric':<{width_name}} | Value    |",
+            f"|{'-' * (width_test + 2)}|{'-' * (width_name + 2)}|----------|",
+        ]
+        for row in self.values:
+            out.append(
+                f"| {row.test:<{width_test}} | {row.metric:<{width_name}} "
+                f"| {format_cell(row.value)}|"
             )
         return "\n".join(out)

@@ -28,7 +28,7 @@ from ember.train import (
 )
 from ember.train._checkpoint.export import CheckpointEpoch
 from ember.train._logger.file import FileMetricLogger
-from ember.train._metric.store import epoch_value
+from ember.train._logger.store import epoch_value
 from ember.train._vocabulary import Split
 from tests.train.fixtures import TinyRegressor, loader, weight
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from ember._errors import CheckpointError
 from ember.extend import CheckpointFile, Record
 from ember.train import FileCheckpointer
-from ember.train._checkpoint.file import atomic_write
+from ember.train._files import atomic_write
 
 
 def sample_record() -> Record:

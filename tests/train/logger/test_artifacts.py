@@ -22,7 +22,7 @@ from ember.train import (
     SupervisedTraining,
     load_checkpoint,
 )
-from ember.train._logger.run import check_artifacts
+from ember.train._logger.base import check_artifacts
 from tests.train.fixtures import TinyRegressor, loader, weight
 from tests.train.logger.test_protocol import RecordingLogger
 

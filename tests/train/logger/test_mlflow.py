@@ -35,7 +35,7 @@ from ember.train import (
     load_checkpoint,
 )
 from ember.train._logger.mlflow import RUN_FILE, mlflow_name
-from ember.train._metric.store import EventStore
+from ember.train._logger.store import EventStore
 from tests.train.fixtures import TinyRegressor, loader
 
 mlflow = pytest.importorskip(

@@ -22,7 +22,7 @@ from ember.train import (
     SupervisedTraining,
     TensorBoardLogger,
 )
-from ember.train._metric.store import epoch_value
+from ember.train._logger.store import epoch_value
 from tests.train.fixtures import TinyRegressor, loader
 
 event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")

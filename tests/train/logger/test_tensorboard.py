@@ -8,7 +8,7 @@ import pytest
 
 from ember.extend import MetricEntry, MetricLogger, MetricReader, MetricState, NumericEntry
 from ember.train import Split, TensorBoardLogger
-from ember.train._metric.store import EventStore
+from ember.train._logger.store import EventStore
 from tests.train.fixtures import metric_value
 
 event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")

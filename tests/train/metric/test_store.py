@@ -33,8 +33,8 @@ from ember.train import (
     RegressionOutput,
     Split,
 )
+from ember.train._logger.store import EventStore
 from ember.train._metric.base import format_number
-from ember.train._metric.store import EventStore
 from ember.train._vocabulary import Aggregate
 from tests.train.fixtures import metric_value
 

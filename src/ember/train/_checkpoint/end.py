@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ember.train._checkpoint.file import atomic_write
+from ember.train._files import atomic_write
 
 __all__ = ["RUN_END", "RunEnd", "clear_run_end", "read_run_end"]
 

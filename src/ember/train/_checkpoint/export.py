@@ -22,7 +22,7 @@ from safetensors.torch import save_file
 from torch import nn
 
 from ember._errors import CheckpointError
-from ember.train._checkpoint.file import FileCheckpointer, atomic_fill, check_epoch
+from ember.train._checkpoint.file import FileCheckpointer, check_epoch
 from ember.train._checkpoint.learning import STRATEGY_STATE_KEY
 from ember.train._checkpoint.manifest import (
     latest_complete_epoch,
@@ -33,6 +33,7 @@ from ember.train._checkpoint.manifest import (
 from ember.train._checkpoint.record import Record, load_model_record
 from ember.train._checkpoint.shard_index import check_index_size
 from ember.train._checkpoint.sharded import consolidate, is_sharded
+from ember.train._files import atomic_fill
 
 __all__ = [
     "CheckpointEpoch",

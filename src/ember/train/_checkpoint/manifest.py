@@ -24,16 +24,14 @@ from pathlib import Path
 
 from ember._errors import CheckpointError
 from ember.train._checkpoint.file import (
-    CheckpointFile,
-    atomic_write,
     check_epoch,
     check_name,
     checkpoint_file_name,
-    fsync_directory,
     read_regular,
     regular_size,
     remove_stale_temps,
 )
+from ember.train._files import CheckpointFile, atomic_write, fsync_directory
 
 __all__ = [
     "Manifest",

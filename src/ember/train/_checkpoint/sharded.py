@@ -45,7 +45,6 @@ from ember._errors import CheckpointError
 from ember.train._checkpoint.file import (
     MAX_FILE_SIZE,
     SUFFIX,
-    CheckpointFile,
     FileCheckpointer,
     checkpoint_file_name,
     deserialize,
@@ -55,6 +54,7 @@ from ember.train._checkpoint.file import (
 from ember.train._checkpoint.manifest import manifest_path, read_manifest
 from ember.train._checkpoint.record import Record, snapshot
 from ember.train._checkpoint.shard_index import FORMAT, ShardPiece, optimizer_extras, read_index
+from ember.train._files import CheckpointFile
 from ember.train._learner import Learner
 
 __all__ = [

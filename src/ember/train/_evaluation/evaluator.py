@@ -46,9 +46,8 @@ from ember._protocols import check_protocol, member, with_defaults
 from ember.data import DataLoader
 from ember.data._torch_loader import as_ember_loader
 from ember.train._application_log import experiment_log
-from ember.train._checkpoint.file import atomic_write, check_name
+from ember.train._checkpoint.file import check_name
 from ember.train._evaluation.processor import FullEventProcessorEvaluation
-from ember.train._evaluation.summary import EvaluationSummary
 from ember.train._events import (
     EndEvaluation,
     EndTest,
@@ -58,6 +57,7 @@ from ember.train._events import (
     StartTest,
     TrainingItem,
 )
+from ember.train._files import atomic_write
 from ember.train._inference import inference_pass
 from ember.train._metric.base import Metric, Numeric
 from ember.train._metric.registered import MetricsTraining
@@ -73,6 +73,7 @@ from ember.train._strategy.base import (
     pass_size,
 )
 from ember.train._strategy.single import SingleDevice
+from ember.train._summary import EvaluationSummary
 from ember.train._vocabulary import Split
 
 __all__ = ["Evaluator", "EvaluatorBuilder", "EvaluatorConfig", "check_tests"]

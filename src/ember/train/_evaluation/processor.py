@@ -16,11 +16,12 @@ from pathlib import Path
 
 from ember.train._events import EndEvaluation, EndTest, StartEvaluation, StartTest
 from ember.train._logger.file import FileMetricLogger
+from ember.train._logger.store import EventStore
 from ember.train._metric.base import MetricDefinition, metric_definition
 from ember.train._metric.registered import MetricsTraining
-from ember.train._metric.store import EventStore
+from ember.train._metric.values import MetricState
 from ember.train._processor import Event, FullEventProcessorTraining
-from ember.train._renderer.base import EvaluationRenderer, MetricState
+from ember.train._renderer.base import EvaluationRenderer
 from ember.train._vocabulary import Split
 
 __all__ = ["FullEventProcessorEvaluation"]

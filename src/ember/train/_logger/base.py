@@ -23,90 +23,28 @@ a base class to subclass.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+import importlib.util
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from ember._frozen import set_field
 from ember.train._interrupter import Interrupter
 from ember.train._metric.base import NumericEntry
+from ember.train._metric.values import MetricText, MetricValue
 from ember.train._vocabulary import Split
 
 if TYPE_CHECKING:
     from ember.train._summary import LearnerSummary
 
 __all__ = [
+    "WRITTEN_WHEN_ASKED",
     "Logger",
     "MetricLogger",
     "MetricReader",
-    "MetricText",
-    "MetricValue",
     "ResumableLogger",
-    "tracker_points",
+    "check_artifacts",
+    "flatten_config",
 ]
-
-
-@dataclass(frozen=True, slots=True, init=False)
-class MetricValue:
-    """One number a metric logged: a batch value (with its weight, when the metric gives one) or,
-    with ``final``, the epoch value at the end of the split.
-
-    ``step`` is the run's optimizer steps so far, kept across resumes: the global step a
-    tracker plots against (batches that accumulate gradients, and a validation pass, share the
-    step of the training before them). ``text`` is the text the metric serialized (the line of
-    its log file); empty, :attr:`line` writes the number as metric logs do.
-    """
-
-    name: str
-    split: Split
-    epoch: int
-    step: int
-    value: float
-    weight: float | None = None
-    final: bool = False
-    text: str = ""
-
-    def __init__(  # written out: one per batch (ember/_frozen.py)
-        self,
-        name: str,
-        split: Split,
-        epoch: int,
-        step: int,
-        value: float,
-        weight: float | None = None,
-        final: bool = False,
-        text: str = "",
-    ) -> None:
-        set_field(self, "name", name)
-        set_field(self, "split", split)
-        set_field(self, "epoch", epoch)
-        set_field(self, "step", step)
-        set_field(self, "value", value)
-        set_field(self, "weight", weight)
-        set_field(self, "final", final)
-        set_field(self, "text", text)
-
-    @property
-    def entry(self) -> NumericEntry:
-        """The value as a metric-log entry (what :class:`MetricReader` gives back)."""
-        return NumericEntry(self.value, self.weight, self.final)
-
-    @property
-    def line(self) -> str:
-        """The metric-log line of this value."""
-        return self.text or self.entry.serialize()
-
-
-@dataclass(frozen=True, slots=True)
-class MetricText:
-    """The entry of a metric that logs text, not a number (e.g. a GPU reading)."""
-
-    name: str
-    split: Split
-    epoch: int
-    step: int
-    text: str
 
 
 @runtime_checkable
@@ -221,17 +159,43 @@ class Logger:
         """Optional: the handle that stops this run."""
 
 
-def tracker_points(value: MetricValue) -> list[tuple[str, int]]:
-    """Where a tracker plots ``value``: ``(name, step)`` pairs, the same in every tracker.
+def flatten_config(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``config`` with nested mappings flattened to dotted keys (``optimizer.class``) and lists
+    of mappings indexed (``optimizer.param_groups.0.lr``); the leaves as they are."""
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten_config(value, f"{name}."))
+        elif isinstance(value, list) and any(isinstance(item, Mapping) for item in value):
+            for index, item in enumerate(value):
+                item_map = item if isinstance(item, Mapping) else {"value": item}
+                flat.update(flatten_config(item_map, f"{name}.{index}."))
+        else:
+            flat[name] = value
+    return flat
 
-    * ``train/{name}``: each training batch's value at its global step;
-    * ``valid/{name}``: the validation epoch value at the global step it was measured after (one
-      point per epoch, on the training curve's axis: a validation pass does not step, so its
-      batches would all share one step and are not plotted);
-    * ``{split}/{name}/epoch``: each epoch value at step = epoch.
-    """
-    tag = f"{value.split.value}/{value.name}"
-    if value.final:
-        points = [(f"{tag}/epoch", value.epoch)]
-        return [*points, (tag, value.step)] if value.split is Split.VALID else points
-    return [(tag, value.step)] if value.split is Split.TRAIN else []
+
+WRITTEN_WHEN_ASKED = {
+    "model": "the best epoch's weights as one safetensors file",
+    "curves": "the per-epoch curves as a PNG (matplotlib)",
+}
+"""The artifacts a logger can ask for (``wanted_artifacts``, :class:`~ember.extend.Logger`)."""
+
+
+def check_artifacts(names: object) -> tuple[str, ...]:
+    """``names`` as a tuple (without repeats) when each is one of :data:`WRITTEN_WHEN_ASKED`;
+    else TypeError or ValueError naming the value and the choices. ``"curves"`` needs
+    matplotlib: ImportError saying what to install."""
+    if isinstance(names, str) or not isinstance(names, Iterable):
+        raise TypeError(
+            f"artifacts must be a collection of names such as ('model', 'curves'), got {names!r}"
+        )
+    wanted = tuple(dict.fromkeys(names))
+    for name in wanted:
+        if name not in WRITTEN_WHEN_ASKED:
+            choices = "; ".join(f"{key!r}: {what}" for key, what in WRITTEN_WHEN_ASKED.items())
+            raise ValueError(f"unknown artifact {name!r}; choose from {choices}")
+    if "curves" in wanted and importlib.util.find_spec("matplotlib") is None:
+        raise ImportError("the 'curves' artifact needs matplotlib: pip install ember[plot]")
+    return wanted

@@ -45,8 +45,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from ember.train._logger.base import MetricValue
 from ember.train._metric.base import NumericEntry, format_number
+from ember.train._metric.values import MetricValue
 from ember.train._vocabulary import Split
 
 if TYPE_CHECKING:

@@ -7,8 +7,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ember.train._logger.base import MetricText, MetricValue
 from ember.train._metric.base import NumericEntry
+from ember.train._metric.values import MetricText, MetricValue
 from ember.train._vocabulary import Split, as_vocabulary
 
 if TYPE_CHECKING:

@@ -48,10 +48,9 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ember.train._checkpoint.file import atomic_write
-from ember.train._config import flatten_config
-from ember.train._logger.base import MetricValue, tracker_points
-from ember.train._logger.run import check_artifacts
+from ember.train._files import atomic_write
+from ember.train._logger.base import check_artifacts, flatten_config
+from ember.train._metric.values import MetricValue, tracker_points
 from ember.train._vocabulary import Split
 
 if TYPE_CHECKING:

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ember.train._interrupter import Interrupter
-from ember.train._logger.base import MetricValue
+from ember.train._metric.values import MetricValue
 from ember.train._vocabulary import Split
 
 if TYPE_CHECKING:

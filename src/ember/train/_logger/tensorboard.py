@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ember.train._logger.base import MetricValue, tracker_points
+from ember.train._metric.values import MetricValue, tracker_points
 from ember.train._vocabulary import Split
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ from typing import Any
 
 from ember.train._metric.base import Metric, MetricMetadata, Numeric, adapt
 from ember.train._metric.loss import LossInput
-from ember.train._renderer.base import MetricState
+from ember.train._metric.values import MetricState
 from ember.train._vocabulary import Split
 
 __all__ = ["MetricsTraining"]

@@ -25,13 +25,14 @@ from ember.train._events import (
     Start,
     StartSplit,
 )
+from ember.train._logger.store import EventStore
 from ember.train._metric.base import MetricMetadata, adapt
 from ember.train._metric.loss import LossInput
 from ember.train._metric.registered import MetricsTraining
-from ember.train._metric.store import EventStore
+from ember.train._metric.values import MetricState
 from ember.train._outputs import ItemLazy
 from ember.train._processor.base import Event
-from ember.train._renderer.base import MetricsRenderer, MetricState
+from ember.train._renderer.base import MetricsRenderer
 from ember.train._renderer.progress import announce_split, announce_start, items_progress
 from ember.train._vocabulary import Split
 

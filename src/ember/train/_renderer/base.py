@@ -17,30 +17,16 @@ shows tests, called on the ``eval-worker`` thread. Progress within a test comes 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from ember._frozen import set_field
-from ember.train._metric.base import MetricDefinition, MetricEntry, NumericEntry
+from ember.train._metric.base import MetricDefinition
+from ember.train._metric.values import MetricState
 from ember.train._vocabulary import Split
 
 if TYPE_CHECKING:
-    from ember.train._evaluation.summary import EvaluationSummary
-    from ember.train._summary import LearnerSummary
+    from ember.train._summary import EvaluationSummary, LearnerSummary
 
-__all__ = ["EvaluationRenderer", "MetricState", "MetricsRenderer", "Renderer"]
-
-
-@dataclass(frozen=True, slots=True, init=False)
-class MetricState:
-    """A metric's entry for the renderer; ``numeric`` is set for numeric metrics."""
-
-    entry: MetricEntry
-    numeric: NumericEntry | None = None
-
-    def __init__(self, entry: MetricEntry, numeric: NumericEntry | None = None) -> None:
-        set_field(self, "entry", entry)  # written out: one per batch (ember/_frozen.py)
-        set_field(self, "numeric", numeric)
+__all__ = ["EvaluationRenderer", "MetricsRenderer", "Renderer"]
 
 
 @runtime_checkable

@@ -31,12 +31,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TextIO
 
 from ember.train._metric.base import MetricDefinition
-from ember.train._renderer.base import MetricState
+from ember.train._metric.values import MetricState
 from ember.train._vocabulary import Split
 
 if TYPE_CHECKING:
-    from ember.train._evaluation.summary import EvaluationSummary
-    from ember.train._summary import LearnerSummary
+    from ember.train._summary import EvaluationSummary, LearnerSummary
 
 __all__ = ["CliMetricsRenderer"]
 

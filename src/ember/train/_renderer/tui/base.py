@@ -18,13 +18,12 @@ from typing import TYPE_CHECKING
 
 from ember.train._interrupter import Interrupter
 from ember.train._metric.base import MetricDefinition
-from ember.train._renderer.base import MetricState
+from ember.train._metric.values import MetricState
 from ember.train._renderer.tui.state import RunState
 from ember.train._vocabulary import Split
 
 if TYPE_CHECKING:
-    from ember.train._evaluation.summary import EvaluationSummary
-    from ember.train._summary import LearnerSummary
+    from ember.train._summary import EvaluationSummary, LearnerSummary
 
 __all__ = ["StateRenderer"]
 

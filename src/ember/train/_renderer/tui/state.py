@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 
 from ember.train._metric.base import MetricDefinition, MetricEntry
-from ember.train._renderer.base import MetricState
+from ember.train._metric.values import MetricState
 from ember.train._renderer.plot_data import MetricPlot, PlotKind, Point
 from ember.train._vocabulary import Split
 

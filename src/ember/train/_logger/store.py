@@ -16,19 +16,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ember._protocols import member
-from ember.train._logger.base import (
-    Logger,
-    MetricLogger,
-    MetricReader,
-    MetricText,
-    MetricValue,
-    ResumableLogger,
-)
+from ember.train._logger.base import Logger, MetricLogger, MetricReader, ResumableLogger
 from ember.train._metric.base import NumericEntry
+from ember.train._metric.values import MetricText, MetricValue
 from ember.train._vocabulary import Aggregate, Direction, Split, warn_aggregate
 
 if TYPE_CHECKING:
-    from ember.train._renderer.base import MetricState
+    from ember.train._metric.values import MetricState
     from ember.train._summary import LearnerSummary
 
 __all__ = ["EventStore", "epoch_value"]

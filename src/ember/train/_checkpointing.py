@@ -22,7 +22,12 @@ from ember.train._checkpoint.checkpointer import (
 )
 from ember.train._checkpoint.end import clear_run_end
 from ember.train._checkpoint.mid_round import ResumePoint, point_directory
-from ember.train._checkpoint.state import (
+from ember.train._counters import RunCounters
+from ember.train._learner import Learner
+from ember.train._logger.store import EventStore
+from ember.train._plan import RunPlan
+from ember.train._schedule import RoundMarks
+from ember.train._state import (
     CountersPart,
     EarlyStoppingPart,
     LoadersPart,
@@ -33,11 +38,6 @@ from ember.train._checkpoint.state import (
     UserPart,
     WeightsPart,
 )
-from ember.train._counters import RunCounters
-from ember.train._learner import Learner
-from ember.train._metric.store import EventStore
-from ember.train._plan import RunPlan
-from ember.train._schedule import RoundMarks
 from ember.train._strategy.base import StrategyRun
 
 __all__ = ["CheckpointSaver"]

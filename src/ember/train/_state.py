@@ -49,7 +49,6 @@ from ember._errors import CheckpointError
 from ember._protocols import member
 from ember.data import DataLoader
 from ember.train._checkpoint.checkpointer import TrainingRecords
-from ember.train._checkpoint.file import CheckpointFile
 from ember.train._checkpoint.mid_round import ResumePoint, point_directory
 from ember.train._checkpoint.record import (
     Record,
@@ -67,11 +66,12 @@ from ember.train._checkpoint.rng import rng_state, set_rng_state
 from ember.train._checkpoint.sharded import ShardingRun, has_shards, is_sharded, load_shards
 from ember.train._counters import RunCounters
 from ember.train._early_stopping import EarlyStoppingStrategy
+from ember.train._files import CheckpointFile
 from ember.train._hooks import Stateful
 from ember.train._learner import Learner
+from ember.train._logger.store import EventStore
 from ember.train._metric.base import Metric
 from ember.train._metric.resumable import has_metric_state
-from ember.train._metric.store import EventStore
 from ember.train._vocabulary import Split
 
 __all__ = [

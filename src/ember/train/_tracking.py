@@ -13,9 +13,8 @@ of the weights, matplotlib), so no run writes them unasked.
 
 from __future__ import annotations
 
-import importlib.util
 import logging
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from ember._protocols import member
@@ -23,13 +22,11 @@ from ember.train._checkpoint.export import best_epoch, export_weights
 from ember.train._checkpoint.manifest import manifest_epochs
 from ember.train._checkpoint.strategy import KeepLastNCheckpoints
 from ember.train._config import DEFAULT_CHECKPOINTERS, TrainingConfig
-from ember.train._logger.base import Logger, MetricLogger, MetricReader
+from ember.train._logger.base import Logger, MetricLogger, MetricReader, check_artifacts
 from ember.train._logger.file import FileMetricLogger
 
 __all__ = [
     "ARTIFACTS",
-    "WRITTEN_WHEN_ASKED",
-    "check_artifacts",
     "run_artifacts",
     "run_loggers",
     "wanted_artifacts",
@@ -44,30 +41,6 @@ ARTIFACTS = {
     "curves": "metrics.png",  # what `ember plot` draws
 }
 """The run's files handed to the loggers at the end, by name, relative to the run directory."""
-
-WRITTEN_WHEN_ASKED = {
-    "model": "the best epoch's weights as one safetensors file",
-    "curves": "the per-epoch curves as a PNG (matplotlib)",
-}
-"""The artifacts a logger can ask for (``wanted_artifacts``, :class:`~ember.extend.Logger`)."""
-
-
-def check_artifacts(names: object) -> tuple[str, ...]:
-    """``names`` as a tuple (without repeats) when each is one of :data:`WRITTEN_WHEN_ASKED`;
-    else TypeError or ValueError naming the value and the choices. ``"curves"`` needs
-    matplotlib: ImportError saying what to install."""
-    if isinstance(names, str) or not isinstance(names, Iterable):
-        raise TypeError(
-            f"artifacts must be a collection of names such as ('model', 'curves'), got {names!r}"
-        )
-    wanted = tuple(dict.fromkeys(names))
-    for name in wanted:
-        if name not in WRITTEN_WHEN_ASKED:
-            choices = "; ".join(f"{key!r}: {what}" for key, what in WRITTEN_WHEN_ASKED.items())
-            raise ValueError(f"unknown artifact {name!r}; choose from {choices}")
-    if "curves" in wanted and importlib.util.find_spec("matplotlib") is None:
-        raise ImportError("the 'curves' artifact needs matplotlib: pip install ember[plot]")
-    return wanted
 
 
 def wanted_artifacts(loggers: Sequence[MetricLogger]) -> tuple[str, ...]:
