@@ -175,6 +175,47 @@ def _tensor_fields(item: Any) -> list[str]:
     ]
 
 
+def _header_block(
+    items: Sequence[Any], wish: int
+) -> tuple[torch.Tensor, list[list[str]], list[list[torch.Tensor | None]]]:
+    """The int64 block a rank all-gathers (its stop ``wish``, then each unit's tensor header),
+    and each unit's tensor field names and tensors."""
+    names: list[list[str]] = []
+    tensors: list[list[torch.Tensor | None]] = []
+    block = torch.zeros(1 + len(items) * _HEADER, dtype=torch.int64)
+    block[0] = wish
+    for unit, item in enumerate(items):
+        fields = [] if item is None else _tensor_fields(item)
+        if item is not None:
+            _merge_for(type(item))  # every rank with a share fails alike on an unusable type
+        names.append(fields)
+        tensors.append([getattr(item, name) for name in fields])
+        header = tensor_header(tensors[-1]) if item is not None else []
+        if len(header) > _HEADER - 1:
+            raise ValueError(
+                f"{type(item).__name__} has too many tensor fields or dimensions to send to "
+                f"rank 0 (a header of {len(header)} numbers, at most {_HEADER - 1})"
+            )
+        start = 1 + unit * _HEADER
+        block[start] = len(header)
+        block[start + 1 : start + 1 + len(header)] = torch.tensor(header, dtype=torch.int64)
+    return block, names, tensors
+
+
+def _pack(
+    payload: torch.Tensor,
+    tensors: Sequence[Sequence[torch.Tensor | None]],
+    sizes: Sequence[int],
+    device: torch.device,
+) -> None:
+    """Pack each unit's tensors into ``payload``, one after the other."""
+    offset = 0
+    for unit_tensors, unit_size in zip(tensors, sizes, strict=True):
+        if unit_size:
+            payload[offset : offset + unit_size] = pack_tensors(unit_tensors, unit_size, device)
+            offset += unit_size
+
+
 def exchange_outputs(
     ranks: Ranks,
     items: Sequence[Any],
@@ -198,25 +239,7 @@ def exchange_outputs(
     """
     if ranks.world == 1:
         return [item for item in items if item is not None], wish
-    names: list[list[str]] = []
-    tensors: list[list[torch.Tensor | None]] = []
-    block = torch.zeros(1 + len(items) * _HEADER, dtype=torch.int64)
-    block[0] = wish
-    for unit, item in enumerate(items):
-        fields = [] if item is None else _tensor_fields(item)
-        if item is not None:
-            _merge_for(type(item))  # every rank with a share fails alike on an unusable type
-        names.append(fields)
-        tensors.append([getattr(item, name) for name in fields])
-        header = tensor_header(tensors[-1]) if item is not None else []
-        if len(header) > _HEADER - 1:
-            raise ValueError(
-                f"{type(item).__name__} has too many tensor fields or dimensions to send to "
-                f"rank 0 (a header of {len(header)} numbers, at most {_HEADER - 1})"
-            )
-        start = 1 + unit * _HEADER
-        block[start] = len(header)
-        block[start + 1 : start + 1 + len(header)] = torch.tensor(header, dtype=torch.int64)
+    block, names, tensors = _header_block(items, wish)
     guard = collective if watch is None else watch.watching
     small, large = (ranks.cpu, None) if watch is None else (ranks.watched_cpu, ranks.watched)
     blocks = [torch.empty_like(block) for _ in range(ranks.world)]
@@ -237,13 +260,7 @@ def exchange_outputs(
         return ([item for item in items if item is not None] if ranks.is_main else []), stop
     payload = torch.zeros(size, dtype=torch.uint8, device=ranks.device)
     if not ranks.is_main:
-        offset = 0
-        for unit_tensors, unit_size in zip(tensors, sizes[ranks.rank], strict=True):
-            if unit_size:
-                payload[offset : offset + unit_size] = pack_tensors(
-                    unit_tensors, unit_size, ranks.device
-                )
-                offset += unit_size
+        _pack(payload, tensors, sizes[ranks.rank], ranks.device)
     gathered = [torch.empty_like(payload) for _ in range(ranks.world)] if ranks.is_main else None
     with guard("gathering the outputs on rank 0"):
         dist.gather(payload, gathered, dst=0, group=large)
