@@ -9,6 +9,7 @@ another (one concept per module, split by concept, never by size).
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
@@ -361,3 +362,32 @@ def test_no_upward_imports(package: str) -> None:
         if not any(dep == prefix or dep.startswith(prefix) for prefix in allowed) or dep == package
     )
     assert upward == [], f"upward imports: {upward}"
+
+
+DESIGN = SRC.parent / "docs" / "design.md"
+
+
+def code_map() -> set[str]:
+    """The modules ``docs/design.md``'s code map has a line for, as dotted names."""
+    text = DESIGN.read_text(encoding="utf-8").split("## Code map", 1)[1]
+    found: set[str] = set()
+    package = "ember"
+    for line in text.splitlines():
+        heading = re.match(r"\*\*`([\w.]+)`\*\*", line)
+        if heading:
+            package = heading.group(1)
+            continue
+        entry = re.match(r"- ((?:`[\w/.]+\.py`(?:, )?)+) —", line)
+        if entry:
+            for path in re.findall(r"`([\w/.]+)\.py`", entry.group(1)):
+                parts = [part for part in path.split("/") if part != "__init__"]
+                found.add(".".join([package, *parts]) if parts else package)
+    return found
+
+
+def test_the_code_map_names_every_module() -> None:
+    """Every module of ``src/ember`` has its line in ``docs/design.md``'s code map, and every
+    line names a module that exists: the map a newcomer reads is the code."""
+    documented, present = code_map(), set(modules())
+    assert sorted(present - documented) == [], "modules missing from the code map"
+    assert sorted(documented - present) == [], "code map lines for modules that do not exist"
