@@ -137,11 +137,44 @@ def test_bad_hooks_and_state_are_refused(tmp_path: Path) -> None:
     builder = SupervisedTraining(tmp_path, loader(4), loader(4))
     with pytest.raises(
         TypeError,
-        match="hooks object lacks on_epoch_start, on_split_start, on_split_end, on_epoch_end",
+        match="object has none of the hooks .on_epoch_start, on_split_start, on_split_end, "
+        "on_epoch_end.; define at least one",
     ):
-        builder.with_hooks(object())  # type: ignore[arg-type]
+        builder.with_hooks(object())
     with pytest.raises(TypeError, match="state object lacks state_dict, load_state_dict"):
         builder.with_stateful("x", object())  # type: ignore[arg-type]
     builder.with_stateful("x", Counter())
     with pytest.raises(ValueError, match="'x' is already kept"):
         builder.with_stateful("x", Counter())
+
+
+class ResetsHiddenState(TinyRegressor):
+    """A model with one hook only (the LSTM hidden-state reset of the docs)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.starts: list[tuple[str, int]] = []
+
+    def on_split_start(self, split: Split, epoch: int) -> None:
+        self.starts.append((split.value, epoch))
+
+
+class EpochEnds:
+    """A with_hooks object with one hook only, not a Hooks subclass."""
+
+    def __init__(self) -> None:
+        self.ends: list[int] = []
+
+    def on_epoch_end(self, epoch: int) -> None:
+        self.ends.append(epoch)
+
+
+def test_each_hook_an_object_has_is_called_and_the_ones_it_lacks_are_skipped(
+    tmp_path: Path,
+) -> None:
+    model, ends = ResetsHiddenState(), EpochEnds()
+    learner = Learner(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    training = SupervisedTraining(tmp_path, loader(4), loader(4)).with_hooks(ends)
+    training.num_epochs(2).renderer(CliMetricsRenderer(io.StringIO())).launch(learner)
+    assert model.starts == [("train", 1), ("valid", 1), ("train", 2), ("valid", 2)]
+    assert ends.ends == [1, 2]

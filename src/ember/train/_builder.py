@@ -37,7 +37,7 @@ from ember.train._directory import versioned_run
 from ember.train._early_stopping import EarlyStoppingStrategy
 from ember.train._evaluation.evaluator import check_tests
 from ember.train._gradient_checkpointing import check_module_names
-from ember.train._hooks import Stateful, TrainingHooks
+from ember.train._hooks import HOOKS, Stateful, TrainingHooks, has_hooks
 from ember.train._interrupter import Interrupter
 from ember.train._learner import Learner
 from ember.train._logger.base import MetricLogger
@@ -229,10 +229,16 @@ class SupervisedTraining:
         names = () if modules is None else check_module_names(modules)
         return self._set(gradient_checkpointing=names)
 
-    def with_hooks(self, hooks: TrainingHooks) -> SupervisedTraining:
-        """Call ``hooks`` at every epoch and split start and end (a model that implements
-        ``TrainingHooks`` is called without this); subclass ``Hooks``."""
-        check_protocol(hooks, TrainingHooks, "hooks")
+    def with_hooks(self, hooks: TrainingHooks | object) -> SupervisedTraining:
+        """Call ``hooks`` at every epoch and split start and end: each of the four hooks
+        (``on_epoch_start``, ``on_split_start``, ``on_split_end``, ``on_epoch_end``) it has; one
+        it lacks is skipped. A model with any of them is called without this. Subclass ``Hooks``
+        for a class that names them all."""
+        if not has_hooks(hooks):
+            raise TypeError(
+                f"with_hooks: {type(hooks).__name__} has none of the hooks "
+                f"({', '.join(HOOKS)}); define at least one of them (subclass ember.train.Hooks)"
+            )
         return self._set(hooks=(*self._config.hooks, hooks))
 
     def with_stateful(self, name: str, state: Stateful) -> SupervisedTraining:

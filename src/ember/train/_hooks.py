@@ -1,7 +1,8 @@
 """Code of the user's that runs at epoch and split boundaries, and state that joins checkpoints.
 
-A hooks object (``SupervisedTraining.with_hooks``, or the model itself when it implements
-:class:`TrainingHooks`) is called on the training thread, in the loop's event order::
+A hooks object (``SupervisedTraining.with_hooks``, or the model itself when it has any of the
+hooks) is called on the training thread, in the loop's event order; each hook it has is called,
+and one it lacks is skipped (Keras' ``Callback`` pattern: :class:`Hooks` does nothing)::
 
     on_epoch_start(epoch)                        before the epoch's first event
     on_split_start(split, epoch)                 after StartSplit (train, then valid)
@@ -19,11 +20,16 @@ and a resume puts it back before the first epoch, so the run stays bit-identical
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from ember.train._vocabulary import Split
 
-__all__ = ["Hooks", "Stateful", "TrainingHooks"]
+__all__ = ["HOOKS", "CalledHooks", "Hooks", "Stateful", "TrainingHooks", "has_hooks"]
+
+HOOKS = ("on_epoch_start", "on_split_start", "on_split_end", "on_epoch_end")
+"""The hooks' names, in the order the loop calls them."""
 
 
 @runtime_checkable
@@ -61,6 +67,32 @@ class Hooks:
 
     def on_epoch_end(self, epoch: int) -> None:
         """Nothing by default."""
+
+
+def has_hooks(value: object) -> bool:
+    """Whether ``value`` has any of the hooks (a method of one of :data:`HOOKS`' names)."""
+    return any(callable(getattr(value, name, None)) for name in HOOKS)
+
+
+@dataclass(frozen=True, slots=True)
+class CalledHooks:
+    """The hooks a run calls, resolved once: for each hook, the methods the hooks objects have,
+    in their order (the model's first, then ``with_hooks``' in the order given)."""
+
+    epoch_start: tuple[Callable[[int], None], ...] = ()
+    split_start: tuple[Callable[[Split, int], None], ...] = ()
+    split_end: tuple[Callable[[Split, int], None], ...] = ()
+    epoch_end: tuple[Callable[[int], None], ...] = ()
+
+    @classmethod
+    def of(cls, objects: Iterable[object]) -> CalledHooks:
+        """The hooks each of ``objects`` has; one it lacks is skipped."""
+        objects = list(objects)
+
+        def methods(name: str) -> tuple[Any, ...]:
+            return tuple(getattr(o, name) for o in objects if callable(getattr(o, name, None)))
+
+        return cls(*(methods(name) for name in HOOKS))
 
 
 @runtime_checkable

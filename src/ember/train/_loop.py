@@ -180,8 +180,8 @@ class TrainingLoop:
         """Every round from ``epoch`` until the schedule ends or a stop."""
         counters, schedule = self.counters, self.plan.schedule
         while counters.resumed or not schedule.ran_out(counters.optimizer_steps, counters.passes):
-            for hooks in self.plan.hooks:
-                hooks.on_epoch_start(epoch)
+            for on_epoch_start in self.plan.hooks.epoch_start:
+                on_epoch_start(epoch)
             self._train_split(epoch)
             if self._stop_reason is not None:
                 return
@@ -205,8 +205,8 @@ class TrainingLoop:
         resumed, counters.resumed = counters.resumed, False
         total = None if self.plan.schedule.by_steps else run.loaders["train"].num_items()
         processor.process_train(StartSplit(epoch, total, counters.pass_items if resumed else 0))
-        for hooks in self.plan.hooks:
-            hooks.on_split_start(Split.TRAIN, epoch)
+        for on_split_start in self.plan.hooks.split_start:
+            on_split_start(Split.TRAIN, epoch)
         for replica in run.replicas:
             replica.train()
         if not resumed:
@@ -217,8 +217,8 @@ class TrainingLoop:
                 pass
         counters.round_trained = False
         processor.process_train(EndSplit(epoch))
-        for hooks in self.plan.hooks:
-            hooks.on_split_end(Split.TRAIN, epoch)
+        for on_split_end in self.plan.hooks.split_end:
+            on_split_end(Split.TRAIN, epoch)
 
     def _train_units(self, epoch: int) -> bool:
         """Train units of the current pass (starting one if none is under way) until the round
@@ -356,14 +356,14 @@ class TrainingLoop:
         if self.plan.validates:  # train only: no valid split, no valid events
             self._validate(epoch)
         self.processor.process_train(EndEpoch(epoch))
-        for hooks in self.plan.hooks:
-            hooks.on_epoch_end(epoch)
+        for on_epoch_end in self.plan.hooks.epoch_end:
+            on_epoch_end(epoch)
 
     def _validate(self, epoch: int) -> None:
         run, processor = self.run, self.processor
         processor.process_valid(StartSplit(epoch, run.loaders["valid"].num_items()))
-        for hooks in self.plan.hooks:
-            hooks.on_split_start(Split.VALID, epoch)
+        for on_split_start in self.plan.hooks.split_start:
+            on_split_start(Split.VALID, epoch)
         step = self.counters.optimizer_steps
         outputs = inference_pass(run, "valid", autocast=self.window.autocast)
         for iteration, (item, progress) in enumerate(outputs, 1):
@@ -371,8 +371,8 @@ class TrainingLoop:
                 ProcessedItem(TrainingItem(item, progress, iteration, None, step))
             )
         processor.process_valid(EndSplit(epoch))
-        for hooks in self.plan.hooks:
-            hooks.on_split_end(Split.VALID, epoch)
+        for on_split_end in self.plan.hooks.split_end:
+            on_split_end(Split.VALID, epoch)
 
     def _end_round(self, epoch: int) -> bool:
         """Flush, checkpoint, then ask early stopping; True when early stopping ends the run.

@@ -40,7 +40,7 @@ from ember.train._checkpoint.strategy import (
 from ember.train._config import DEFAULT_CHECKPOINTERS, TrainingConfig
 from ember.train._early_stopping import MetricEarlyStoppingStrategy
 from ember.train._gradient_checkpointing import checkpointed_modules
-from ember.train._hooks import TrainingHooks
+from ember.train._hooks import CalledHooks, has_hooks
 from ember.train._learner import Learner
 from ember.train._logger.base import MetricLogger
 from ember.train._metric.base import Metric
@@ -70,8 +70,8 @@ class RunPlan:
     """Why no mid-round checkpoint can be taken, or None: they can."""
     gradient_checkpointing: tuple[str, ...] | None
     """Dotted names of the submodules to checkpoint, or None: off."""
-    hooks: tuple[TrainingHooks, ...]
-    """The model (when it has hooks), then ``with_hooks``' objects: called in this order."""
+    hooks: CalledHooks
+    """The model's hooks (those it has), then ``with_hooks``' objects': called in this order."""
     measure_grad_norm: bool
 
     @property
@@ -115,7 +115,7 @@ def plan_run(config: TrainingConfig, learner: Learner[Any]) -> RunPlan:
     modules = config.gradient_checkpointing
     if modules is not None:
         modules = checkpointed_modules(learner.model, modules or None)
-    model_hooks = (learner.model,) if isinstance(learner.model, TrainingHooks) else ()
+    model_hooks = (learner.model,) if has_hooks(learner.model) else ()
     return RunPlan(
         config,
         strategy,
@@ -125,7 +125,7 @@ def plan_run(config: TrainingConfig, learner: Learner[Any]) -> RunPlan:
         schedule,
         blocker,
         modules,
-        (*model_hooks, *config.hooks),
+        CalledHooks.of((*model_hooks, *config.hooks)),
         any(isinstance(metric, GradNormMetric) for _, metric in config.metrics),
     )
 
