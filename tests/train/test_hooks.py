@@ -137,8 +137,8 @@ def test_bad_hooks_and_state_are_refused(tmp_path: Path) -> None:
     builder = SupervisedTraining(tmp_path, loader(4), loader(4))
     with pytest.raises(
         TypeError,
-        match="object has none of the hooks .on_epoch_start, on_split_start, on_split_end, "
-        "on_epoch_end.; define at least one",
+        match=r"object has none of the hooks .on_epoch_start, on_split_start, on_split_end, "
+        r"on_epoch_end.; define at least one",
     ):
         builder.with_hooks(object())
     with pytest.raises(TypeError, match="state object lacks state_dict, load_state_dict"):
