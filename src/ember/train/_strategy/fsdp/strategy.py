@@ -28,6 +28,7 @@ the index and the manifest, last.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import timedelta
@@ -44,7 +45,12 @@ from ember.data import DataLoader, Progress
 from ember.data._loader import BatchingLoader
 from ember.data._shard import ShardedDataLoader
 from ember.distributed._messages import broadcast_coalesced
-from ember.distributed._processes import DEFAULT_TIMEOUT, collective
+from ember.distributed._processes import (
+    DEFAULT_TIMEOUT,
+    collective,
+    collective_error,
+    raised_by_collective,
+)
 from ember.train._checkpoint.sharded import ShardedRecords, write_shards
 from ember.train._learner import Learner
 from ember.train._precision import Precision
@@ -232,7 +238,10 @@ class FullyShardedRun(DistributedRun):
             factor = weight if factor is None else factor * weight
         self._sync_gradients(context.closing)
         # the user's step sees its own batch, and TrainOutput.from_loss weights its loss
-        with step_context(dataclasses.replace(context, batch=share.batch, loss_factor=factor)):
+        with (
+            step_context(dataclasses.replace(context, batch=share.batch, loss_factor=factor)),
+            _sharded_collectives(),
+        ):
             output = learner.train_step(share.batch)
         if output.grads.owner is not self._model:
             raise DistributedError(
@@ -254,7 +263,8 @@ class FullyShardedRun(DistributedRun):
         forward only takes part in the all-gathers)."""
         share: _Share = batch
         self._watch.arrive("the forward all-gather")
-        output = self._model.inference_step(share.batch)
+        with _sharded_collectives():
+            output = self._model.inference_step(share.batch)
         return output if share.real else None
 
     def write_shards(self, directory: Path, epoch: int) -> ShardedRecords | None:
@@ -272,6 +282,19 @@ class FullyShardedRun(DistributedRun):
             view.close()
         if error is not None:
             self._strategy._abandon()
+
+
+@contextlib.contextmanager
+def _sharded_collectives() -> Iterator[None]:
+    """A failed all-gather or reduce-scatter of FSDP's inside the user's step (a peer died or
+    failed: its connection closed) becomes a DistributedError saying so; the user's own
+    errors pass unchanged."""
+    try:
+        yield
+    except RuntimeError as error:
+        if raised_by_collective(error):
+            raise collective_error("FSDP's all-gathers and reduce-scatters", error) from error
+        raise
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
