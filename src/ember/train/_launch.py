@@ -3,6 +3,7 @@
 ::
 
     launch(config, learner):
+        Ctrl-C, SIGTERM, SIGUSR1 routed to the interrupter until launch ends (_signals.py)
         main process: claim the run directory (_run_directory.py: its lock; a fresh run into
             another run's directory refused, or that run's files removed with overwrite())
         check the learner; find the starting epoch (a requested checkpoint must exist)
@@ -16,8 +17,7 @@
                          returned without training (_finished.py)
         other processes: no files, no output (their events are dropped)
         start train-worker (the metrics thread)
-        with Ctrl-C / SIGTERM routed to the interrupter:
-            TrainingLoop(...).execute()                  # _loop.py: the epochs
+        TrainingLoop(...).execute()                      # _loop.py: the epochs
         flush; summary.json and the table (main process, no error)
         finish, whatever happened (each step runs even if one before it failed):
             drain train-worker; log the error; finish the checkpoint writes; End(summary);
@@ -30,6 +30,7 @@
                                                                 the test checkpoint)
         the run ended (num_epochs, early stopping): its end recorded beside the checkpoints
         release the run directory
+        a preemption signal (SIGTERM, SIGUSR1) and no error: SystemExit(75), to be requeued
         an error: raise TrainingError(result) from it (errors_in_result(): return the result)
 
 An error during training is raised as ``TrainingError`` only after everything above is done
@@ -55,7 +56,7 @@ import torch
 from torch import nn
 
 from ember._errors import CheckpointError, TrainingError
-from ember.train._application_log import experiment_log, warnings_to
+from ember.train._application_log import begin_attempt, experiment_log, warnings_to
 from ember.train._checkpoint.export import best_epoch, model_checkpoints
 from ember.train._checkpoint.file import atomic_write
 from ember.train._checkpoint.learning import LearningCheckpointer
@@ -111,8 +112,10 @@ def launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
     """Train ``learner`` as ``config`` says (see the module doc for the order of things)."""
     if not isinstance(learner, Learner):
         raise TypeError(f"launch needs a Learner, got {type(learner).__name__}")
-    with claim_for_run(config):
-        result = _launch(config, learner)
+    with graceful_stop(config.interrupter) as signals:  # the whole launch: _signals.py
+        with claim_for_run(config):
+            result = _launch(config, learner)
+        signals.requeue_if_preempted(failed=result.error is not None)
     if result.error is None or config.errors_in_result:
         return result
     error = result.error
@@ -151,7 +154,7 @@ def _launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
     main = strategy.is_main  # False on DDP ranks > 0: no files, no output
     interrupter = config.interrupter
     renderer: MetricsRenderer = CliMetricsRenderer(io.StringIO())
-    with experiment_log(config.application_log if main else None) as application_log:
+    with experiment_log(config.application_log if main else None, attempt=True) as application_log:
         if main:
             renderer = config.renderer or default_renderer(interrupter)
         show = renderer.on_warning if main and isinstance(renderer, WarningRenderer) else None
@@ -169,6 +172,7 @@ def _launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
                     renderer.close()
                     listing = _checkpoints(checkpointer)
                     return finished_result(config, learner, checkpointer, end, renderer, listing)
+        begin_attempt(application_log, resume)  # its first line in experiment.log
         store = EventStore(loggers if main else [])
         if main:
             _start_loggers(config, learner, store)
@@ -225,8 +229,7 @@ def _launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
                 interrupter=interrupter,
             )
             try:
-                with graceful_stop(interrupter):
-                    result = loop.execute()
+                result = loop.execute()
             except BaseException as failure:
                 result = LoopResult(loop.last_epoch)  # the epochs completed before it
                 run.close(failure)
