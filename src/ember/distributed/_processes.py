@@ -100,15 +100,19 @@ def collective_error(what: str, error: BaseException) -> DistributedError:
 
 
 def raised_by_collective(error: BaseException) -> bool:
-    """True when ``error`` was raised inside ``torch.distributed`` (a collective that failed:
-    FSDP's all-gathers in forward, its reduce-scatters in backward), not by the user's code:
-    the innermost frame of its traceback is one of torch.distributed's."""
+    """True when ``error`` is a collective's failure inside ``torch.distributed`` (FSDP's
+    all-gathers in forward, its reduce-scatters in backward), not an error of the user's code
+    or another of torch's: the innermost frame of its traceback is one of torch.distributed's
+    and the error is torch.distributed's or its transport's (gloo, NCCL)."""
     trace = error.__traceback__
     if trace is None:
         return False
     while trace.tb_next is not None:
         trace = trace.tb_next
-    return trace.tb_frame.f_code.co_filename.startswith(_TORCH_DISTRIBUTED)
+    if not trace.tb_frame.f_code.co_filename.startswith(_TORCH_DISTRIBUTED):
+        return False
+    text = str(error).lower()
+    return isinstance(error, dist.DistError) or "gloo" in text or "nccl" in text
 
 
 # --- the process group ---------------------------------------------------------------------

@@ -134,6 +134,23 @@ def fewer_ranks(out_dir: str, strategy: str, names: list[str], kill_at: int | No
         save(result, out / f"{name}.safetensors", strategy)
 
 
+def preempted(out_dir: str, strategy: str, names: list[str], signal_at: int | None) -> None:
+    """Under ``spawn``: the runs ``names`` one after the other; in the last, every rank sends
+    itself SIGTERM in its ``signal_at``-th train step, as a scheduler signals every process of
+    a job it takes back (launch then ends the process with exit code 75)."""
+    out = Path(out_dir)
+    for name in names:
+        builder, learner = training(out, name, strategy)
+        if name == names[-1] and signal_at is not None:
+            learner.model.on_train_step = lambda step: (
+                signal.raise_signal(signal.SIGTERM) if step == signal_at else None
+            )
+        result = builder.launch(learner)
+        if result.error is not None:
+            raise RuntimeError(f"{name} failed:\n{result.traceback}")
+        save(result, out / f"{name}.safetensors", strategy)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("out", type=Path)

@@ -127,3 +127,26 @@ def test_a_run_that_lost_a_rank_continues_on_one_within_float_tolerance(
         assert_losses_equal(tmp_path / "lost" / path, tmp_path / "full" / path)
     log = (tmp_path / "lost" / "experiment.log").read_text(encoding="utf-8")
     assert "resumes from the checkpoint of step 10 (in epoch 2)" in log
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_a_preempted_job_checkpoints_exits_75_and_resumes_bit_identical(
+    tmp_path: Path, strategy: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Every rank gets SIGTERM in its 9th train step (the same run, not preempted, trained
+    first in the same job): every rank ends its launch asking for a requeue, spawn reports
+    exit code 75 (the first rank's: it stops the other), a step checkpoint is on disk (under
+    FSDP with every rank's shards), and the run resumed from it ends bit-identical."""
+    out, timeout = str(tmp_path), timedelta(seconds=60)
+    with pytest.raises(DistributedError) as caught:
+        spawn(elastic_job.preempted, 2, out, strategy, ["full", "run"], 9, timeout=timeout)
+    assert capfd.readouterr().err.count("ember: received SIGTERM: the run stopped at a") == 2
+    assert set(caught.value.exit_codes.values()) == {75}
+    assert "(exit code 75: preempted by a signal, stopped at a checkpoint" in str(caught.value)
+    (step,) = (tmp_path / "run" / "checkpoint").glob("step-*")
+    assert list(step.glob("manifest-*.json"))
+    if strategy == "fsdp":
+        assert len(list(step.glob("shards-rank*"))) == 2
+    assert not (tmp_path / "run" / LOCK).exists()
+    spawn(elastic_job.preempted, 2, out, strategy, ["run"], None, timeout=timeout)
+    assert_same_run(tmp_path, "full", "run")

@@ -260,10 +260,14 @@ class FullyShardedRun(DistributedRun):
 
     def inference_step(self, batch: Any) -> Any:
         """The model's ``inference_step`` on this rank's share (None for a stand-in, whose
-        forward only takes part in the all-gathers)."""
+        forward only takes part in the all-gathers), without gradients, outside inference
+        mode."""
         share: _Share = batch
         self._watch.arrive("the forward all-gather")
-        with _sharded_collectives():
+        # outside inference mode (the loop validates in it): FSDP keeps the buffers its
+        # all-gathers fill, and buffers made in inference mode cannot be written by the train
+        # steps after it (a run resumed at the end of a training pass validates first)
+        with torch.inference_mode(False), torch.no_grad(), _sharded_collectives():
             output = self._model.inference_step(share.batch)
         return output if share.real else None
 
