@@ -77,14 +77,15 @@ def assert_same_run(out: Path, reference: str, run: str) -> None:
 
 @pytest.mark.parametrize(
     ("strategy", "rendezvous", "kill"),
-    [("ddp", "static", "1:train:12"), ("fsdp", "c10d", "0:valid:5")],
-    ids=["ddp-static-rank1-train", "fsdp-c10d-rank0-valid"],
+    [("ddp", "static", "1:train:12"), ("fsdp", "c10d", "0:train:24")],
+    ids=["ddp-static-rank1", "fsdp-c10d-rank0-resumed-at-a-tail"],
 )
 def test_a_killed_rank_is_restarted_and_the_run_ends_bit_identical(
     tmp_path: Path, strategy: str, rendezvous: str, kill: str
 ) -> None:
     """One job trains a reference run, then the run whose rank is SIGKILLed (rank 1 in its
-    12th train step; rank 0 in its 5th validation step): torchrun restarts both ranks, the
+    12th train step; rank 0 in its 24th, after the checkpoint of step 20: the resumed FSDP
+    run starts at an epoch's tail, where rank 1's share is empty): torchrun restarts both ranks, the
     finished reference is skipped, the run resumes from its last step checkpoint and
     ends with the reference's weights and Loss logs, bit for bit; its experiment.log holds
     both attempts, the second naming its restart and where it resumed; no lock is left."""
