@@ -182,7 +182,7 @@ def _read_report(errors: Path, rank: int) -> tuple[float, str] | None:
 
 def _describe_exit(code: int) -> str:
     if code == REQUEUE_EXIT_CODE:
-        return f"exit code {code}: preempted by a signal, stopped at a checkpoint, to requeue"
+        return f"exit code {code}: stopped by a preemption signal, to requeue"
     if code < 0:
         with contextlib.suppress(ValueError):
             return f"killed by {signal.Signals(-code).name}"

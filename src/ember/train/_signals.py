@@ -72,9 +72,9 @@ class Signals:
         if self.preempted and not failed:
             name = next(r.name for r in self.received if r in _PREEMPTION)
             sys.stderr.write(
-                f"ember: received {name}: the run stopped at a checkpoint; exit code "
-                f"{REQUEUE_EXIT_CODE} asks for a requeue (resume_latest() continues it "
-                "exactly)\n"
+                f"ember: received {name}: training stopped after a step (checkpointed there when "
+                f"the run has checkpointers); exit code {REQUEUE_EXIT_CODE} asks for a requeue "
+                "(resume_latest() continues it exactly)\n"
             )
             raise SystemExit(REQUEUE_EXIT_CODE)
 

@@ -141,9 +141,9 @@ def test_a_preempted_job_checkpoints_exits_75_and_resumes_bit_identical(
     out, timeout = str(tmp_path), timedelta(seconds=60)
     with pytest.raises(DistributedError) as caught:
         spawn(elastic_job.preempted, 2, out, strategy, ["full", "run"], 9, timeout=timeout)
-    assert capfd.readouterr().err.count("ember: received SIGTERM: the run stopped at a") == 2
+    assert capfd.readouterr().err.count("ember: received SIGTERM: training stopped after a") == 2
     assert set(caught.value.exit_codes.values()) == {75}
-    assert "(exit code 75: preempted by a signal, stopped at a checkpoint" in str(caught.value)
+    assert "(exit code 75: stopped by a preemption signal, to requeue)" in str(caught.value)
     (step,) = (tmp_path / "run" / "checkpoint").glob("step-*")
     assert list(step.glob("manifest-*.json"))
     if strategy == "fsdp":
