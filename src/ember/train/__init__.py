@@ -15,6 +15,7 @@ from ember.train._checkpoint.asynchronous import AsyncCheckpointer
 from ember.train._checkpoint.export import export_weights, load_checkpoint
 from ember.train._checkpoint.file import FileCheckpointer
 from ember.train._checkpoint.learning import LearningCheckpointer
+from ember.train._checkpoint.pretrained import export_pretrained
 from ember.train._checkpoint.strategy import (
     ComposedCheckpointingStrategy,
     KeepLastNCheckpoints,
@@ -67,8 +68,11 @@ from ember.train._metric.loss import LossMetric
 from ember.train._metric.perplexity import PerplexityMetric
 from ember.train._metric.top_k import TopKAccuracyMetric
 from ember.train._metric.torchmetric import TorchMetric
+from ember.train._metric.value import ValueMetric
 from ember.train._outputs import (
+    CausalLMOutput,
     ClassificationOutput,
+    LossOutput,
     MultiLabelClassificationOutput,
     RegressionOutput,
     SequenceOutput,
@@ -102,6 +106,7 @@ __all__ = [
     "AsyncCheckpointer",
     "AsyncProcessorTraining",
     "AurocMetric",
+    "CausalLMOutput",
     "CharErrorRate",
     "ClassReduction",
     "ClassificationOutput",
@@ -144,6 +149,7 @@ __all__ = [
     "LearningResult",
     "LinearLr",
     "LossMetric",
+    "LossOutput",
     "LrScheduler",
     "MLflowLogger",
     "Metric",
@@ -182,11 +188,13 @@ __all__ = [
     "TrainingHooks",
     "TrainingItem",
     "TuiMetricsRenderer",
+    "ValueMetric",
     "WandbLogger",
     "WordErrorRate",
     "apply_gradient_checkpointing",
     "current_step",
     "default_renderer",
+    "export_pretrained",
     "export_weights",
     "iter_predictions",
     "load_checkpoint",

@@ -51,6 +51,7 @@ from ember.train._schedule import Schedule, check_schedule, steps_per_pass
 from ember.train._strategy.base import SupervisedLearningStrategy, pass_size
 from ember.train._strategy.single import SingleDevice
 from ember.train._vocabulary import Split
+from ember.train._window import check_optimizer_step
 
 __all__ = ["RunPlan", "plan_run", "same_training_facts"]
 
@@ -95,6 +96,13 @@ def plan_run(config: TrainingConfig, learner: Learner[Any]) -> RunPlan:
     TypeError/ValueError before anything runs."""
     strategy = config.strategy or SingleDevice()
     strategy.check(learner)
+    check_optimizer_step(
+        learner,
+        strategy,
+        accumulation=config.grads_accumulation,
+        clipping=config.clipping,
+        precision=config.precision,
+    )
     _check_monitor(config, learner)
     _check_metric_names(config)
     checkpointer = _checkpointer(config)
