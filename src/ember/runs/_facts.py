@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from ember._errors import CheckpointError
+from ember.train._checkpoint.end import RunEnd, read_run_end
 from ember.train._checkpoint.export import best_epoch
 from ember.train._checkpoint.manifest import manifest_epochs
-from ember.train._checkpoint.end import RunEnd, read_run_end
 from ember.train._summary import LearnerSummary
 
 __all__ = ["RunFacts", "describe", "read_config", "read_facts", "read_summary"]
