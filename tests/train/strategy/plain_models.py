@@ -79,9 +79,37 @@ def _launch(builder: SupervisedTraining, learner: Any) -> LearningResult[Any]:
     return result
 
 
+def gpt2_training(directory: Path, strategy: Any = None) -> tuple[SupervisedTraining, Any]:
+    """A tiny GPT-2 from a config (a transformers model, its own loss), checkpointed, with the
+    optimizer as a factory (SGD, lr 0.1)."""
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(
+        vocab_size=32, n_positions=8, n_embd=16, n_layer=2, n_head=2, bos_token_id=0,
+        eos_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+    )  # fmt: skip
+    model = transformers.GPT2LMHeadModel(config)
+    ids = torch.randint(0, 32, (24, 8), generator=torch.Generator().manual_seed(0))
+    blocks = [{"input_ids": row, "labels": row} for row in ids]
+    train = DataLoaderBuilder().batch_size(8).build(InMemDataset(blocks[:16]))
+    valid = DataLoaderBuilder().batch_size(4).build(InMemDataset(blocks[16:]))
+    builder = (
+        SupervisedTraining(directory, train, valid)
+        .renderer(CliMetricsRenderer(io.StringIO()))
+        .metrics(LossMetric())
+        .with_default_checkpointers()
+        .errors_in_result()
+    )
+    if strategy is not None:
+        builder = builder.with_training_strategy(strategy)
+    # SGD: Adam's normalised step would blow float noise on an unused token's gradient up
+    return builder, Learner(model, torch.optim.SGD, 0.1)
+
+
 def ranks(out_dir: str) -> None:
-    """Each kind under DDP (weights saved per rank), the plain one under FSDP (whole weights
-    saved by rank 0)."""
+    """Each kind under DDP (weights saved per rank), the plain one and a GPT-2 under FSDP
+    (whole weights saved by rank 0)."""
     out, rank = Path(out_dir), dist.get_rank()
     for kind in ("plain", "own"):
         builder, learner = training(out / f"{kind}-{rank}", kind, DistributedDataParallel())
@@ -90,8 +118,13 @@ def ranks(out_dir: str) -> None:
     strategy = FullyShardedDataParallel(shard=nn.Linear)
     builder, learner = training(out / "fsdp", "factory", strategy)
     weights = full_weights(_launch(builder, learner).model)
+    from transformers.models.gpt2.modeling_gpt2 import GPT2Block
+
+    builder, learner = gpt2_training(out / "gpt2", FullyShardedDataParallel(shard=GPT2Block))
+    gpt2_weights = full_weights(_launch(builder, learner).model)
     if rank == 0:
         from safetensors.torch import save_file
 
         save_file(weights, str(out / "fsdp.safetensors"))
+        save_file(gpt2_weights, str(out / "gpt2.safetensors"))
     dist.barrier()

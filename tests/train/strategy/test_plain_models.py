@@ -1,5 +1,6 @@
 """Plain models under the data-parallel strategies: a plain ``nn.Module`` with a loss function
-and a model that computes its own loss train over 2 gloo processes (DDP, FSDP) as in one."""
+and a model that computes its own loss train over 2 gloo processes (DDP, FSDP) as in one; a
+GPT-2 sharded by FSDP exports to a directory ``from_pretrained`` loads."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ pytestmark = [pytest.mark.distributed, pytest.mark.timeout(240)]
 
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    pytest.importorskip("transformers")
     out = tmp_path_factory.mktemp("plain")
     spawn(plain_models.ranks, 2, str(out), timeout=timedelta(seconds=30), join_timeout=200)
     return out
@@ -48,3 +50,25 @@ def test_fsdp_trains_a_plain_model_as_one_process(two_ranks: Path, tmp_path: Pat
     weights = load_file(two_ranks / "fsdp.safetensors")
     for name, tensor in learner.model.state_dict().items():
         torch.testing.assert_close(weights[name], tensor, rtol=0, atol=1e-6)
+
+
+def test_a_gpt2_sharded_by_fsdp_trains_as_one_process_and_exports(
+    two_ranks: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GPT-2 blocks sharded over 2 ranks: one process's weights; its sharded checkpoint keeps
+    the model's configuration, so ember export --format hf writes a directory from_pretrained
+    loads into those weights."""
+    import transformers
+
+    from ember.train import export_pretrained
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    builder, learner = plain_models.gpt2_training(tmp_path / "single")
+    assert builder.launch(learner).error is None
+    weights = load_file(two_ranks / "gpt2.safetensors")
+    for name, tensor in learner.model.state_dict().items():
+        torch.testing.assert_close(weights[name], tensor, rtol=0, atol=1e-6)
+    export_pretrained(two_ranks / "gpt2", tmp_path / "hf", "last")
+    loaded = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "hf")
+    for name, tensor in loaded.state_dict().items():
+        assert torch.equal(tensor, weights[name])

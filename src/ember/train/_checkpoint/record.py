@@ -37,6 +37,7 @@ __all__ = [
     "optimizers_record",
     "plain_state_name",
     "state_record",
+    "transformers_config",
 ]
 
 _TENSOR, _TUPLE, _DICT = "$tensor", "$tuple", "$dict"
@@ -230,7 +231,11 @@ def transformers_config(model: nn.Module) -> dict[str, Any] | None:
     ):
         return None
     content: dict[str, Any] = json.loads(config.to_json_string(use_diff=False))  # type: ignore[union-attr]
-    content["architectures"] = [type(model).__name__]
+    # the model's transformers class: FSDP's fully_shard makes each sharded model an instance
+    # of a subclass of its own (FSDPGPT2LMHeadModel), which from_pretrained does not know
+    kinds = type(model).__mro__
+    kind = next((k for k in kinds if k.__module__.startswith("transformers.")), kinds[0])
+    content["architectures"] = [kind.__name__]
     return content
 
 
