@@ -104,7 +104,7 @@ class Learner(Generic[M]):
         # resolved once: a runtime protocol check costs more than a small model's step
         self._built: dict[str, torch.optim.Optimizer] | None = None
         self._optimizes = isinstance(model, OptimizeStep)
-        self._closure = False  # an optimizer steps with a closure (bind() finds out)
+        self._closure = False  # an optimizer steps with a closure: found once they are built
         self._per_group = isinstance(self._scheduler, GroupLrScheduler)
         self._per_epoch: EpochLrScheduler | None = (
             self._scheduler if isinstance(self._scheduler, EpochLrScheduler) else None

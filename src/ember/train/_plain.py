@@ -39,7 +39,7 @@ from torch import nn
 from ember.train._step import TrainOutput
 from ember.train._task import Task, guess_task, guess_task_of_model, task_output
 
-__all__ = ["TARGET_NAMES", "PlainSteps"]
+__all__ = ["TARGET_NAMES", "Loss", "PlainSteps", "batch_parts"]
 
 log = logging.getLogger("ember.train")
 

@@ -360,7 +360,9 @@ class LearnerModel(nn.Module):
         """Apply one optimizer step with ``grads``; override to clip, project or log around it.
 
         ``lr`` has already been written into every param group; it is passed for overrides that
-        need it (e.g. a manual weight decay).
+        need it (e.g. a manual weight decay). A Learner without an optimizer (``optim=None``)
+        passes None as ``optim``: the override updates the parameters itself, by ``lr`` (the
+        scheduler's value). ``current_step().log(name, value)`` logs what it computes.
         """
         default_optimize(self, optim, grads)
 
