@@ -152,3 +152,30 @@ def test_several_devices_run_every_evaluation_on_every_replica(tmp_path: Path) -
         optim.step(closure)  # type: ignore[no-untyped-call]
     for ours, theirs in zip(model.parameters(), raw.parameters(), strict=True):
         assert torch.equal(ours, theirs)
+
+
+def test_a_closure_optimizers_run_resumes_exactly(example: ModuleType, tmp_path: Path) -> None:
+    """LBFGS's state (its history of directions) is checkpointed as safetensors + JSON: a run
+    stopped after epoch 2 and resumed to 3 ends with the weights of an uninterrupted one."""
+
+    def run(directory: Path, epochs: int, resume: bool = False) -> Any:
+        torch.manual_seed(0)
+        model = example.Sequence()
+        optim = torch.optim.LBFGS(model.parameters(), lr=0.8, max_iter=10)
+        builder = (
+            SupervisedTraining(directory, example.loader(16, 1), example.loader(4, 2))
+            .renderer(CliMetricsRenderer(io.StringIO()))
+            .with_default_checkpointers()
+            .num_epochs(epochs)
+        )
+        if resume:
+            builder = builder.resume_latest()
+        result = builder.launch(Learner(model, optim, loss=F.mse_loss))
+        assert result.error is None, result.traceback
+        return model
+
+    run(tmp_path / "resumed", 2)
+    resumed = run(tmp_path / "resumed", 3, resume=True)
+    straight = run(tmp_path / "straight", 3)
+    for ours, theirs in zip(resumed.parameters(), straight.parameters(), strict=True):
+        assert torch.equal(ours, theirs)
