@@ -6,7 +6,7 @@ import functools
 import inspect
 import sys
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 import torch
 from torch import nn
@@ -36,7 +36,10 @@ __all__ = ["Learner", "OptimizerFactory", "OptimizerLike"]
 M = TypeVar("M", bound=nn.Module)
 OptimizerFactory = Callable[[Iterator[nn.Parameter]], torch.optim.Optimizer]
 OptimizerLike = torch.optim.Optimizer | OptimizerFactory
-Step = Callable[[Any], Any]
+
+
+class _OwnSteps(TrainStep[Any, Any], InferenceStep[Any, Any], Protocol):
+    """A model with both steps of its own (a ``LearnerModel``)."""
 
 
 class Learner(Generic[M]):
@@ -92,13 +95,8 @@ class Learner(Generic[M]):
         self._first = next(iter(self._optims), None)  # whose param group 0 sets lr_current
         _check_optimize(model, self._optims, isinstance(optim, Mapping), lr_scheduler)
         self._model = model
-        if self._plain is None:
-            # both checked above
-            self._train: Step = cast("TrainStep[Any, Any]", model).train_step
-            self._infer: Step = cast("InferenceStep[Any, Any]", model).inference_step
-        else:
-            self._train = functools.partial(self._plain.train_step, model)
-            self._infer = functools.partial(self._plain.inference_step, model)
+        # the model's own steps, looked up at each call as a method is (both checked above)
+        self._own = cast("_OwnSteps", model)
         self._scheduler = None if lr_scheduler is None else as_scheduler(lr_scheduler)
         self._ratios: list[float] | None = None  # each group's lr over group 0's, as built
         # resolved once: a runtime protocol check costs more than a small model's step
@@ -235,16 +233,25 @@ class Learner(Generic[M]):
         """The model's forward and backward pass on ``batch``; the first one's output and batch
         are checked, so a protocol mistake is named with the line to write."""
         if self._first_step:
-            output = first_train_step(self._model, self._train, batch)
+            output = first_train_step(self._model, self._train_step, batch)
             self._first_step = False
             return output
-        return self._train(batch)  # type: ignore[no-any-return]  # a TrainOutput
+        return self._train_step(batch)
+
+    def _train_step(self, batch: Any) -> TrainOutput[Any]:
+        plain = self._plain
+        if plain is None:
+            return self._own.train_step(batch)
+        return plain.train_step(self._model, batch)
 
     def inference_step(self, batch: Any) -> Any:
         """The model's forward pass on ``batch`` for the metrics: its own ``inference_step``,
         or for a plain model the output of its loss and task (what validation runs; give it
         to ``predict(..., step=learner.inference_step)`` or ``EvaluatorBuilder.build``)."""
-        return self._infer(batch)
+        plain = self._plain
+        if plain is None:
+            return self._own.inference_step(batch)
+        return plain.inference_step(self._model, batch)
 
     def train_step_of(self, model: nn.Module) -> Callable[[Any], TrainOutput[Any]]:
         """The train step run on ``model``, a copy of the Learner's model (a strategy's replica

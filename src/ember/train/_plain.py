@@ -77,7 +77,7 @@ class PlainSteps:
                 loss, scores, targets = self._first(model, batch)
                 self._checked = True
         elif self.loss is None:
-            loss, scores, targets = _own_loss(model, batch)
+            loss, scores, targets = _own_loss(model, batch, self.name)
         else:
             inputs, targets = batch_parts(batch)
             scores = _scores(_call(model, inputs))
@@ -87,7 +87,7 @@ class PlainSteps:
     def _first(self, model: nn.Module, batch: Any) -> tuple[torch.Tensor, Any, Any]:
         """The first batch's loss, scores and targets, each mistake named; the task told."""
         if self.loss is None:
-            loss, scores, targets = _own_loss(model, batch, checked=self.name)
+            loss, scores, targets = _own_loss(model, batch, self.name, first=True)
             if not self._told:
                 self._tell(*guess_task_of_model(model, scores, targets))
             return loss, scores, targets
@@ -189,16 +189,16 @@ def _checked_scores(output: Any, name: str) -> torch.Tensor:
 
 
 def _own_loss(
-    model: nn.Module, batch: Any, *, checked: str | None = None
+    model: nn.Module, batch: Any, name: str, *, first: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None, Any]:
     """A model that computes its loss: ``model(**batch)`` (``model(batch)``), its ``loss``,
-    ``logits`` and the batch's ``labels``. ``checked``: the model's name, to name an output
-    without a loss."""
+    ``logits`` and the batch's ``labels``; an output without a loss is named (``name``: the
+    model's), and on the ``first`` batch a tuple batch too."""
     mapping = isinstance(batch, Mapping)
-    if checked is not None and isinstance(batch, tuple | list):
+    if first and isinstance(batch, tuple | list):
         raise TypeError(
-            f"{checked} has no train_step and the Learner no loss, so the batch goes to "
-            f"{checked}(batch) whole, and this one is a {type(batch).__name__}: pass loss= to "
+            f"{name} has no train_step and the Learner no loss, so the batch goes to "
+            f"{name}(batch) whole, and this one is a {type(batch).__name__}: pass loss= to "
             "train loss(model(x), y) on (x, y) batches (Learner(model, optim, "
             "loss=F.cross_entropy)); a model that computes its own loss takes mapping batches "
             "(model(**batch))"
@@ -208,8 +208,8 @@ def _own_loss(
         loss, logits = output.get("loss"), output.get("logits")
     else:
         loss, logits = getattr(output, "loss", None), getattr(output, "logits", None)
-    if checked is not None and not isinstance(loss, torch.Tensor):
-        call = f"{checked}(**batch)" if mapping else f"{checked}(batch)"
+    if not isinstance(loss, torch.Tensor):
+        call = f"{name}(**batch)" if mapping else f"{name}(batch)"
         raise TypeError(
             f"{call} returned {type(output).__name__} without a loss: pass loss= to the Learner "
             "(e.g. Learner(model, optim, loss=F.cross_entropy)), give a Hugging Face model "
@@ -217,7 +217,7 @@ def _own_loss(
             "object with .loss (a dict with 'loss')"
         )
     labels = batch.get("labels") if mapping else None
-    return loss, logits, labels  # type: ignore[return-value]  # a tensor: checked first
+    return loss, logits, labels
 
 
 def _name(loss: Any) -> str:
