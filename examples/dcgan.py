@@ -4,7 +4,9 @@
 the model's own ``optimize`` steps them, as dcgan does: the discriminator on the batch's
 gradients (``train_step`` computed them), then the generator on a fresh loss. Each keeps its
 own learning rate, and both are in every checkpoint. ``current_step()`` tells the model where
-it is: every ``--sample-every`` optimizer steps it keeps a few generated points.
+it is: ``optimize`` logs the generator's loss through it (``ValueMetric("Generator Loss")``
+reads it; the output holds only the discriminator's), and every ``--sample-every`` optimizer
+steps it keeps a few generated points.
 
     python examples/dcgan.py --epochs 3
 """
@@ -13,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,32 +23,20 @@ import torch.nn.functional as F
 from torch import nn
 
 from ember.data import DataLoader, DataLoaderBuilder, InMemDataset
-from ember.extend import LossInput, register_adaptor
 from ember.train import (
     GradientsParams,
     Learner,
     LearnerModel,
     LearningResult,
     LossMetric,
+    LossOutput,
     SupervisedTraining,
     TrainOutput,
+    ValueMetric,
     current_step,
 )
 
 NOISE = 8
-
-
-@dataclass(frozen=True, slots=True)
-class GanOutput:
-    """The discriminator's loss (logged as Loss) and the generator's, per batch."""
-
-    loss: torch.Tensor
-    generator_loss: torch.Tensor
-
-
-@register_adaptor(GanOutput, LossInput)
-def _loss(output: GanOutput) -> LossInput:
-    return LossInput(output.loss)
 
 
 class Gan(LearnerModel):
@@ -60,7 +49,7 @@ class Gan(LearnerModel):
         self.sample_every = sample_every
         self.samples: list[torch.Tensor] = []
 
-    def losses(self, real: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def discriminator_loss(self, real: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The discriminator's loss on real and (detached) fake points, and the fake points."""
         fake = self.generator(torch.randn(real.shape[0], NOISE))
         real_logits = self.discriminator(real)
@@ -69,16 +58,21 @@ class Gan(LearnerModel):
         loss = loss + F.binary_cross_entropy_with_logits(fake_logits, torch.zeros_like(fake_logits))
         return loss, fake
 
-    def train_step(self, batch: torch.Tensor) -> TrainOutput[GanOutput]:
-        loss, fake = self.losses(batch)
+    def generator_loss(self, fake: torch.Tensor) -> torch.Tensor:
+        """How well ``fake`` fools the discriminator (low: well)."""
         logits = self.discriminator(fake)
-        generator_loss = F.binary_cross_entropy_with_logits(logits, torch.ones_like(logits))
-        return TrainOutput.from_loss(self, loss, GanOutput(loss, generator_loss.detach()))
+        return F.binary_cross_entropy_with_logits(logits, torch.ones_like(logits))
 
-    def inference_step(self, batch: torch.Tensor) -> GanOutput:
-        loss, fake = self.losses(batch)
-        logits = self.discriminator(fake)
-        return GanOutput(loss, F.binary_cross_entropy_with_logits(logits, torch.ones_like(logits)))
+    def train_step(self, batch: torch.Tensor) -> TrainOutput[LossOutput]:
+        loss, _ = self.discriminator_loss(batch)
+        return TrainOutput.from_loss(self, loss, LossOutput(loss))
+
+    def inference_step(self, batch: torch.Tensor) -> LossOutput:
+        loss, fake = self.discriminator_loss(batch)
+        context = current_step()
+        assert context is not None  # inference steps run in a step context too
+        context.log("Generator Loss", self.generator_loss(fake))
+        return LossOutput(loss)
 
     def optimize(self, optim: Any, lr: float, grads: GradientsParams) -> None:
         """Step the discriminator with the batch's gradients, then the generator."""
@@ -88,12 +82,12 @@ class Gan(LearnerModel):
         assert context is not None  # the loop calls optimize inside a step
         for param in self.parameters():
             param.grad = None
-        fake = self.generator(torch.randn(context.batch.shape[0], NOISE))
-        logits = self.discriminator(fake)
-        torch.autograd.backward(F.binary_cross_entropy_with_logits(logits, torch.ones_like(logits)))
+        generator_loss = self.generator_loss(self.generator(torch.randn(len(context.batch), NOISE)))
+        torch.autograd.backward(generator_loss)
         optimizers["generator"].step()
         for param in self.parameters():
             param.grad = None
+        context.log("Generator Loss", generator_loss)
         if context.optimizer_steps % self.sample_every == 0:
             with torch.no_grad():
                 self.samples.append(self.generator(torch.randn(4, NOISE)))
@@ -133,7 +127,7 @@ def main(argv: list[str] | None = None) -> LearningResult[Gan]:
     }
     return (
         SupervisedTraining(args.dir, loader(1024, 1), loader(256, 2))
-        .metrics(LossMetric())
+        .metrics(LossMetric(), ValueMetric("Generator Loss"))
         .num_epochs(args.epochs)
         .overwrite()  # a rerun replaces this example's earlier run
         .with_default_checkpointers()

@@ -1,9 +1,11 @@
 """An optimizer that steps with a closure: LBFGS on sine waves (pytorch/examples'
 time_sequence_prediction, in miniature).
 
-``torch.optim.LBFGS.step`` needs a closure that recomputes the loss; the model's own
-``optimize`` builds it from the batch of the step, which ``current_step()`` hands it. ember
-refuses LBFGS with the default ``optimize``, pointing here.
+``torch.optim.LBFGS.step`` needs a closure that recomputes the loss. The model is a plain
+``nn.Module`` trained with ``F.mse_loss``, and ember hands LBFGS the step's loss function: its
+first evaluation is the step's own forward and backward, every later one runs the step again,
+so each evaluation LBFGS asks for costs one forward and one backward, as in the original's
+hand-written closure, none wasted.
 
     python examples/time_sequence_prediction.py --epochs 3
 """
@@ -11,7 +13,6 @@ refuses LBFGS with the default ``optimize``, pointing here.
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -19,28 +20,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from ember.data import DataLoader, DataLoaderBuilder, InMemDataset
-from ember.train import (
-    GradientsParams,
-    Learner,
-    LearnerModel,
-    LearningResult,
-    LossMetric,
-    RegressionOutput,
-    SupervisedTraining,
-    TrainOutput,
-    current_step,
-)
+from ember.train import Learner, LearningResult, LossMetric, SupervisedTraining
+
+Waves = tuple[torch.Tensor, torch.Tensor]
+"""Sequences ``[B, T]`` and their next values ``[B, T]``: each step predicts the next value."""
 
 
-@dataclass(frozen=True, slots=True)
-class Waves:
-    """Sequences ``[B, T]``: each step predicts the next value."""
-
-    inputs: torch.Tensor
-    targets: torch.Tensor
-
-
-class Sequence(LearnerModel):
+class Sequence(nn.Module):
     """Two LSTM cells and a linear read-out, one value per time step."""
 
     def __init__(self, hidden: int = 16) -> None:
@@ -49,8 +35,10 @@ class Sequence(LearnerModel):
         self.lstm1 = nn.LSTMCell(1, hidden)
         self.lstm2 = nn.LSTMCell(hidden, hidden)
         self.linear = nn.Linear(hidden, 1)
+        self.calls = 0  # forward passes so far: one per evaluation of the loss
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
         batch = inputs.shape[0]
         h1 = c1 = h2 = c2 = torch.zeros(batch, self.hidden)
         outputs = []
@@ -59,33 +47,6 @@ class Sequence(LearnerModel):
             h2, c2 = self.lstm2(h1, (h2, c2))
             outputs.append(self.linear(h2))
         return torch.cat(outputs, dim=1)
-
-    def regression(self, batch: Waves) -> RegressionOutput:
-        out = self(batch.inputs)
-        return RegressionOutput(F.mse_loss(out, batch.targets), out, batch.targets)
-
-    def train_step(self, batch: Waves) -> TrainOutput[RegressionOutput]:
-        out = self.regression(batch)
-        return TrainOutput.from_loss(self, out.loss, out)
-
-    def inference_step(self, batch: Waves) -> RegressionOutput:
-        return self.regression(batch)
-
-    def optimize(self, optim: torch.optim.Optimizer, lr: float, grads: GradientsParams) -> None:
-        """LBFGS's step, with a closure over the step's batch."""
-        context = current_step()
-        assert context is not None  # the loop calls optimize inside a step
-        batch: Waves = context.batch
-
-        def closure() -> torch.Tensor:
-            optim.zero_grad()
-            loss = F.mse_loss(self(batch.inputs), batch.targets)
-            torch.autograd.backward(loss)
-            return loss
-
-        optim.step(closure)  # type: ignore[arg-type]  # torch types the closure as returning float
-        for param in self.parameters():
-            param.grad = None
 
 
 def waves(count: int, seed: int, length: int = 40) -> list[torch.Tensor]:
@@ -96,9 +57,11 @@ def waves(count: int, seed: int, length: int = 40) -> list[torch.Tensor]:
 
 
 def loader(count: int, seed: int) -> DataLoader[Waves]:
+    """All ``count`` waves in one batch, as ``(inputs, targets)``."""
+
     def batch(items: list[torch.Tensor], device: torch.device) -> Waves:
         data = torch.stack(items).to(device)
-        return Waves(data[:, :-1], data[:, 1:])
+        return data[:, :-1], data[:, 1:]
 
     return DataLoaderBuilder(batch).batch_size(count).build(InMemDataset(waves(count, seed)))
 
@@ -117,7 +80,7 @@ def main(argv: list[str] | None = None) -> LearningResult[Sequence]:
         .metrics(LossMetric())
         .num_epochs(args.epochs)
         .overwrite()  # a rerun replaces this example's earlier run
-        .launch(Learner(model, optim))
+        .launch(Learner(model, optim, loss=F.mse_loss))
     )
 
 

@@ -118,7 +118,7 @@ def test_a_metric_the_output_cannot_feed_is_named_with_the_outputs_that_can(
     assert str(error).startswith(
         "the train metric 'Accuracy' (AccuracyMetric) cannot read the model's output: "
         "RegressionOutput cannot feed a metric that reads AccuracyInput: return one that does "
-        "(ClassificationOutput, SequenceOutput), "
+        "(CausalLMOutput, ClassificationOutput, SequenceOutput), "
     )
     assert "register_adaptor(RegressionOutput, AccuracyInput)" in str(error)
 

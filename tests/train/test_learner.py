@@ -10,9 +10,15 @@ from tests.train.fixtures import TinyRegressor
 
 
 def test_learner_rejects_bad_model_and_optimizer(model: TinyRegressor) -> None:
-    """A model without train_step, or an optim that is no optimizer, raises TypeError."""
-    with pytest.raises(TypeError, match="has no train_step"):
-        Learner(torch.nn.Linear(2, 2), torch.optim.SGD(model.parameters()), 0.1)
+    """A model with only one of the two steps, or an optim that is no optimizer, raises
+    TypeError."""
+
+    class Half(torch.nn.Linear):
+        def inference_step(self, batch: object) -> object:
+            return batch
+
+    with pytest.raises(TypeError, match=r"has no train_step\(batch\) method: implement it too"):
+        Learner(Half(2, 2), torch.optim.SGD(model.parameters()), 0.1)
     with pytest.raises(TypeError, match=r"optim must be a torch\.optim\.Optimizer"):
         Learner(model, "adam", 0.1)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="bool"):

@@ -1,5 +1,5 @@
-"""Several optimizers and closures, through the examples that port pytorch/examples' dcgan
-(two optimizers) and time_sequence_prediction (LBFGS)."""
+"""Several optimizers, through the example that ports pytorch/examples' dcgan (closures:
+test_closures.py)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 def examples(monkeypatch: pytest.MonkeyPatch) -> dict[str, ModuleType]:
     monkeypatch.syspath_prepend(str(EXAMPLES))
     monkeypatch.setenv("EMBER_RENDERER", "cli")
-    return {name: importlib.import_module(name) for name in ("dcgan", "time_sequence_prediction")}
+    return {"dcgan": importlib.import_module("dcgan")}
 
 
 def test_two_optimizers_train_checkpoint_and_resume_exactly(
@@ -59,21 +59,8 @@ def test_two_optimizers_train_checkpoint_and_resume_exactly(
         assert torch.equal(a, b)
 
 
-def test_lbfgs_steps_with_the_models_closure(
-    examples: dict[str, ModuleType], tmp_path: Path
-) -> None:
-    """time_sequence_prediction: LBFGS trains through the model's optimize and its closure."""
-    result = examples["time_sequence_prediction"].main(["--epochs", "3", "--dir", str(tmp_path)])
-    assert result.error is None, result.traceback
-    values = [
-        float((tmp_path / "train" / f"epoch-{e}" / "Loss.log").read_text().split(",")[0])
-        for e in (1, 3)
-    ]
-    assert values[1] < values[0] / 2
-
-
 def test_the_default_optimize_is_refused_where_it_cannot_work() -> None:
-    """Several optimizers or LBFGS with LearnerModel's default optimize: a TypeError naming
+    """Several optimizers, or none, with LearnerModel's default optimize: a TypeError naming
     the pattern; a scheduler with several optimizers too."""
     model = TinyRegressor()
     with pytest.raises(TypeError, match=r"trains 2 optimizers \(a, b\): override optimize"):
@@ -81,8 +68,8 @@ def test_the_default_optimize_is_refused_where_it_cannot_work() -> None:
             model,
             {"a": torch.optim.SGD(model.parameters()), "b": torch.optim.SGD(model.parameters())},
         )
-    with pytest.raises(TypeError, match=r"LBFGS steps with a closure.*current_step\(\)\.batch"):
-        Learner(model, torch.optim.LBFGS(model.parameters()))
+    with pytest.raises(TypeError, match=r"has no optimizer, and TinyRegressor has no optimize"):
+        Learner(model)
 
     class Own(TinyRegressor):
         def optimize(self, optim: object, lr: float, grads: object) -> None:

@@ -5,7 +5,8 @@
 compare DIR DIR ...`` sets runs side by side (best and last values, the configuration keys that
 differ); ``ember digits`` trains on real data, ``ember digits --test`` also evaluates its best
 epoch on a test set (``ember eval``, its old name, is deprecated); ``ember export DIR`` writes a
-run's weights as one safetensors file. Exit codes: 0 success, 1 training failed, 2 nothing to
+run's weights as one safetensors file (``--format hf``: a directory ``from_pretrained`` loads,
+for a run of a ``transformers`` model). Exit codes: 0 success, 1 training failed, 2 nothing to
 do (no run, a directory it will not overwrite, a missing optional extra, a missing or damaged
 checkpoint), 3 the demo's losses differ.
 """
@@ -132,7 +133,9 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     export = commands.add_parser(
-        "export", help="write a run's checkpointed weights as one plain safetensors file"
+        "export",
+        help="write a run's checkpointed weights as one plain safetensors file, or as a "
+        "directory transformers' from_pretrained loads (--format hf)",
     )
     export.add_argument("directory", type=Path, metavar="DIR", help="run directory")
     export.add_argument(
@@ -142,13 +145,21 @@ def _parser() -> argparse.ArgumentParser:
         help="best (default: the epoch kept for the checkpointing metric), last, or a number",
     )
     export.add_argument(
+        "--format",
+        choices=("safetensors", "hf"),
+        default="safetensors",
+        help="safetensors (default): one file of the weights; hf: a directory with "
+        "config.json and model.safetensors, for a run of a transformers model",
+    )
+    export.add_argument(
         "-o",
         "--output",
         type=Path,
         required=True,
-        metavar="FILE",
-        help="file to write: a new file or a regular file to replace, in a directory that "
-        "exists, outside the run's checkpoint/",
+        metavar="PATH",
+        help="safetensors: the file to write, new or a regular file to replace; hf: the "
+        "directory to write, new or empty; in a directory that exists, outside the run's "
+        "checkpoint/",
     )
     return parser
 
@@ -224,15 +235,18 @@ def _digits(directory: Path | None, epochs: int, *, test: bool, command: str) ->
     return 0
 
 
-def _export(directory: Path, epoch: int | str, output: Path) -> int:
+def _export(directory: Path, epoch: int | str, output: Path, form: str) -> int:
     from ember._errors import CheckpointError
     from ember.train._checkpoint.export import export_weights
+    from ember.train._checkpoint.pretrained import export_pretrained
 
+    write = export_pretrained if form == "hf" else export_weights
     try:
-        number = export_weights(directory, output, epoch)  # type: ignore[arg-type]  # parsed
+        number = write(directory, output, epoch)  # type: ignore[arg-type]  # parsed
     except (CheckpointError, OSError, ValueError) as error:
         return _error("export", error)
-    print(f"wrote {output} (the weights of epoch {number} of {directory})")
+    what = "a transformers model directory" if form == "hf" else "the weights"
+    print(f"wrote {output} ({what} of epoch {number} of {directory})")
     return 0
 
 
@@ -266,5 +280,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(_EVAL_DEPRECATED, file=sys.stderr)
         return _digits(args.dir, args.epochs, test=True, command="eval")
     if args.command == "export":
-        return _export(args.directory, args.epoch, args.output)
+        return _export(args.directory, args.epoch, args.output, args.format)
     raise AssertionError(f"unknown command {args.command}")

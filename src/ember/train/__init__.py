@@ -15,6 +15,7 @@ from ember.train._checkpoint.asynchronous import AsyncCheckpointer
 from ember.train._checkpoint.export import export_weights, load_checkpoint
 from ember.train._checkpoint.file import FileCheckpointer
 from ember.train._checkpoint.learning import LearningCheckpointer
+from ember.train._checkpoint.pretrained import export_pretrained
 from ember.train._checkpoint.strategy import (
     ComposedCheckpointingStrategy,
     KeepLastNCheckpoints,
@@ -62,12 +63,15 @@ from ember.train._metric.grad_norm import GradNormMetric
 from ember.train._metric.hamming import HammingScore
 from ember.train._metric.iteration_speed import IterationSpeedMetric
 from ember.train._metric.learning_rate import LearningRateMetric
+from ember.train._metric.logged import ValueMetric
 from ember.train._metric.loss import LossMetric
 from ember.train._metric.perplexity import PerplexityMetric
 from ember.train._metric.top_k import TopKAccuracyMetric
 from ember.train._metric.torchmetric import TorchMetric
 from ember.train._outputs import (
+    CausalLMOutput,
     ClassificationOutput,
+    LossOutput,
     MultiLabelClassificationOutput,
     RegressionOutput,
     SequenceOutput,
@@ -101,6 +105,7 @@ __all__ = [
     "AsyncCheckpointer",
     "AsyncProcessorTraining",
     "AurocMetric",
+    "CausalLMOutput",
     "CharErrorRate",
     "ClassReduction",
     "ClassificationOutput",
@@ -143,6 +148,7 @@ __all__ = [
     "LearningResult",
     "LinearLr",
     "LossMetric",
+    "LossOutput",
     "LrScheduler",
     "MLflowLogger",
     "Metric",
@@ -181,11 +187,13 @@ __all__ = [
     "TrainingHooks",
     "TrainingItem",
     "TuiMetricsRenderer",
+    "ValueMetric",
     "WandbLogger",
     "WordErrorRate",
     "apply_gradient_checkpointing",
     "current_step",
     "default_renderer",
+    "export_pretrained",
     "export_weights",
     "iter_predictions",
     "load_checkpoint",

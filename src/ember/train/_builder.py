@@ -41,12 +41,13 @@ from ember.train._hooks import HOOKS, Stateful, TrainingHooks, has_hooks
 from ember.train._interrupter import Interrupter
 from ember.train._learner import Learner
 from ember.train._logger.base import MetricLogger
-from ember.train._metric.base import Metric, Numeric
+from ember.train._metric.base import Metric, NamedMetric, Numeric
 from ember.train._precision import Precision, check_precision
 from ember.train._renderer.base import MetricsRenderer
 from ember.train._result import LearningResult
 from ember.train._schedule import Unit, every
 from ember.train._strategy.base import SupervisedLearningStrategy
+from ember.train._threshold import ThresholdStop
 from ember.train._training import launch
 from ember.train._vocabulary import Split
 
@@ -260,6 +261,18 @@ class SupervisedTraining:
         return self._set(
             early_stopping=with_defaults(strategy, EarlyStoppingStrategy, "early stopping")
         )
+
+    def stop_when(
+        self, metric: str | NamedMetric, threshold: float, *, split: Split | str = Split.TRAIN
+    ) -> SupervisedTraining:
+        """Stop once ``metric`` reaches ``threshold``: a train batch's value (each validation
+        epoch's value with ``split="valid"``), at or below it where lower is better (``Loss``),
+        at or above it where higher is better (``Accuracy``). The value is read on the metrics
+        thread and the stop goes through the interrupter, as Ctrl-C's does: the optimizer
+        window under way finishes, a mid-round checkpoint is taken (when the run takes them),
+        ``result.stop_reason`` names the value, and ``resume_latest()`` goes on from there.
+        The metric must be registered on the split (refused at launch otherwise)."""
+        return self.with_metric_logger(ThresholdStop(metric, threshold, split))
 
     def with_interrupter(self, interrupter: Interrupter) -> SupervisedTraining:
         """Use ``interrupter`` to stop training from elsewhere."""

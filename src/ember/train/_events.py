@@ -18,6 +18,7 @@ An evaluation (``Evaluator.eval_all``) speaks its own words, on the ``test`` spl
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -59,6 +60,8 @@ class TrainingItem(Generic[T]):
     grad_norm: Any = None
     """The total gradient norm of the optimizer step this batch closed (a tensor, read on the
     metrics thread), when the run measures it (clipping by norm, ``GradNormMetric``)."""
+    values: Mapping[str, Any] | None = None
+    """What the batch's step logged with ``current_step().log(name, value)``, or None."""
 
     def __init__(  # written out: one per batch (ember/_frozen.py)
         self,
@@ -68,6 +71,7 @@ class TrainingItem(Generic[T]):
         lr: float | None,
         step: int = 0,
         grad_norm: Any = None,
+        values: Mapping[str, Any] | None = None,
     ) -> None:
         set_field(self, "item", item)
         set_field(self, "progress", progress)
@@ -75,6 +79,7 @@ class TrainingItem(Generic[T]):
         set_field(self, "lr", lr)
         set_field(self, "step", step)
         set_field(self, "grad_norm", grad_norm)
+        set_field(self, "values", values)
 
 
 @dataclass(frozen=True, slots=True)

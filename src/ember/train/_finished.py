@@ -86,13 +86,13 @@ def finished_result(
         summary = LearnerSummary.from_json(data) if isinstance(data, dict) else None
     store = EventStore(run_loggers(config))  # read only: nothing is started or written
     return run_result(
-        config, model, renderer, None, summary, end.stop_reason, end.epoch, listing, store
+        config, learner, renderer, None, summary, end.stop_reason, end.epoch, listing, store
     )
 
 
 def run_result(
     config: TrainingConfig,
-    model: M,
+    learner: Learner[M],
     renderer: MetricsRenderer,
     error: BaseException | None,
     summary: LearnerSummary | None,
@@ -105,7 +105,7 @@ def run_result(
     and what every result of a run reads back (directory, checkpoints, best epoch, logs)."""
     checkpoints, best = listing
     return LearningResult(
-        model,
+        learner.model,
         renderer,
         error,
         summary,
@@ -117,4 +117,5 @@ def run_result(
         strategy=config.strategy,
         reader=store if store.readers else None,
         metric_names=metric_names(config.metrics),
+        inference_step=learner.inference_step,
     )

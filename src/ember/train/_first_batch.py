@@ -11,24 +11,24 @@ every later step calls the model directly, so the checks cost nothing per step.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 from torch import nn
 
-from ember.train._step import TrainOutput, TrainStep
+from ember.train._step import TrainOutput
 
 __all__ = ["check_train_output", "first_train_step"]
 
 _FROM_LOSS = "TrainOutput.from_loss(self, loss, output)"
 
 
-def first_train_step(model: nn.Module, step: TrainStep[Any, Any], batch: Any) -> TrainOutput[Any]:
-    """``step.train_step(batch)`` (``step`` is ``model``), with its output checked and a device
-    mismatch between the batch and the model named (ValueError, chained to torch's error)."""
+def first_train_step(model: nn.Module, step: Callable[[Any], Any], batch: Any) -> TrainOutput[Any]:
+    """``step(batch)`` (``model``'s train step), with its output checked and a device mismatch
+    between the batch and the model named (ValueError, chained to torch's error)."""
     try:
-        output = step.train_step(batch)
+        output = step(batch)
     except RuntimeError as error:
         mismatch = _device_mismatch(model, batch)
         if mismatch is None:

@@ -6,12 +6,13 @@
     for batch, progress in run.valid_pass(name):       # the loader placed under name: on its
                                                          # device, or this rank's share
         the main model in eval mode (again if the caller changed it between two outputs)
-        under inference_mode (and autocast, under mixed precision):
+        under inference_mode (and autocast, under mixed precision), in the batch's step
+        context (split, epoch, iteration: the batch's index in the pass, from 1):
             output = run.inference_step(batch, step)     # the model's inference_step, or step;
                                                          # None for a rank's empty share
             items, _ = run.report([output], False)
         each item with the progress after its own batch   # a run may hand back earlier
-                                                          # batches' items later (DDP's chunks)
+        and the values its step logged                    # batches' items later (DDP's chunks)
 
 A pass always runs to its end: a stop asked meanwhile is the caller's to act on after it (the
 loop's, between two rounds), so a round's validation and its checkpoint stay whole. Nothing is
@@ -29,9 +30,13 @@ from typing import Any
 import torch
 
 from ember.data import Progress
+from ember.train._step import StepContext, step_context
 from ember.train._strategy.base import Step, StrategyRun
 
 __all__ = ["inference_pass"]
+
+Logged = dict[str, Any] | None
+"""What a batch's step logged with ``current_step().log``, or None."""
 
 
 def inference_pass(
@@ -40,19 +45,28 @@ def inference_pass(
     *,
     autocast: tuple[str, torch.dtype] | None = None,
     step: Step | None = None,
-) -> Iterator[tuple[Any, Progress]]:
+    split: str | None = None,
+    epoch: int = 0,
+    optimizer_steps: int = 0,
+) -> Iterator[tuple[Any, Progress, Logged]]:
     """The outputs of ``run``'s main model over the loader placed under ``name``, each with the
-    progress after its batch (see the module doc); ``autocast`` is the ``(device type, dtype)``
-    of mixed precision, or None; ``step`` replaces the model's ``inference_step``."""
+    progress after its batch and what its step logged (see the module doc); ``autocast`` is
+    the ``(device type, dtype)`` of mixed precision, or None; ``step`` replaces the model's
+    ``inference_step``; ``split`` (default ``name``), ``epoch`` and ``optimizer_steps`` are
+    what the step context says."""
     model = run.replicas[0]
-    stamps: deque[Progress] = deque()  # each batch's progress until its item comes back
-    for batch, progress in run.valid_pass(name):
+    stamps: deque[tuple[Progress, Logged]] = deque()  # each batch's, until its item comes back
+    for iteration, (batch, progress) in enumerate(run.valid_pass(name), 1):
         if model.training:
             model.eval()
-        with torch.inference_mode():
+        context = StepContext(
+            epoch, iteration, optimizer_steps, batch, autocast=autocast, split=split or name
+        )
+        with torch.inference_mode(), step_context(context):
             with torch.autocast(*autocast) if autocast else nullcontext():
                 output = run.inference_step(batch, step)
-            stamps.append(progress)
+            stamps.append((progress, context.values or None))
             items, _ = run.report([output], False)
         for item in items:
-            yield item, stamps.popleft()
+            at, values = stamps.popleft()
+            yield item, at, values

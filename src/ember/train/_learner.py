@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import sys
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 import torch
 from torch import nn
@@ -16,6 +18,7 @@ from ember.train._lr_scheduler.base import (
     LrScheduler,
     as_scheduler,
 )
+from ember.train._plain import Loss, PlainSteps
 from ember.train._step import (
     GradientsParams,
     InferenceStep,
@@ -26,12 +29,17 @@ from ember.train._step import (
     default_optimize,
     trained_parameters,
 )
+from ember.train._task import Task, check_task
 
 __all__ = ["Learner", "OptimizerFactory", "OptimizerLike"]
 
 M = TypeVar("M", bound=nn.Module)
 OptimizerFactory = Callable[[Iterator[nn.Parameter]], torch.optim.Optimizer]
 OptimizerLike = torch.optim.Optimizer | OptimizerFactory
+
+
+class _OwnSteps(TrainStep[Any, Any], InferenceStep[Any, Any], Protocol):
+    """A model with both steps of its own (a ``LearnerModel``)."""
 
 
 class Learner(Generic[M]):
@@ -55,65 +63,46 @@ class Learner(Generic[M]):
     optimizers or factories; each keeps its own lrs (no ``lr_scheduler``: drive them with torch
     schedulers inside ``optimize``), and the model's own ``optimize(optimizers, lr, grads)``
     receives the mapping and steps them as it needs (``LearnerModel``'s default cannot know
-    how). An optimizer whose ``step`` needs a closure (``torch.optim.LBFGS``) also needs the
-    model's own ``optimize``, which builds the closure from ``current_step().batch``.
+    how). No optimizer (``optim=None``): the model's own ``optimize(None, lr, grads)`` updates
+    the parameters itself (``lr``: the scheduler's value, None without one). An optimizer whose
+    ``step`` needs a closure (``torch.optim.LBFGS``) is stepped with the unit's loss function:
+    its first evaluation is the step's own forward and backward, each later one runs the step
+    again (``docs/training.md``, "Closures").
+
+    The model is a :class:`LearnerModel` (any ``nn.Module`` with ``train_step`` and
+    ``inference_step``), or a plain ``nn.Module``: with ``loss`` (``F.cross_entropy``, an
+    ``nn.Module`` loss) each batch ``(x, y)`` trains ``loss(model(x), y)``; without it, a model
+    whose forward returns its own loss (a Hugging Face model given its ``labels``) trains
+    ``model(**batch).loss``. ``task`` (``"classification"``, ``"regression"``,
+    ``"multilabel"``, ``"causal-lm"``) says which output the metrics read; None tells it from
+    the first batch and says so in ``experiment.log`` (``ember/train/_plain.py``,
+    ``_task.py``).
     """
 
     def __init__(
         self,
         model: M,
-        optim: OptimizerLike | Mapping[str, OptimizerLike],
+        optim: OptimizerLike | Mapping[str, OptimizerLike] | None = None,
         lr_scheduler: LrScheduler | float | torch.optim.lr_scheduler.LRScheduler | None = None,
+        *,
+        loss: Loss | None = None,
+        task: Task | None = None,
     ) -> None:
-        if not isinstance(model, nn.Module):
-            raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-        dynamo = sys.modules.get("torch._dynamo")  # loaded once anything was compiled
-        if dynamo is not None and isinstance(model, dynamo.eval_frame.OptimizedModule):
-            raise TypeError(
-                "model is a torch.compile wrapper: ember calls its train_step and "
-                "inference_step, which reach the original module uncompiled; pass the module "
-                "itself and compile it in place with SupervisedTraining(...).compile(...)"
-            )
-        for protocol, method in ((TrainStep, "train_step"), (InferenceStep, "inference_step")):
-            if not isinstance(model, protocol):
-                raise TypeError(
-                    f"model {type(model).__name__} has no {method}(batch) method: subclass "
-                    "ember.train.LearnerModel and implement train_step and inference_step"
-                )
-        self._several = isinstance(optim, Mapping)
-        given = dict(optim) if isinstance(optim, Mapping) else {"optimizer": optim}
-        if not given:
-            raise ValueError("optim must name at least one optimizer, got an empty mapping")
-        for name, value in given.items():
-            if not isinstance(name, str) or not name:
-                raise TypeError(f"optimizer names must be non-empty str, got {name!r}")
-            if not isinstance(value, torch.optim.Optimizer) and not callable(value):
-                raise TypeError(
-                    "optim must be a torch.optim.Optimizer, a factory called with the model's "
-                    f"parameters, or a mapping of names to those, got {type(value).__name__}"
-                )
-        self._optims: dict[str, OptimizerLike] = given
-        self._first = next(iter(given))  # whose param group 0 sets lr_current
-        own_optimize = _own_optimize(model)
-        if self._several and not own_optimize:
-            raise TypeError(
-                f"{type(model).__name__} trains {len(given)} optimizers ({', '.join(given)}): "
-                "override optimize(self, optimizers, lr, grads) to step them (it receives the "
-                "mapping); see docs/training.md, 'Several optimizers'"
-            )
-        if self._several and lr_scheduler is not None:
-            raise TypeError(
-                "with several optimizers each keeps its own lrs: pass no lr_scheduler and step "
-                "torch schedulers inside your optimize(...)"
-            )
-        self._check_closures(own_optimize)
+        _check_model(model)
+        self._plain = _plain_steps(model, loss, check_task(task))
+        self._several = optim is None or isinstance(optim, Mapping)
+        self._optims: dict[str, OptimizerLike] = _given_optimizers(optim)
+        self._first = next(iter(self._optims), None)  # whose param group 0 sets lr_current
+        _check_optimize(model, self._optims, isinstance(optim, Mapping), lr_scheduler)
         self._model = model
-        self._step: TrainStep[Any, Any] = model  # type: ignore[assignment]  # checked above
+        # the model's own steps, looked up at each call as a method is (both checked above)
+        self._own = cast("_OwnSteps", model)
         self._scheduler = None if lr_scheduler is None else as_scheduler(lr_scheduler)
         self._ratios: list[float] | None = None  # each group's lr over group 0's, as built
         # resolved once: a runtime protocol check costs more than a small model's step
         self._built: dict[str, torch.optim.Optimizer] | None = None
         self._optimizes = isinstance(model, OptimizeStep)
+        self._closure = False  # an optimizer steps with a closure: found once they are built
         self._per_group = isinstance(self._scheduler, GroupLrScheduler)
         self._per_epoch: EpochLrScheduler | None = (
             self._scheduler if isinstance(self._scheduler, EpochLrScheduler) else None
@@ -127,9 +116,19 @@ class Learner(Generic[M]):
         return self._model
 
     @property
+    def task(self) -> Task | None:
+        """The task of a plain model (given, or told by its first batch); None for a model
+        with its own steps, or when only the loss is logged."""
+        return None if self._plain is None else self._plain.task
+
+    @property
     def optimizer(self) -> torch.optim.Optimizer:
         """The optimizer (built from its factory on first use); see :attr:`optimizers` for a
         Learner with several."""
+        if not self._optims:
+            raise TypeError(
+                "this Learner has no optimizer: the model's optimize updates the parameters"
+            )
         if self._several:
             raise TypeError(
                 f"this Learner has several optimizers ({', '.join(self._optims)}): use "
@@ -153,24 +152,29 @@ class Learner(Generic[M]):
                         "not a torch.optim.Optimizer"
                     )
                 self._optims[name] = built
-        self._check_closures(_own_optimize(self._model))
         optimizers: dict[str, torch.optim.Optimizer] = self._optims  # type: ignore[assignment]
         self._built = optimizers  # every factory was called above
+        self._closure = not _own_optimize(self._model) and any(
+            _needs_closure(optimizer) for optimizer in optimizers.values()
+        )
         return optimizers
 
     @property
     def several_optimizers(self) -> bool:
-        """True when the optimizers came as a mapping."""
+        """True when the optimizers came as a mapping (or there is none: ``optim=None``)."""
         return self._several
 
-    def _check_closures(self, own_optimize: bool) -> None:
-        for value in self._optims.values():
-            if isinstance(value, torch.optim.LBFGS) and not own_optimize:
-                raise TypeError(
-                    "torch.optim.LBFGS steps with a closure that recomputes the loss: override "
-                    "optimize(self, optim, lr, grads) and call optim.step(closure), the closure "
-                    "built from current_step().batch; see docs/training.md, 'Closures'"
-                )
+    @property
+    def steps_with_closure(self) -> bool:
+        """True when the optimizer's ``step`` needs a closure (``torch.optim.LBFGS``) and the
+        Learner steps it (the model has no ``optimize`` of its own): the loop then hands
+        :meth:`optimizer_step` the unit's loss function. Before :meth:`bind` a factory other
+        than an optimizer class (or a ``functools.partial`` of one) counts as False."""
+        if self._built is not None:
+            return self._closure
+        return not _own_optimize(self._model) and any(
+            _closure_class(kind) for kind in map(_optimizer_class, self._optims.values()) if kind
+        )
 
     @property
     def lr_scheduler(self) -> LrScheduler | None:
@@ -181,7 +185,7 @@ class Learner(Generic[M]):
     def optimizer_or_factory(self) -> OptimizerLike | dict[str, OptimizerLike]:
         """The optimizer if it exists, else the factory that will make it (not called here:
         describing a run must not build its optimizer before the model is placed); a mapping
-        of them for several optimizers."""
+        of them for several optimizers (empty for none)."""
         return dict(self._optims) if self._several else self._optims["optimizer"]
 
     @property
@@ -221,24 +225,52 @@ class Learner(Generic[M]):
                             "(lambda params: torch.optim.Adam(params)) that ember calls once "
                             "the model is placed"
                         )
-        if self._scheduler is not None and not isinstance(self._scheduler, GroupLrScheduler):
+        scheduler = self._scheduler
+        if scheduler is not None and self._optims and not isinstance(scheduler, GroupLrScheduler):
             self._group_ratios()  # the groups' lrs as built, before any step writes them
 
     def train_step(self, batch: Any) -> TrainOutput[Any]:
         """The model's forward and backward pass on ``batch``; the first one's output and batch
         are checked, so a protocol mistake is named with the line to write."""
         if self._first_step:
-            output = first_train_step(self._model, self._step, batch)
+            output = first_train_step(self._model, self._train_step, batch)
             self._first_step = False
             return output
-        return self._step.train_step(batch)
+        return self._train_step(batch)
 
-    def lr_step(self) -> float:
+    def _train_step(self, batch: Any) -> TrainOutput[Any]:
+        plain = self._plain
+        if plain is None:
+            return self._own.train_step(batch)
+        return plain.train_step(self._model, batch)
+
+    def inference_step(self, batch: Any) -> Any:
+        """The model's forward pass on ``batch`` for the metrics: its own ``inference_step``,
+        or for a plain model the output of its loss and task (what validation runs; give it
+        to ``predict(..., step=learner.inference_step)`` or ``EvaluatorBuilder.build``)."""
+        plain = self._plain
+        if plain is None:
+            return self._own.inference_step(batch)
+        return plain.inference_step(self._model, batch)
+
+    def train_step_of(self, model: nn.Module) -> Callable[[Any], TrainOutput[Any]]:
+        """The train step run on ``model``, a copy of the Learner's model (a strategy's replica
+        on another device): its own ``train_step``, or a plain model's step built from the
+        Learner's loss and task."""
+        if self._plain is None:
+            return cast("TrainStep[Any, Any]", model).train_step  # a replica of the checked one
+        return functools.partial(self._plain.train_step, model)
+
+    def lr_step(self) -> float | None:
         """Advance the scheduler and write the lrs into the param groups (see the class doc);
-        returns param group 0's lr."""
+        returns param group 0's lr (the scheduler's value without an optimizer, None without
+        either)."""
+        scheduler = self._scheduler
+        if self._first is None:  # no optimizer: the model's optimize takes the value
+            self._lr_current = None if scheduler is None else scheduler.step()
+            return self._lr_current
         built = self._built
         groups = (built if built is not None else self.optimizers)[self._first].param_groups
-        scheduler = self._scheduler
         if scheduler is None:
             lr = float(groups[0]["lr"])
         elif self._per_group:
@@ -280,9 +312,30 @@ class Learner(Generic[M]):
             self._ratios = [1.0 if base <= 0 else float(g["lr"]) / base for g in groups]
         return self._ratios
 
-    def optimizer_step(self, grads: GradientsParams) -> None:
-        """One optimizer step with ``grads``, through the model's ``optimize`` if it has one."""
-        if self._several:
+    def optimizer_step(
+        self, grads: GradientsParams, closure: Callable[[], torch.Tensor] | None = None
+    ) -> None:
+        """One optimizer step with ``grads``, through the model's ``optimize`` if it has one.
+
+        ``closure`` is the unit's loss function for an optimizer that steps with one
+        (:attr:`steps_with_closure`): its first call returns the loss whose gradients
+        ``grads`` are, each later call computes the loss and its gradients again.
+        """
+        if self._closure:
+            if closure is None:
+                raise TypeError(
+                    f"{type(self.optimizer).__name__} steps with a closure: call "
+                    "optimizer_step(grads, closure), the closure computing the loss and its "
+                    "gradients again"
+                )
+            if grads.owner is not self._model:  # else they were taken from these very slots
+                grads.assign_to(self._model)
+            self.optimizer.step(closure)  # type: ignore[arg-type]  # returns the loss tensor
+            for _, param in trained_parameters(self._model):
+                param.grad = None
+        elif not self._optims:
+            self._model.optimize(None, self._lr_current, grads)  # type: ignore[operator]
+        elif self._several:
             self._model.optimize(self.optimizers, self._lr_current, grads)  # type: ignore[operator]
         elif self._optimizes:
             self._model.optimize(self.optimizer, self._lr_current, grads)  # type: ignore[operator]
@@ -293,3 +346,125 @@ class Learner(Generic[M]):
 def _own_optimize(model: nn.Module) -> bool:
     """Whether ``model`` steps its optimizers itself (not ``LearnerModel``'s default)."""
     return isinstance(model, OptimizeStep) and type(model).optimize is not LearnerModel.optimize
+
+
+_CLOSURES: dict[type[torch.optim.Optimizer], bool] = {}  # by optimizer class, found once
+
+
+def _closure_class(kind: type[torch.optim.Optimizer]) -> bool:
+    """Whether ``kind.step`` has a ``closure`` parameter without a default."""
+    found = _CLOSURES.get(kind)
+    if found is None:
+        step = inspect.signature(kind.step).parameters.get("closure")
+        found = _CLOSURES[kind] = step is not None and step.default is inspect.Parameter.empty
+    return found
+
+
+def _optimizer_class(value: OptimizerLike) -> type[torch.optim.Optimizer] | None:
+    """The optimizer class ``value`` is or makes, when it says so without being called."""
+    if isinstance(value, functools.partial):
+        value = value.func
+    if isinstance(value, torch.optim.Optimizer):
+        return type(value)
+    if isinstance(value, type) and issubclass(value, torch.optim.Optimizer):
+        return value
+    return None
+
+
+def _needs_closure(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether ``optimizer.step`` takes a closure it cannot do without (``LBFGS.step``)."""
+    return _closure_class(type(optimizer))
+
+
+def _check_model(model: object) -> None:
+    """A module ember can call: not a ``torch.compile`` wrapper."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    dynamo = sys.modules.get("torch._dynamo")  # loaded once anything was compiled
+    if dynamo is not None and isinstance(model, dynamo.eval_frame.OptimizedModule):
+        raise TypeError(
+            "model is a torch.compile wrapper: ember calls its train_step and "
+            "inference_step, which reach the original module uncompiled; pass the module "
+            "itself and compile it in place with SupervisedTraining(...).compile(...)"
+        )
+
+
+def _plain_steps(model: nn.Module, loss: Loss | None, task: Task | None) -> PlainSteps | None:
+    """The steps of a model without its own (``_plain.py``), or None: it has both."""
+    name = type(model).__name__
+    own = [isinstance(model, protocol) for protocol in (TrainStep, InferenceStep)]
+    if all(own):
+        if loss is not None or task is not None:
+            raise TypeError(
+                f"{name} has its own train_step and inference_step, which compute its loss "
+                "and output: loss= and task= are for a plain nn.Module; drop them"
+            )
+        return None
+    if any(own):
+        missing = "inference_step" if own[0] else "train_step"
+        raise TypeError(
+            f"model {name} has no {missing}(batch) method: implement it too, or neither "
+            "(a plain nn.Module trains with Learner(model, optim, loss=...))"
+        )
+    if loss is not None and not callable(loss):
+        raise TypeError(
+            f"loss must be a function of (output, targets), e.g. F.cross_entropy, got "
+            f"{type(loss).__name__}"
+        )
+    return PlainSteps(name, loss, task)
+
+
+def _given_optimizers(
+    optim: OptimizerLike | Mapping[str, OptimizerLike] | None,
+) -> dict[str, OptimizerLike]:
+    """The optimizers by name (``{"optimizer": optim}`` for one, none for None), checked."""
+    if optim is None:
+        return {}
+    given = dict(optim) if isinstance(optim, Mapping) else {"optimizer": optim}
+    if not given:
+        raise ValueError(
+            "optim must name at least one optimizer, got an empty mapping (None: the model's "
+            "optimize updates the parameters itself)"
+        )
+    for name, value in given.items():
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"optimizer names must be non-empty str, got {name!r}")
+        if not isinstance(value, torch.optim.Optimizer) and not callable(value):
+            raise TypeError(
+                "optim must be a torch.optim.Optimizer, a factory called with the model's "
+                f"parameters, or a mapping of names to those, got {type(value).__name__}"
+            )
+    return given
+
+
+def _check_optimize(
+    model: nn.Module, optims: Mapping[str, OptimizerLike], several: bool, lr_scheduler: object
+) -> None:
+    """The model's ``optimize`` can step what it is given: its own for several optimizers or
+    none; no lr scheduler with several, no torch scheduler without an optimizer."""
+    own = _own_optimize(model)
+    name = type(model).__name__
+    none = not optims
+    if none and not own:
+        raise TypeError(
+            f"Learner({name}) has no optimizer, and {name} has no optimize(self, optim, lr, "
+            "grads) of its own to update its parameters: pass one, e.g. Learner(model, "
+            "torch.optim.Adam(model.parameters())), or override optimize (it then receives "
+            "optim=None)"
+        )
+    if several and optims and not own:
+        raise TypeError(
+            f"{name} trains {len(optims)} optimizers ({', '.join(optims)}): "
+            "override optimize(self, optimizers, lr, grads) to step them (it receives the "
+            "mapping); see docs/training.md, 'Several optimizers'"
+        )
+    if several and optims and lr_scheduler is not None:
+        raise TypeError(
+            "with several optimizers each keeps its own lrs: pass no lr_scheduler and step "
+            "torch schedulers inside your optimize(...)"
+        )
+    if none and isinstance(lr_scheduler, torch.optim.lr_scheduler.LRScheduler):
+        raise TypeError(
+            "a torch lr scheduler drives an optimizer's lrs, and this Learner has none: pass "
+            "a float or an ember LrScheduler, whose value your optimize receives as lr"
+        )

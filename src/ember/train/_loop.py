@@ -27,10 +27,12 @@ places the model before it. The loop reads the configuration through the plan
                                                            # the main model's .grad slots
             if the window closes (n units, or the pass is complete):   (_window.py)
                 the optimizer step: lr, unscale, clip, measure, step or skip on non-finite
-                16-mixed gradients; run.after_optimizer_step()
+                16-mixed gradients (a closure optimizer runs the unit again for each of its
+                evaluations but the first); run.after_optimizer_step()
             items, stopper = run.report(outputs' items, interrupter.should_stop())
-            ProcessedItem per item (iteration counts items; lr = the last step's lr); a run
-                may return earlier units' items later (DDP's chunks): each gets its unit's stamp
+            ProcessedItem per item (iteration counts items; lr = the last step's lr; the
+                values the step logged); a run may return earlier units' items later (DDP's
+                chunks): each gets its unit's stamp
             if asked to stop (stopper is not None): train on to the end of the window, then
                 take a mid-round checkpoint there and stop after EndSplit (without mid-round
                 checkpoints: the partial window is dropped and the round abandoned)
@@ -89,17 +91,18 @@ from ember.train._plan import RunPlan, same_training_facts
 from ember.train._precision import autocast_of, grad_scaler
 from ember.train._processor import EventProcessor
 from ember.train._schedule import steps_per_pass
-from ember.train._step import step_context
+from ember.train._step import StepContext, TrainOutput, step_context
 from ember.train._strategy.base import StrategyRun, model_device
 from ember.train._vocabulary import Split
-from ember.train._window import OptimizerWindow
+from ember.train._window import OptimizerWindow, UnitClosure
 
 __all__ = ["LoopOutcome", "TrainingLoop"]
 
 log = logging.getLogger("ember.train")
 
-_Stamp = tuple[Progress, float | None, int, torch.Tensor | None]
-"""A reported unit's progress, lr, optimizer steps and gradient norm, until its items log."""
+_Stamp = tuple[Progress, float | None, int, torch.Tensor | None, dict[str, Any] | None]
+"""A reported unit's progress, lr, optimizer steps, gradient norm and logged values, until its
+items log."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +150,7 @@ class TrainingLoop:
         self._stopping: int | None = None  # asked to stop: the rank, until the window closes
         self._stop_reason: str | None = None
         self._early_stopped = False
+        self._closure = learner.steps_with_closure  # the optimizers are built (bind)
 
     def execute(self) -> LoopOutcome:
         """Train from the starting round until the schedule ends (or a stop)."""
@@ -250,25 +254,37 @@ class TrainingLoop:
         )
         norm, stepped = None, False
         with step_context(context):  # optimize() may read the batch too
-            if context.autocast is None:
-                outputs = run.train_step(learner, unit)
-            else:
-                with torch.autocast(*context.autocast):
-                    outputs = run.train_step(learner, unit)
+            outputs = self._forward(unit, context)
             if window.closes(progress):
-                norm, stepped = window.step(learner), True
+                closure = None
+                if self._closure:  # LBFGS: the unit again for each evaluation it asks for
+                    closure = UnitClosure(outputs, lambda: self._again(unit, context))
+                norm, stepped = window.step(learner, closure), True
                 run.after_optimizer_step()
         reported = [output.item for output in outputs]
         # the outputs hold this step's gradients: kept until the next step returned, they would
         # double the gradients' memory during its backward
         del outputs
-        stamp = (progress, learner.lr_current, counters.optimizer_steps, norm)
+        values = context.values or None  # what the step logged (current_step().log)
+        stamp = (progress, learner.lr_current, counters.optimizer_steps, norm, values)
         self._stamps.extend([stamp] * len(reported))
         logged, stopper = run.report(reported, self.interrupter.should_stop())
         self._log_train(logged)
         if stopper is not None and self._stopping is None:
             self._ask_stop(stopper)
         return stepped
+
+    def _forward(self, unit: Any, context: StepContext) -> Sequence[TrainOutput[Any]]:
+        """The unit's forward and backward through the strategy (under autocast, if any)."""
+        if context.autocast is None:
+            return self.run.train_step(self.learner, unit)
+        with torch.autocast(*context.autocast):
+            return self.run.train_step(self.learner, unit)
+
+    def _again(self, unit: Any, context: StepContext) -> Sequence[TrainOutput[Any]]:
+        """The unit once more, on the parameters a closure optimizer just changed."""
+        self.run.after_optimizer_step()  # the replicas get them too
+        return self._forward(unit, context)
 
     def _after_unit(self, epoch: int, *, stepped: bool, ended: bool) -> bool | None:
         """What follows a unit: None to go on with the pass, or :meth:`_train_units`' answer."""
@@ -322,9 +338,9 @@ class TrainingLoop:
         counters = self.counters
         for item in logged:
             counters.round_items += 1
-            at, lr, step, norm = self._stamps.popleft()
+            at, lr, step, norm, values = self._stamps.popleft()
             self.processor.process_train(
-                ProcessedItem(TrainingItem(item, at, counters.round_items, lr, step, norm))
+                ProcessedItem(TrainingItem(item, at, counters.round_items, lr, step, norm, values))
             )
 
     def _end_train_pass(self, units: Iterator[Any]) -> None:
@@ -365,10 +381,17 @@ class TrainingLoop:
         for on_split_start in self.plan.hooks.split_start:
             on_split_start(Split.VALID, epoch)
         step = self.counters.optimizer_steps
-        outputs = inference_pass(run, "valid", autocast=self.window.autocast)
-        for iteration, (item, progress) in enumerate(outputs, 1):
+        outputs = inference_pass(
+            run,
+            "valid",
+            autocast=self.window.autocast,
+            step=self.learner.inference_step,
+            epoch=epoch,
+            optimizer_steps=step,
+        )
+        for iteration, (item, progress, values) in enumerate(outputs, 1):
             processor.process_valid(
-                ProcessedItem(TrainingItem(item, progress, iteration, None, step))
+                ProcessedItem(TrainingItem(item, progress, iteration, None, step, None, values))
             )
         processor.process_valid(EndSplit(epoch))
         for on_split_end in self.plan.hooks.split_end:

@@ -4,10 +4,17 @@ An output's ``sync()`` runs on the metrics thread: it detaches the tensors from 
 graph so the graph can be freed, and reads nothing back to the host (metrics do that when they
 need a number). Each output registers the metric inputs it adapts to (see
 :func:`ember.train._metric.base.adapt`).
+
+Every output's ``summed_over`` says that its loss is a sum over that many samples
+(``reduction="sum"``, a VAE's): ``Loss`` then logs the mean per sample, ``loss / summed_over``
+weighted by it. :class:`CausalLMOutput` holds a causal language model's logits and labels as
+the model's own loss saw them: the shift and ``ignore_index`` applied exactly as ``transformers``
+applies them, so ``Perplexity`` and token ``Accuracy`` count the tokens that loss counted.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, Self, runtime_checkable
 
@@ -24,9 +31,11 @@ from ember.train._metric.perplexity import PerplexityInput
 from ember.train._metric.top_k import TopKAccuracyInput
 
 __all__ = [
+    "CausalLMOutput",
     "ClassificationOutput",
     "DetachOnSync",
     "ItemLazy",
+    "LossOutput",
     "MultiLabelClassificationOutput",
     "RegressionOutput",
     "SequenceOutput",
@@ -67,30 +76,64 @@ class DetachOnSync:
 
 
 @dataclass(frozen=True, slots=True)
+class LossOutput(DetachOnSync):
+    """A step's output when only its ``loss`` is known: it feeds ``Loss``.
+
+    ``summed_over``: the loss is a sum over that many samples (see the module doc).
+    """
+
+    loss: torch.Tensor
+    summed_over: int | None = None
+
+    @classmethod
+    def merge(cls, parts: Sequence[LossOutput], sizes: Sequence[int]) -> LossOutput:
+        """The global batch's output from data-parallel ranks' ``parts``: a summed loss (with
+        ``summed_over``) is the parts' sum, else their mean weighted by their ``sizes``."""
+        if parts[0].summed_over is not None:
+            counts = [p.summed_over or 0 for p in parts]
+            return cls(torch.stack([p.loss for p in parts]).sum(), sum(counts))
+        total = sum(sizes)
+        weighted = [p.loss * (n / total) for p, n in zip(parts, sizes, strict=True)]
+        return cls(torch.stack(weighted).sum())
+
+
+@dataclass(frozen=True, slots=True)
 class RegressionOutput(DetachOnSync):
-    """A regression step's output: ``loss`` (reduced), ``output`` and ``targets`` ``[B, T]``."""
+    """A regression step's output: ``loss`` (reduced), ``output`` and ``targets`` ``[B, T]``.
+
+    ``summed_over``: the loss is a sum over that many samples (see the module doc).
+    """
 
     loss: torch.Tensor
     output: torch.Tensor
     targets: torch.Tensor
+    summed_over: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class ClassificationOutput(DetachOnSync):
-    """A classification step's output: ``loss``, class scores ``[B, C]``, targets ``[B]``."""
+    """A classification step's output: ``loss``, class scores ``[B, C]``, targets ``[B]``.
+
+    ``summed_over``: the loss is a sum over that many samples (see the module doc).
+    """
 
     loss: torch.Tensor
     output: torch.Tensor
     targets: torch.Tensor
+    summed_over: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class MultiLabelClassificationOutput(DetachOnSync):
-    """A multi-label step's output: ``loss``, scores ``[B, C]``, 0/1 integer targets ``[B, C]``."""
+    """A multi-label step's output: ``loss``, scores ``[B, C]``, 0/1 integer targets ``[B, C]``.
+
+    ``summed_over``: the loss is a sum over that many samples (see the module doc).
+    """
 
     loss: torch.Tensor
     output: torch.Tensor
     targets: torch.Tensor
+    summed_over: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,22 +142,62 @@ class SequenceOutput(DetachOnSync):
 
     ``predictions`` ``[B, S]`` are the decoded token ids when the model decodes differently
     from ``argmax(logits)`` (beam search, say); CER and WER read them if given.
+    ``summed_over``: the loss is a sum over that many samples (see the module doc).
     """
 
     loss: torch.Tensor
     logits: torch.Tensor
     targets: torch.Tensor
     predictions: torch.Tensor | None = None
+    summed_over: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CausalLMOutput(DetachOnSync):
+    """A causal language model's output: ``loss``, ``logits`` ``[B, S, V]`` and the ``labels``
+    ``[B, S]`` the model was given, unshifted (a Hugging Face model's ``labels``).
+
+    Position ``s`` predicts label ``s + 1``, and labels equal to ``ignore_index`` count for
+    nothing, exactly as ``transformers`` computes a causal LM's loss: ``Perplexity`` sums the
+    negative log-likelihood of the same tokens in the same order (its log is the model's loss
+    to the last bit), token ``Accuracy`` and ``TopKAccuracy`` count the same tokens.
+    """
+
+    loss: torch.Tensor
+    logits: torch.Tensor
+    labels: torch.Tensor
+    ignore_index: int = -100
+
+    def shifted_labels(self) -> torch.Tensor:
+        """The label each position predicts, flattened ``[B*S]`` (the last position of each
+        sequence predicts nothing: ``ignore_index``), as ``transformers`` shifts them."""
+        padded = F.pad(self.labels, (0, 1), value=self.ignore_index)
+        return padded[..., 1:].reshape(-1)
+
+    @classmethod
+    def merge(cls, parts: Sequence[CausalLMOutput], sizes: Sequence[int]) -> CausalLMOutput:
+        """The global batch's output from data-parallel ranks' ``parts``: the logits and labels
+        joined, the loss the parts' mean weighted by their ``sizes`` (sequences)."""
+        total = sum(sizes)
+        loss = torch.stack([p.loss * (n / total) for p, n in zip(parts, sizes, strict=True)]).sum()
+        logits = torch.cat([p.logits for p in parts])
+        labels = torch.cat([p.labels for p in parts])
+        return cls(loss, logits, labels, parts[0].ignore_index)
+
+
+@register_adaptor(LossOutput, LossInput)
+def _loss_only(output: LossOutput) -> LossInput:
+    return LossInput(output.loss, summed_over=output.summed_over)
 
 
 @register_adaptor(RegressionOutput, LossInput)
 def _regression_loss(output: RegressionOutput) -> LossInput:
-    return LossInput(output.loss)
+    return LossInput(output.loss, summed_over=output.summed_over)
 
 
 @register_adaptor(ClassificationOutput, LossInput)
 def _classification_loss(output: ClassificationOutput) -> LossInput:
-    return LossInput(output.loss)
+    return LossInput(output.loss, summed_over=output.summed_over)
 
 
 @register_adaptor(ClassificationOutput, AccuracyInput)
@@ -145,7 +228,7 @@ def _classification_confusion(output: ClassificationOutput) -> ConfusionStatsInp
 
 @register_adaptor(MultiLabelClassificationOutput, LossInput)
 def _multilabel_loss(output: MultiLabelClassificationOutput) -> LossInput:
-    return LossInput(output.loss)
+    return LossInput(output.loss, summed_over=output.summed_over)
 
 
 @register_adaptor(MultiLabelClassificationOutput, HammingScoreInput)
@@ -170,7 +253,7 @@ def _flat_logits(output: SequenceOutput) -> torch.Tensor:
 
 @register_adaptor(SequenceOutput, LossInput)
 def _sequence_loss(output: SequenceOutput) -> LossInput:
-    return LossInput(output.loss)
+    return LossInput(output.loss, summed_over=output.summed_over)
 
 
 @register_adaptor(SequenceOutput, CerInput)
@@ -196,3 +279,37 @@ def _sequence_top_k(output: SequenceOutput) -> TopKAccuracyInput:
 @register_adaptor(SequenceOutput, PerplexityInput)
 def _sequence_perplexity(output: SequenceOutput) -> PerplexityInput:
     return PerplexityInput(_flat_logits(output), output.targets.reshape(-1))
+
+
+def _token_rows(output: CausalLMOutput) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every position's logits ``[B*S, V]`` and the label it predicts ``[B*S]``, the ignored
+    ones included (as the model's own loss reads them)."""
+    return output.logits.reshape(-1, output.logits.shape[-1]), output.shifted_labels()
+
+
+def _counted_tokens(output: CausalLMOutput) -> tuple[torch.Tensor, torch.Tensor]:
+    """The logits and labels of the positions the loss counts (label not ``ignore_index``)."""
+    logits, labels = _token_rows(output)
+    counted = labels != output.ignore_index
+    return logits[counted], labels[counted]
+
+
+@register_adaptor(CausalLMOutput, LossInput)
+def _causal_lm_loss(output: CausalLMOutput) -> LossInput:
+    return LossInput(output.loss)
+
+
+@register_adaptor(CausalLMOutput, PerplexityInput)
+def _causal_lm_perplexity(output: CausalLMOutput) -> PerplexityInput:
+    logits, labels = _token_rows(output)
+    return PerplexityInput(logits, labels, ignore_index=output.ignore_index)
+
+
+@register_adaptor(CausalLMOutput, AccuracyInput)
+def _causal_lm_accuracy(output: CausalLMOutput) -> AccuracyInput:
+    return AccuracyInput(*_counted_tokens(output))
+
+
+@register_adaptor(CausalLMOutput, TopKAccuracyInput)
+def _causal_lm_top_k(output: CausalLMOutput) -> TopKAccuracyInput:
+    return TopKAccuracyInput(*_counted_tokens(output))

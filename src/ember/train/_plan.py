@@ -52,6 +52,7 @@ from ember.train._strategy.base import StrategyDefaults, SupervisedLearningStrat
 from ember.train._strategy.single import SingleDevice
 from ember.train._tracking import run_loggers
 from ember.train._vocabulary import Split
+from ember.train._window import check_optimizer_step
 
 __all__ = ["RunPlan", "plan_run", "same_training_facts"]
 
@@ -96,6 +97,13 @@ def plan_run(config: TrainingConfig, learner: Learner[Any]) -> RunPlan:
     TypeError/ValueError before anything runs."""
     strategy = config.strategy or SingleDevice()
     member(strategy, StrategyDefaults, "check")(learner)
+    check_optimizer_step(
+        learner,
+        strategy,
+        accumulation=config.grads_accumulation,
+        clipping=config.clipping,
+        precision=config.precision,
+    )
     _check_monitor(config, learner)
     _check_metric_names(config)
     checkpointer = _checkpointer(config)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import traceback
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -62,6 +62,9 @@ class LearningResult(Generic[M]):
     """Where :meth:`values` reads the logged epoch values (the run's loggers that read back)."""
     metric_names: Mapping[Split, tuple[str, ...]] = field(default_factory=dict)
     """The names of the metrics registered on each split."""
+    inference_step: Callable[[Any], Any] | None = field(default=None, repr=False)
+    """What :meth:`evaluate` runs on each batch: the Learner's ``inference_step`` (a plain
+    model's is built from its loss and task); None: the model's own ``inference_step``."""
 
     @property
     def succeeded(self) -> bool:
@@ -132,7 +135,8 @@ class LearningResult(Generic[M]):
         if self.strategy is not None:
             builder.with_strategy(self.strategy)
         builder.precision(precision)
-        evaluator = builder.build(self.model)  # checks the metrics before loading anything
+        # checks the metrics before loading anything
+        evaluator = builder.build(self.model, step=self.inference_step)
         if checkpoint is not None:
             load_checkpoint(self.directory, checkpoint, into=self.model)
         return evaluator.eval_all(tests)

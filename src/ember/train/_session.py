@@ -346,7 +346,7 @@ class TrainingSession(Generic[M]):
         self.learner.model.eval()
         result = run_result(
             config,
-            self.learner.model,
+            self.learner,
             self.renderer,
             error,
             self._summary,

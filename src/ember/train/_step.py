@@ -10,7 +10,9 @@ Gradients live where torch keeps them, in the parameters' ``.grad`` slots: a bac
 accumulation window adds to them, as in a raw loop (and as torch's DDP reducer and gradient
 scaler expect). :class:`GradientsParams` names them by parameter, for ``optimize`` overrides and
 strategies that move gradients between replicas. While the loop runs a step, :func:`current_step`
-says where it is (see :class:`StepContext`).
+says where it is (see :class:`StepContext`), in training and inference steps alike, and
+``current_step().log(name, value)`` hands a value computed in a step (or in ``optimize``) to the
+metrics (:class:`~ember.train.ValueMetric`).
 """
 
 from __future__ import annotations
@@ -69,17 +71,21 @@ def trained_parameters(
 
 @dataclass(frozen=True, slots=True, init=False)
 class StepContext:
-    """Where the loop is while a training step runs (read with :func:`current_step`).
+    """Where the loop is while a step runs (read with :func:`current_step`).
 
     ``epoch`` and ``iteration`` (1-based, within the epoch) locate the batch; ``optimizer_steps``
-    counts the optimizer steps taken before this one; ``batch`` is what ``train_step`` was given.
+    counts the optimizer steps taken before this one; ``batch`` is what the step was given.
+    ``split`` is ``"train"`` in ``train_step`` and ``optimize``; in ``inference_step`` it is
+    ``"valid"`` (validation), the test's name (an evaluation, whose ``epoch`` is 0) or
+    ``"predict"``: ``iteration == 1`` there is the first batch of the pass.
     ``accumulating`` is True for every batch of an accumulation window but the first: its
     backward adds to the gradients already in the ``.grad`` slots instead of replacing them.
     ``loss_factor`` multiplies the loss before backward (None: the loss as it is); ``scaler``
     (``precision("16-mixed")``) scales it after that. ``autocast`` is the ``(device type,
     dtype)`` the forward pass runs under (mixed precision), or None. ``closing`` is True when
     the unit is its window's last (the optimizer steps after it): a distributed strategy
-    reduces the gradients over its processes only then.
+    reduces the gradients over its processes only then. ``values`` holds what :meth:`log` was
+    given in this step.
     """
 
     epoch: int
@@ -91,6 +97,8 @@ class StepContext:
     scaler: torch.amp.GradScaler | None = None
     autocast: tuple[str, torch.dtype] | None = None
     closing: bool = True
+    split: str = "train"
+    values: dict[str, Any] | None = None
 
     def __init__(  # written out: one per batch (ember/_frozen.py)
         self,
@@ -103,6 +111,8 @@ class StepContext:
         scaler: torch.amp.GradScaler | None = None,
         autocast: tuple[str, torch.dtype] | None = None,
         closing: bool = True,
+        split: str = "train",
+        values: dict[str, Any] | None = None,
     ) -> None:
         set_field(self, "epoch", epoch)
         set_field(self, "iteration", iteration)
@@ -113,6 +123,35 @@ class StepContext:
         set_field(self, "scaler", scaler)
         set_field(self, "autocast", autocast)
         set_field(self, "closing", closing)
+        set_field(self, "split", split)
+        # one dict per batch, shared by the contexts a strategy derives from this one
+        # (dataclasses.replace), so a value logged under any of them reaches the loop
+        set_field(self, "values", {} if values is None else values)
+
+    def log(self, name: str, value: torch.Tensor | float) -> None:
+        """Hand ``value`` (a number, or a one-element tensor: it is read on the metrics thread,
+        never here) to the metrics as ``name``: a :class:`~ember.train.ValueMetric` of that
+        name logs it with this batch. Call it in ``train_step``, ``optimize`` (a GAN's
+        generator loss) or ``inference_step``; a name logged twice in a step keeps the last
+        value. Under a data-parallel strategy the main process's values are logged.
+        """
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"log needs a non-empty metric name, got {name!r}")
+        if isinstance(value, torch.Tensor):
+            if value.numel() != 1:
+                raise ValueError(
+                    f"log({name!r}, ...) takes one number, got a tensor of shape "
+                    f"{tuple(value.shape)}: reduce it first (e.g. value.mean())"
+                )
+            value = value.detach()  # the graph is freed with the step, not kept for a metric
+        elif isinstance(value, bool) or not isinstance(value, int | float):
+            raise TypeError(
+                f"log({name!r}, ...) takes a number or a one-element tensor, got "
+                f"{type(value).__name__}"
+            )
+        values = self.values
+        assert values is not None  # __init__ makes one
+        values[name] = value
 
 
 _CURRENT: contextvars.ContextVar[StepContext | None] = contextvars.ContextVar(
@@ -219,10 +258,15 @@ class GradientsAccumulator:
 
 @dataclass(frozen=True, slots=True)
 class TrainOutput(Generic[T_co]):
-    """What ``train_step`` returns: the gradients of the loss and the output for the metrics."""
+    """What ``train_step`` returns: the gradients of the loss and the output for the metrics.
+
+    ``loss`` is the loss they are the gradients of, as the step computed it (``from_loss``
+    keeps it): a closure optimizer such as LBFGS reads it (``docs/training.md``, "Closures").
+    """
 
     grads: GradientsParams
     item: T_co
+    loss: torch.Tensor | None = None
 
     @classmethod
     def from_loss(cls, model: nn.Module, loss: torch.Tensor, item: T) -> TrainOutput[T]:
@@ -245,19 +289,20 @@ class TrainOutput(Generic[T_co]):
         if context is None or not context.accumulating:
             for _, param in trained_parameters(model):
                 param.grad = None
+        scaled = loss
         try:
             if context is None:
                 torch.autograd.backward(loss)
             else:
                 if context.loss_factor is not None:
-                    loss = loss * context.loss_factor
+                    scaled = scaled * context.loss_factor
                 if context.scaler is not None:
-                    loss = context.scaler.scale(loss)
+                    scaled = context.scaler.scale(scaled)
                 if context.autocast is None:
-                    torch.autograd.backward(loss)
+                    torch.autograd.backward(scaled)
                 else:
                     with torch.autocast(context.autocast[0], enabled=False):
-                        torch.autograd.backward(loss)
+                        torch.autograd.backward(scaled)
         except RuntimeError as error:  # checked only on failure: nothing to pay per step
             if loss.numel() == 1:
                 raise
@@ -266,7 +311,7 @@ class TrainOutput(Generic[T_co]):
                 "reduce it before TrainOutput.from_loss, e.g. `loss = loss.mean()` (or a "
                 "criterion with reduction='mean')"
             ) from error
-        return TrainOutput(GradientsParams.from_module(model), item)
+        return TrainOutput(GradientsParams.from_module(model), item, loss)
 
 
 @runtime_checkable
@@ -315,7 +360,9 @@ class LearnerModel(nn.Module):
         """Apply one optimizer step with ``grads``; override to clip, project or log around it.
 
         ``lr`` has already been written into every param group; it is passed for overrides that
-        need it (e.g. a manual weight decay).
+        need it (e.g. a manual weight decay). A Learner without an optimizer (``optim=None``)
+        passes None as ``optim``: the override updates the parameters itself, by ``lr`` (the
+        scheduler's value). ``current_step().log(name, value)`` logs what it computes.
         """
         default_optimize(self, optim, grads)
 

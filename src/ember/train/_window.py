@@ -10,14 +10,15 @@ once::
         closing      = the window's last unit                    # DDP all-reduces only then
         loss_factor  = items / (n x the window's first items)    # mean=True only
     window.closes(progress)          # True at the window's last unit: n, or the split's end
-    window.step(learner)             # the window's gradients are in the main model's .grad
+    window.step(learner, closure)    # the window's gradients are in the main model's .grad
         lr_step()
         unscale (16-mixed)           # the gradient scaler's unscale_
         x nominal / real items       # mean=True and a window of other than n x first items
         norm = total gradient norm   # when clipping by norm, a GradNormMetric or a scaler
         clip by norm or by value
         if the scaler saw inf/NaN: skip the step (the scale is lowered)
-        else optimizer_step(...)     # through the model's optimize()
+        else optimizer_step(...)     # through the model's optimize(); a closure optimizer
+                                     # (LBFGS) gets the unit's loss function (UnitClosure)
         scaler.update()
 
 ``mean=False`` (the seed's rule) sums the gradients of the window's batches: like one n times
@@ -30,6 +31,7 @@ included, whatever its size.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -38,14 +40,52 @@ from torch.nn.utils import clip_grad_value_, clip_grads_with_norm_, get_total_no
 from ember.data import Progress
 from ember.train._counters import RunCounters
 from ember.train._learner import Learner
-from ember.train._step import GradientsParams, StepContext, trained_parameters
+from ember.train._step import GradientsParams, StepContext, TrainOutput, trained_parameters
+from ember.train._strategy.ddp.strategy import DistributedDataParallel
 
-__all__ = ["Clipping", "OptimizerWindow"]
+__all__ = ["Clipping", "OptimizerWindow", "UnitClosure", "check_optimizer_step"]
 
 log = logging.getLogger("ember.train")
 
 Clipping = tuple[str, float, float]
 """``("norm", max_norm, norm_type)`` or ``("value", clip_value, 0.0)``."""
+
+
+def check_optimizer_step(
+    learner: Learner[Any],
+    strategy: object,
+    *,
+    accumulation: int | None,
+    clipping: Clipping | None,
+    precision: str,
+) -> None:
+    """Refuse, before the run, what the optimizer step cannot do with ``learner``'s optimizers:
+    a closure optimizer (LBFGS) re-evaluates one unit on one process, so no accumulation,
+    clipping, gradient scaler or data-parallel processes; no optimizer, no gradient scaler."""
+    if not learner.optimizer_or_factory and precision == "16-mixed":
+        raise ValueError(
+            "precision('16-mixed') unscales the gradients of an optimizer, and this Learner "
+            "has none (its model's optimize updates the parameters): train in 'bf16-mixed' "
+            "or '32'"
+        )
+    if not learner.steps_with_closure:
+        return
+    refused = [
+        (accumulation is not None and accumulation > 1, "grads_accumulation(n)", "the "
+         "closure re-evaluates one batch, not a window of several"),
+        (clipping is not None, "clipping", "it would clip the first evaluation's gradients "
+         "only: clip inside the model's own optimize(...)"),
+        (precision == "16-mixed", "precision('16-mixed')", "torch's GradScaler does not "
+         "step closure optimizers: use 'bf16-mixed' or '32'"),
+        (isinstance(strategy, DistributedDataParallel), type(strategy).__name__, "each rank "
+         "would stop evaluating after its own number of evaluations: train on one process "
+         "(SingleDevice, MultiDevice)"),
+    ]  # fmt: skip
+    for bad, what, why in refused:
+        if bad:
+            raise ValueError(
+                f"the optimizer steps with a closure (LBFGS), which {what} cannot go with: {why}"
+            )
 
 
 class OptimizerWindow:
@@ -129,9 +169,12 @@ class OptimizerWindow:
         self._filled += 1
         return self._filled == self.size or progress.is_completed
 
-    def step(self, learner: Learner[Any]) -> torch.Tensor | None:
+    def step(
+        self, learner: Learner[Any], closure: UnitClosure | None = None
+    ) -> torch.Tensor | None:
         """One optimizer step with the gradients in the main model's ``.grad`` slots (see the
-        module doc); returns the total gradient norm before clipping when it was measured."""
+        module doc), ``closure`` the unit's loss function for a closure optimizer; returns the
+        total gradient norm before clipping when it was measured."""
         learner.lr_step()
         model = learner.model
         norm = None
@@ -140,7 +183,7 @@ class OptimizerWindow:
             if norm is not None and self.scaler is not None and not bool(torch.isfinite(norm)):
                 self._skip(model)
                 return norm
-        learner.optimizer_step(GradientsParams.from_module(model))
+        learner.optimizer_step(GradientsParams.from_module(model), closure)
         if self.scaler is not None:
             self.scaler.update()
         self._stepped()
@@ -192,3 +235,42 @@ class OptimizerWindow:
     def drop(self) -> None:
         """Forget a partial window (an interrupted split): its gradients are never applied."""
         self._filled = self._items = 0
+
+
+class UnitClosure:
+    """The loss function a closure optimizer (``torch.optim.LBFGS``) steps with, for one unit.
+
+    Its first call returns the loss the unit's train step computed already (the gradients of
+    that forward and backward are in the ``.grad`` slots); every later call runs the unit
+    again through the strategy (``again``: the replicas given the parameters the optimizer
+    just changed, then forward and backward), so each evaluation the optimizer asks for is one
+    forward and one backward, none wasted. ``evaluations`` counts them.
+    """
+
+    __slots__ = ("_again", "_outputs", "evaluations")
+
+    def __init__(
+        self,
+        outputs: Sequence[TrainOutput[Any]],
+        again: Callable[[], Sequence[TrainOutput[Any]]],
+    ) -> None:
+        self._outputs: Sequence[TrainOutput[Any]] | None = outputs
+        self._again = again
+        self.evaluations = 1
+
+    def __call__(self) -> torch.Tensor:
+        outputs = self._outputs
+        if outputs is None:
+            outputs = self._again()
+            self.evaluations += 1
+        self._outputs = None
+        losses = [output.loss for output in outputs]
+        if not losses or any(loss is None for loss in losses):
+            raise TypeError(
+                "a closure optimizer reads the loss of every evaluation: build train_step's "
+                "output with TrainOutput.from_loss(self, loss, output), which keeps it"
+            )
+        total: torch.Tensor = losses[0]  # type: ignore[assignment]  # checked above
+        for loss in losses[1:]:  # several devices: their gradients are summed, so are these
+            total = total + loss.to(total.device)  # type: ignore[union-attr]
+        return total

@@ -41,7 +41,9 @@ __all__ = [
     "check_checkpoint_epoch",
     "check_output",
     "checkpoint_directory",
+    "checkpoint_holder",
     "export_weights",
+    "kind_of",
     "load_checkpoint",
     "model_checkpoints",
     "read_model",
@@ -234,7 +236,7 @@ def check_output(output: str | os.PathLike[str]) -> Path:
         info = None
     if info is not None and not stat.S_ISREG(info.st_mode):
         raise ValueError(
-            f"output {str(path)!r} exists and is {_kind(info.st_mode)}, not a regular file: "
+            f"output {str(path)!r} exists and is {kind_of(info.st_mode)}, not a regular file: "
             "refused (name a new file, or a regular file to replace)"
         )
     parent = path.absolute().parent
@@ -243,7 +245,7 @@ def check_output(output: str | os.PathLike[str]) -> Path:
             f"the directory of output {str(path)!r} does not exist ({parent}): create it "
             "first, or name a file in a directory that exists"
         )
-    holder = _checkpoint_holder(parent.resolve())
+    holder = checkpoint_holder(parent.resolve())
     if holder is not None:
         raise ValueError(
             f"output {str(path)!r} is inside the checkpoint directory {holder} of a run: "
@@ -253,7 +255,7 @@ def check_output(output: str | os.PathLike[str]) -> Path:
     return path
 
 
-def _kind(mode: int) -> str:
+def kind_of(mode: int) -> str:
     """What a file of ``mode`` that is not a regular file is, for a message."""
     kinds = [
         (stat.S_ISDIR, "a directory"),
@@ -266,7 +268,7 @@ def _kind(mode: int) -> str:
     return next((name for test, name in kinds if test(mode)), "a special file")
 
 
-def _checkpoint_holder(directory: Path) -> Path | None:
+def checkpoint_holder(directory: Path) -> Path | None:
     """The first of ``directory`` and its parents that holds checkpoint manifests (a run's
     ``checkpoint/``, or a ``step-N/`` inside it), or None."""
     for candidate in (directory, *directory.parents):

@@ -14,6 +14,7 @@ Everything else is JSON as is. Decoding gives back equal values of the same type
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,7 @@ from torch import nn
 from ember._errors import CheckpointError
 
 __all__ = [
+    "TRANSFORMERS_CONFIG",
     "Record",
     "load_model_record",
     "load_nested_record",
@@ -35,10 +37,15 @@ __all__ = [
     "optimizers_record",
     "plain_state_name",
     "state_record",
+    "transformers_config",
 ]
 
 _TENSOR, _TUPLE, _DICT = "$tensor", "$tuple", "$dict"
 _EXTRA = "$extra."  # key prefix of tensors inside a module's extra state (no parameter name has it)
+
+TRANSFORMERS_CONFIG = "transformers_config"
+"""The model record's metadata key of a ``transformers`` model's configuration (its
+``config.json``), from which ``export_pretrained`` writes a directory ``from_pretrained`` loads."""
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -196,7 +203,8 @@ def model_record(model: nn.Module) -> Record:
     """A snapshot of ``model.state_dict()``: tensors under their names (see
     :func:`plain_state_name`), cloned to CPU.
 
-    Non-tensor entries (a module's ``get_extra_state``) go to ``metadata["extra_state"]``.
+    Non-tensor entries (a module's ``get_extra_state``) go to ``metadata["extra_state"]``; a
+    ``transformers`` model's configuration to ``metadata[TRANSFORMERS_CONFIG]``.
     """
     tensors: dict[str, torch.Tensor] = {}
     extra: dict[str, Any] = {}
@@ -206,7 +214,29 @@ def model_record(model: nn.Module) -> Record:
             tensors[name] = snapshot(value)
         else:
             extra[name] = encode(value, f"{_EXTRA}{name}", tensors)
-    return Record(tensors=tensors, metadata={"extra_state": extra} if extra else {})
+    metadata: dict[str, Any] = {"extra_state": extra} if extra else {}
+    config = transformers_config(model)
+    if config is not None:
+        metadata[TRANSFORMERS_CONFIG] = config
+    return Record(tensors=tensors, metadata=metadata)
+
+
+def transformers_config(model: nn.Module) -> dict[str, Any] | None:
+    """A ``transformers`` model's ``config.json`` content, as ``save_pretrained`` writes it
+    (its class in ``architectures``); None for any other model. Duck-typed: nothing of
+    ``transformers`` is imported here."""
+    config = getattr(model, "config", None)
+    if not callable(getattr(model, "save_pretrained", None)) or not callable(
+        getattr(config, "to_json_string", None)
+    ):
+        return None
+    content: dict[str, Any] = json.loads(config.to_json_string(use_diff=False))  # type: ignore[union-attr]
+    # the model's transformers class: FSDP's fully_shard makes each sharded model an instance
+    # of a subclass of its own (FSDPGPT2LMHeadModel), which from_pretrained does not know
+    kinds = type(model).__mro__
+    kind = next((k for k in kinds if k.__module__.startswith("transformers.")), kinds[0])
+    content["architectures"] = [kind.__name__]
+    return content
 
 
 def load_model_record(model: nn.Module, record: Record) -> None:

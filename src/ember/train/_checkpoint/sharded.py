@@ -52,7 +52,12 @@ from ember.train._checkpoint.file import (
     verify_bytes,
 )
 from ember.train._checkpoint.manifest import manifest_path, read_manifest
-from ember.train._checkpoint.record import Record, snapshot
+from ember.train._checkpoint.record import (
+    TRANSFORMERS_CONFIG,
+    Record,
+    snapshot,
+    transformers_config,
+)
 from ember.train._checkpoint.shard_index import FORMAT, ShardPiece, optimizer_extras, read_index
 from ember.train._files import CheckpointFile
 from ember.train._learner import Learner
@@ -155,8 +160,10 @@ def write_shards(
     groups = [_json_group(group) for group in optim_state["param_groups"]]
     model = {k.removeprefix("model/"): v for k, v in index.items() if k.startswith("model/")}
     optimizer = {k.removeprefix("optim/"): v for k, v in index.items() if k.startswith("optim/")}
+    config = transformers_config(learner.model)  # kept for an export (pretrained.py)
+    extra = {} if config is None else {TRANSFORMERS_CONFIG: config}
     return ShardedRecords(
-        Record(metadata={"format": FORMAT, "world": len(reports), "tensors": model}),
+        Record(metadata={"format": FORMAT, "world": len(reports), "tensors": model, **extra}),
         Record(
             metadata={
                 "format": FORMAT,
@@ -437,9 +444,14 @@ def _check_names(names: list[str], model_state: Mapping[str, Any], epoch: int) -
 
 
 def consolidate(directory: Path, epoch: int, record: Record) -> Record:
-    """The whole tensors of a sharded model record, as a plain model record (for export)."""
+    """The whole tensors of a sharded model record, as a plain model record (for export; a
+    ``transformers`` model's configuration kept)."""
     pieces = _Pieces(directory, epoch, record, "model")
-    return Record(tensors={name: pieces.fill(name, None) for name in pieces.names()})
+    config = record.metadata.get(TRANSFORMERS_CONFIG)
+    return Record(
+        tensors={name: pieces.fill(name, None) for name in pieces.names()},
+        metadata={} if config is None else {TRANSFORMERS_CONFIG: config},
+    )
 
 
 def has_shards(module: nn.Module) -> bool:

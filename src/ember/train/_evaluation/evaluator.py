@@ -67,6 +67,7 @@ from ember.train._renderer.base import EvaluationRenderer
 from ember.train._renderer.cli import CliMetricsRenderer
 from ember.train._step import InferenceStep
 from ember.train._strategy.base import (
+    Step,
     StrategyDefaults,
     SupervisedLearningStrategy,
     model_device,
@@ -168,26 +169,35 @@ class EvaluatorBuilder:
         strategy = with_defaults(strategy, SupervisedLearningStrategy, "strategy")
         return self._set(strategy=strategy)
 
-    def build(self, model: nn.Module) -> Evaluator:
-        """An :class:`Evaluator` of ``model``; ValueError without a metric."""
+    def build(self, model: nn.Module, *, step: Step | None = None) -> Evaluator:
+        """An :class:`Evaluator` of ``model``, running its ``inference_step`` on each batch, or
+        ``step`` (``learner.inference_step`` for a plain model trained with a loss);
+        ValueError without a metric."""
         if not self._config.metrics:
             raise ValueError(
                 "an evaluator needs at least one metric: call metrics(...), metric_numeric(...) "
                 "or metric(...) before build()"
             )
-        return Evaluator(self._config, model)
+        return Evaluator(self._config, model, step)
 
 
 class Evaluator:
     """Runs tests on a model and returns their :class:`EvaluationSummary` (see module doc)."""
 
-    def __init__(self, config: EvaluatorConfig, model: nn.Module) -> None:
+    def __init__(self, config: EvaluatorConfig, model: nn.Module, step: Step | None = None) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-        if not isinstance(model, InferenceStep):
-            raise TypeError(f"model {type(model).__name__} has no inference_step(batch) method")
+        if step is not None and not callable(step):
+            raise TypeError(f"step must be callable with a batch, got {type(step).__name__}")
+        if step is None and not isinstance(model, InferenceStep):
+            raise TypeError(
+                f"model {type(model).__name__} has no inference_step(batch) method: pass "
+                "step=learner.inference_step (a plain model's, built from the Learner's loss "
+                "and task), or give the model one"
+            )
         self._config = config
         self._model = model
+        self._step = step
         self._evaluated = EvaluationSummary()
 
     @property
@@ -277,9 +287,12 @@ class Evaluator:
                 run.check_same({"the test loader's items": size, "its batches": batches})
                 log.info("Evaluating test %r over %s items", name, loader.num_items())
                 emit(StartTest(name, loader.num_items()))
-                outputs = inference_pass(run, _key(name), autocast=autocast)
-                for iteration, (item, progress) in enumerate(outputs, 1):
-                    emit(ProcessedItem(TrainingItem(item, progress, iteration, None)))
+                outputs = inference_pass(
+                    run, _key(name), autocast=autocast, step=self._step, split=name
+                )
+                for iteration, (item, progress, values) in enumerate(outputs, 1):
+                    done = TrainingItem(item, progress, iteration, None, values=values)
+                    emit(ProcessedItem(done))
                 emit(EndTest(name))
                 decided = run.decide(self._values(processor, full))
                 if decided is None:  # the metrics thread failed; every process stops here

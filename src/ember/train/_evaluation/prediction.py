@@ -1,6 +1,7 @@
 """Predictions: a model's outputs over a loader, as validation computes them.
 
-``predict(model, loader)`` runs ``model.inference_step`` (or ``step(batch)``) on every batch with
+``predict(model, loader)`` runs ``model.inference_step`` (or ``step(batch)``; a plain module's
+forward ``model(batch)``, ``model(**batch)`` for a mapping) on every batch with
 the model in eval mode and each step under ``torch.inference_mode()``, the batches built on the
 device of the model's first parameter, and returns the outputs in loader order with their tensors
 moved to the CPU. ``iter_predictions`` yields each output as it comes, on the model's device
@@ -17,7 +18,8 @@ get none. The strategy places the model alone: no ``train_step`` or optimizer is
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+import functools
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
@@ -42,7 +44,7 @@ def iter_predictions(
     strategy: SupervisedLearningStrategy | None = None,
 ) -> Iterator[Any]:
     """Each batch's output, streamed; see the module doc. Arguments are checked at the call."""
-    _check_step(model, step)
+    step = _check_step(model, step)
     check_protocol(loader, DataLoader, "loader")
     placing = SingleDevice() if strategy is None else strategy
     placing = with_defaults(placing, SupervisedLearningStrategy, "strategy")
@@ -56,7 +58,7 @@ def _predictions(
     run = strategy.start(model, {"predict": loader})
     failure: BaseException | None = None
     try:
-        for item, _ in inference_pass(run, "predict", step=step):
+        for item, _, _ in inference_pass(run, "predict", step=step):
             yield item.sync() if isinstance(item, ItemLazy) else item
     except GeneratorExit:  # the caller stopped early: nothing failed
         raise
@@ -99,16 +101,30 @@ def to_host(value: Any) -> Any:
     return value
 
 
-def _check_step(model: nn.Module, step: Step | None) -> None:
-    """A model to run: ``step`` callable, or the model's own ``inference_step``."""
+def _check_step(model: nn.Module, step: Step | None) -> Step | None:
+    """What runs on a batch: ``step`` (checked callable), None for the model's own
+    ``inference_step``, or a plain module's forward (:func:`_forward`)."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if step is not None:
         if not callable(step):
             raise TypeError(f"step must be callable with a batch, got {type(step).__name__}")
-        return
-    if not isinstance(model, InferenceStep):
-        raise TypeError(
-            f"model {type(model).__name__} has no inference_step(batch) method: give "
-            "step=lambda batch: ... (e.g. the model's forward on the batch's inputs)"
-        )
+        return step
+    if isinstance(model, InferenceStep):
+        return None
+    return functools.partial(_forward, model)
+
+
+def _forward(model: nn.Module, batch: Any) -> Any:
+    """A plain module's output on ``batch``: ``model(batch)``, ``model(**batch)`` for a
+    mapping; any other batch is named with the fix."""
+    if isinstance(batch, torch.Tensor):
+        return model(batch)
+    if isinstance(batch, Mapping):
+        return model(**batch)
+    raise TypeError(
+        f"model {type(model).__name__} has no inference_step(batch), and a batch of "
+        f"{type(batch).__name__} is neither a tensor nor a mapping to call it with: give "
+        "step=learner.inference_step (the Learner's, for a model trained with a loss) or "
+        "step=lambda batch: model(batch.x)"
+    )

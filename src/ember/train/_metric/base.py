@@ -14,7 +14,7 @@ outputs by registering an adaptor for its own input type, or by taking the outpu
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -69,14 +69,23 @@ class MetricMetadata:
     lr: float | None
     grad_norm: Any = None
     """The gradient norm of the optimizer step the batch closed (a 0-dim tensor), or None."""
+    values: Mapping[str, Any] | None = None
+    """What the batch's step logged with ``current_step().log(name, value)``, by name, or
+    None (a number or a one-element tensor each)."""
 
     def __init__(  # written out: one per batch (ember/_frozen.py)
-        self, progress: Progress, iteration: int | None, lr: float | None, grad_norm: Any = None
+        self,
+        progress: Progress,
+        iteration: int | None,
+        lr: float | None,
+        grad_norm: Any = None,
+        values: Mapping[str, Any] | None = None,
     ) -> None:
         set_field(self, "progress", progress)
         set_field(self, "iteration", iteration)
         set_field(self, "lr", lr)
         set_field(self, "grad_norm", grad_norm)
+        set_field(self, "values", values)
 
 
 @dataclass(frozen=True, slots=True)

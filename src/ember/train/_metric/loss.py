@@ -19,15 +19,20 @@ class LossInput:
     """A loss tensor: a reduced scalar, or one value per sample for sample weighting.
 
     ``value`` is the mean already read to the host, when the caller has it (the metrics
-    thread reads a whole chunk of scalar losses at once).
+    thread reads a whole chunk of scalar losses at once). ``summed_over``: the scalar loss is
+    a sum over that many samples (``reduction="sum"``), logged per sample.
     """
 
     tensor: torch.Tensor
     value: float | None = None
+    summed_over: int | None = None
 
-    def __init__(self, tensor: torch.Tensor, value: float | None = None) -> None:
+    def __init__(
+        self, tensor: torch.Tensor, value: float | None = None, summed_over: int | None = None
+    ) -> None:
         set_field(self, "tensor", tensor)  # written out: one per batch (ember/_frozen.py)
         set_field(self, "value", value)
+        set_field(self, "summed_over", summed_over)
 
     def host_value(self) -> float:
         """The mean loss as a Python float (read from the tensor unless already known)."""
@@ -41,7 +46,9 @@ class LossMetric(MeanMetric):
     """``Loss``: the batch value is ``loss.mean()``, its weight the number of loss elements.
 
     A mean-reduced loss weighs 1, so the epoch value is the plain mean of the batch losses
-    (Burn's rule); pass per-sample losses (``reduction="none"``) to weight by samples.
+    (Burn's rule); pass per-sample losses (``reduction="none"``) to weight by samples. A loss
+    summed over ``n`` samples (the output's ``summed_over=n``) logs ``loss / n`` with weight
+    ``n``: the epoch value is the mean per sample.
     """
 
     metric_name = "Loss"
@@ -53,4 +60,7 @@ class LossMetric(MeanMetric):
 
     def update(self, item: LossInput, metadata: MetricMetadata) -> MetricEntry:
         """Record one batch's loss."""
+        if item.summed_over is not None:
+            total = item.host_value()  # the epoch's sum adds these, as a raw loop's total does
+            return self._state.update(total / item.summed_over, item.summed_over, total)
         return self._state.update(item.host_value(), item.tensor.numel())

@@ -18,10 +18,15 @@ __all__ = ["PerplexityInput", "PerplexityMetric"]
 
 @dataclass(frozen=True, slots=True)
 class PerplexityInput:
-    """Logits ``[T, V]`` and integer targets ``[T]`` (sequences flattened to tokens)."""
+    """Logits ``[T, V]`` and integer targets ``[T]`` (sequences flattened to tokens).
+
+    Tokens whose target is ``ignore_index`` (a causal LM's ``-100``) are left out, as the
+    model's own loss leaves them out.
+    """
 
     outputs: torch.Tensor
     targets: torch.Tensor
+    ignore_index: int | None = None
 
 
 class PerplexityMetric(RatioMetric):
@@ -64,11 +69,15 @@ class PerplexityMetric(RatioMetric):
         if logits.dtype in (torch.float16, torch.bfloat16):
             logits = logits.float()  # log-softmax sums lose too much in half precision
         targets = targets.long()
-        if self.pad_token is None:
+        ignored = item.ignore_index if item.ignore_index is not None else self.pad_token
+        if ignored is None:
             nll = F.cross_entropy(logits, targets, reduction="sum")
             return self._record(nll.item(), targets.numel())
-        nll = F.cross_entropy(logits, targets, reduction="sum", ignore_index=self.pad_token)
-        tokens = (targets != self.pad_token).sum()
+        if self.pad_token is not None and self.pad_token != ignored:
+            targets = targets.masked_fill(targets == self.pad_token, ignored)
+        # the same call as a model's own mean loss, summed: the same tokens, the same order
+        nll = F.cross_entropy(logits, targets, reduction="sum", ignore_index=ignored)
+        tokens = (targets != ignored).sum()
         # one read-back for both numbers
         total, count = torch.stack([nll.double(), tokens.double()]).tolist()
         return self._record(total, count)

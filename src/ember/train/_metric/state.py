@@ -39,9 +39,11 @@ class NumericMetricState:
     _current: float = math.nan
     _current_count: float = 0.0
 
-    def update(self, value: float, count: float) -> MetricEntry:
-        """Add one batch and return its entry (``value,count`` in the log)."""
-        self._sum += value * count
+    def update(self, value: float, count: float, total: float | None = None) -> MetricEntry:
+        """Add one batch and return its entry (``value,count`` in the log); ``total`` is
+        ``value * count`` when the caller has it exactly (a summed loss: its sum, whose
+        division by ``count`` gave ``value``), so the epoch value is the exact sum's mean."""
+        self._sum += value * count if total is None else total
         self._count += count
         self._current = value
         self._current_count = count

@@ -131,7 +131,7 @@ class FullEventProcessorTraining:
                     loss = self._checked(loss, training_item.iteration)
                 metadata = MetricMetadata(
                     training_item.progress, training_item.iteration, training_item.lr,
-                    training_item.grad_norm,
+                    training_item.grad_norm, training_item.values,
                 )  # fmt: skip
                 states = update(split, item, metadata, loss)
                 self._step = training_item.step
@@ -155,7 +155,7 @@ class FullEventProcessorTraining:
         """The training loss, refused when it is not finite (no checkpoint is written then)."""
         value = loss.host_value()
         if loss.value is None:  # a per-sample loss: its mean, once for the check and the metric
-            loss = LossInput(loss.tensor, value)
+            loss = LossInput(loss.tensor, value, loss.summed_over)
         if not math.isfinite(value):
             raise NonFiniteLossError(
                 f"the training loss is not finite at epoch {self._epoch}, iteration "
@@ -190,21 +190,27 @@ class FullEventProcessorTraining:
     def _read_losses(self, items: Sequence[Any]) -> list[LossInput | None]:
         """The loss of every item that has one, one-element ones read to the host together
         ("finite only" checks them)."""
-        tensors: list[torch.Tensor | None] = []
+        losses: list[LossInput | None] = []
         without = self._without_loss
         for item in items:
-            tensor = None
+            loss = None
             if type(item) not in without:
                 try:
-                    tensor = adapt(item, LossInput).tensor
+                    loss = adapt(item, LossInput)
                 except TypeError:
                     without.add(type(item))  # an output without a loss
-            tensors.append(tensor)
-        scalars = [t for t in tensors if t is not None and t.numel() == 1]
+            losses.append(loss)
+        scalars = [loss.tensor for loss in losses if loss is not None and loss.tensor.numel() == 1]
         values = iter(_host_values(scalars) if scalars else [])
         return [
-            None if t is None else LossInput(t, next(values) if t.numel() == 1 else None)
-            for t in tensors
+            None
+            if loss is None
+            else LossInput(
+                loss.tensor,
+                next(values) if loss.tensor.numel() == 1 else None,
+                loss.summed_over,
+            )
+            for loss in losses
         ]
 
     def log_progress(self) -> None:

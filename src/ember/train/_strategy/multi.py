@@ -7,7 +7,7 @@ worker thread, and takes one optimizer step on the main device (the first one) p
     train loader → n contiguous slices, slice i on devices[i]   (see split_loader)
     threads train-device-0 … train-device-{n-1}, one per device, for the whole fit
     a unit of work of the loop (train/_loop.py) is a round, one batch per device:
-        thread i: out_i = replica_i.train_step(next batch of slice i)   (all at once)
+        thread i: out_i = replica i's train step(next batch of slice i)   (all at once)
         the main model's .grad += out_i's gradients, moved to the main device, in device order
         (grads_accumulation n: also summed over n rounds, as over n batches on one device)
         copy the main model's buffers into the replicas
@@ -49,7 +49,7 @@ import dataclasses
 import logging
 import queue
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -64,7 +64,6 @@ from ember.train._precision import Precision
 from ember.train._step import (
     StepContext,
     TrainOutput,
-    TrainStep,
     current_step,
     step_context,
     trained_parameters,
@@ -188,7 +187,8 @@ class MultiDeviceRun(LocalRun):
         placed.update({f"train-device-{i}": part for i, part in enumerate(self._slices)})
         self.loaders = placed
         self.replicas = (model, *_replicate(model, devices[1:]))
-        self._threads = _DeviceThreads(self.replicas, devices)
+        self._threads = _DeviceThreads(devices)
+        self._steps: list[Callable[[Any], Any]] | None = None  # the replicas' train steps
         self._checked = False  # the first round's outputs are checked (_first_batch.py)
         # The replicas' tensors, paired with the main model's, for re-synchronising them.
         main_params = [param for _, param in trained_parameters(model)]
@@ -234,8 +234,10 @@ class MultiDeviceRun(LocalRun):
         main model's, in device order.
         """
         context = current_step()
+        if self._steps is None:  # each replica's train step: its own, or the Learner's
+            self._steps = [learner.train_step_of(replica) for replica in self.replicas]
         for i, device_batch in batch:
-            self._threads.submit(i, device_batch, context)
+            self._threads.submit(i, device_batch, context, self._steps[i])
         outputs = self._threads.collect([i for i, _ in batch])
         if not self._checked:
             for output in outputs:
@@ -273,28 +275,29 @@ class MultiDeviceRun(LocalRun):
 _END = object()  # what next() returns for an exhausted slice
 
 _Result = tuple[Any, BaseException | None]  # (train_step's output, None) or (None, its error)
-_Task = tuple[Any, StepContext | None]  # a batch and the step context to run it in
+# a batch, the step context to run it in and the replica's train step
+_Task = tuple[Any, StepContext | None, Callable[[Any], Any]]
 
 
 class _DeviceThreads(ClosesOnExit):
-    """One thread per device, named ``train-device-{i}``, running ``replicas[i].train_step``.
+    """One thread per device, named ``train-device-{i}``, running replica ``i``'s train step.
 
     Each thread takes batches from its own queue and puts ``(output, error)`` on its own result
     queue; :meth:`collect` waits for every device it sent a batch to before raising, so no
     thread is ever left mid-step, and :meth:`close` stops and joins them all.
     """
 
-    def __init__(self, replicas: Sequence[nn.Module], devices: Sequence[torch.device]) -> None:
+    def __init__(self, devices: Sequence[torch.device]) -> None:
         self.devices = devices
         self._inputs: list[queue.SimpleQueue[_Task | None]] = []
         self._results: list[queue.SimpleQueue[_Result]] = []
         self._threads: list[threading.Thread] = []
-        for i, (replica, device) in enumerate(zip(replicas, devices, strict=True)):
+        for i, device in enumerate(devices):
             inputs: queue.SimpleQueue[_Task | None] = queue.SimpleQueue()
             results: queue.SimpleQueue[_Result] = queue.SimpleQueue()
             thread = threading.Thread(
                 target=_work,
-                args=(replica, device, inputs, results),
+                args=(device, inputs, results),
                 name=f"train-device-{i}",
                 daemon=True,
             )
@@ -304,12 +307,15 @@ class _DeviceThreads(ClosesOnExit):
         for thread in self._threads:
             thread.start()
 
-    def submit(self, device: int, batch: Any, context: StepContext | None) -> None:
-        """Hand ``batch`` to device ``device``'s thread, to run in the step ``context`` (the
-        main device's; the others always start from zero gradients)."""
+    def submit(
+        self, device: int, batch: Any, context: StepContext | None, step: Callable[[Any], Any]
+    ) -> None:
+        """Hand ``batch`` to device ``device``'s thread, to run ``step`` (its replica's train
+        step) in the step ``context`` (the main device's; the others always start from zero
+        gradients)."""
         if device > 0 and context is not None and context.accumulating:
             context = dataclasses.replace(context, accumulating=False)
-        self._inputs[device].put((batch, context))
+        self._inputs[device].put((batch, context, step))
 
     def collect(self, devices: Sequence[int]) -> list[TrainOutput[Any]]:
         """The outputs of ``devices``, in that order; re-raises the first device's error.
@@ -341,20 +347,17 @@ class _DeviceThreads(ClosesOnExit):
 
 
 def _work(
-    replica: nn.Module,
     device: torch.device,
     inputs: queue.SimpleQueue[_Task | None],
     results: queue.SimpleQueue[_Result],
 ) -> None:
-    """A device thread: ``train_step`` on every batch handed to it, until the ``None`` stop."""
+    """A device thread: the train step on every batch handed to it, until the ``None`` stop."""
     # A new thread would otherwise use all cores for OpenMP, ignoring torch.set_num_threads.
     torch.get_num_threads()
     if device.type == "cuda":
         torch.cuda.set_device(device)  # per thread: tensors made with device="cuda" land here
-    assert isinstance(replica, TrainStep)  # a copy of the model the Learner checked
-    step = replica.train_step
     while (task := inputs.get()) is not None:
-        batch, context = task
+        batch, context, step = task
         try:
             if context is None:
                 results.put((step(batch), None))

@@ -155,7 +155,10 @@ class _GlobalBatch:
         parts: list[Any] = [p.sync() if isinstance(p, ItemLazy) else p for p in self.parts]
         merged = merge_outputs(parts, self.sizes)
         if self.summed_loss and isinstance(merged, _BUILT_IN) and merged.loss.dim() == 0:
-            merged = dataclasses.replace(merged, loss=torch.stack([p.loss for p in parts]).sum())
+            counts = None if parts[0].summed_over is None else sum(p.summed_over for p in parts)
+            merged = dataclasses.replace(
+                merged, loss=torch.stack([p.loss for p in parts]).sum(), summed_over=counts
+            )
         return merged
 
 
