@@ -47,6 +47,7 @@ __all__ = [
     "check_epoch",
     "checked_directory",
     "checkpoint_file_name",
+    "read_metadata",
     "read_regular",
     "refuse_non_finite",
     "remove_stale_temps",
@@ -303,7 +304,33 @@ def _storable(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 def deserialize(data: bytes, path: Path, name: str, epoch: int) -> Record:
     """Parse checkpoint bytes; CheckpointError naming ``path`` unless an ember checkpoint."""
-    document = _read_document(data, path)
+    metadata = _checked_metadata(_read_document(data, path), path, name, epoch)
+    try:
+        tensors = load_safetensors(data)
+    except Exception as error:
+        raise CheckpointError(f"checkpoint file {path} has unreadable tensors: {error}") from error
+    return Record(tensors=dict(tensors), metadata=metadata)
+
+
+def read_metadata(path: Path, name: str, epoch: int) -> dict[str, Any]:
+    """The record metadata of the checkpoint file ``path`` (``name`` of ``epoch``), read from
+    its header alone (no tensor is read); CheckpointError naming ``path`` as :func:`deserialize`
+    does."""
+    size = regular_size(path, "checkpoint file")
+    try:
+        with path.open("rb") as handle:
+            prefix = handle.read(8)
+            length = int.from_bytes(prefix, "little") if len(prefix) == 8 else 0
+            header = handle.read(min(length, max(size - 8, 0)))
+    except OSError as error:
+        raise CheckpointError(f"checkpoint file {path} cannot be read: {error}") from error
+    return _checked_metadata(_read_document(prefix + header, path), path, name, epoch)
+
+
+def _checked_metadata(
+    document: dict[str, Any], path: Path, name: str, epoch: int
+) -> dict[str, Any]:
+    """The ``metadata`` of an ember header ``document`` that is ``name`` of ``epoch``."""
     if document.get("format") != FORMAT or document.get("version") != VERSION:
         raise CheckpointError(
             f"checkpoint file {path} has format {document.get('format')!r} version "
@@ -317,11 +344,7 @@ def deserialize(data: bytes, path: Path, name: str, epoch: int) -> Record:
     metadata = document.get("metadata")
     if not isinstance(metadata, dict):
         raise CheckpointError(f"checkpoint file {path} has no metadata object")
-    try:
-        tensors = load_safetensors(data)
-    except Exception as error:
-        raise CheckpointError(f"checkpoint file {path} has unreadable tensors: {error}") from error
-    return Record(tensors=dict(tensors), metadata=metadata)
+    return metadata
 
 
 def _read_document(data: bytes, path: Path) -> dict[str, Any]:

@@ -20,8 +20,8 @@ from ember._errors import CheckpointError
 from ember.train._checkpoint.checkpointer import MidRoundCheckpointer, RunCheckpointer
 from ember.train._checkpoint.file import SUFFIX
 from ember.train._checkpoint.learning import NAMES
-from ember.train._checkpoint.manifest import epoch_problem, manifest_epochs
-from ember.train._checkpoint.mid_round import ResumePoint, mid_round_directory, step_directories
+from ember.train._checkpoint.manifest import manifest_epochs
+from ember.train._checkpoint.mid_round import ResumePoint, point_problem, step_directories
 
 __all__ = ["resume_latest_point"]
 
@@ -93,6 +93,5 @@ def _checkpointed_epochs(directory: Path) -> list[int]:
 
 
 def _problem(directory: Path, point: ResumePoint) -> str:
-    where = directory if point.step is None else mid_round_directory(directory, point.step)
-    problem = epoch_problem(where, point.epoch, NAMES)
+    problem = point_problem(directory, point, NAMES)
     return "it is incomplete" if problem is None else str(problem)
