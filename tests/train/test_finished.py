@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from ember import CheckpointError
 from ember.extend import Direction, Split
 from ember.train import (
     CliMetricsRenderer,
@@ -104,3 +105,43 @@ def test_an_interrupted_run_is_not_complete(run_dir: Path) -> None:
     assert not (run_dir / "checkpoint" / RUN_END).exists()
     assert training(run_dir, 3, io.StringIO()).launch(learner()).last_epoch == 3
     assert (run_dir / "checkpoint" / RUN_END).is_file()
+
+
+def tree(directory: Path) -> dict[str, bytes]:
+    return {
+        str(path.relative_to(directory)): path.read_bytes()
+        for path in sorted(directory.rglob("*"))
+        if path.is_file()
+    }
+
+
+@pytest.mark.parametrize("damaged", [False, True])
+def test_a_refused_checkpoint_request_leaves_a_finished_run_as_it_was(
+    run_dir: Path, damaged: bool
+) -> None:
+    """The user's mistake: checkpoint(99) on a finished run (no such checkpoint), or
+    checkpoint(2) whose model file was damaged: the launch is refused and the run directory,
+    run-end.json included, is byte for byte what the finished run left."""
+    SupervisedTraining(run_dir, loader(8), loader(4)).renderer(
+        CliMetricsRenderer(io.StringIO())
+    ).metrics(LossMetric()).num_epochs(2).with_default_checkpointers().launch(learner())
+    if damaged:
+        model = run_dir / "checkpoint" / "model-2.safetensors"
+        model.write_bytes(model.read_bytes()[:-1] + b"\x00")
+    before = tree(run_dir)
+    assert RUN_END in {Path(name).name for name in before}
+    request = (
+        SupervisedTraining(run_dir, loader(8), loader(4))
+        .renderer(CliMetricsRenderer(io.StringIO()))
+        .metrics(LossMetric())
+        .num_epochs(3)
+        .with_default_checkpointers()
+        .checkpoint(2 if damaged else 99)
+    )
+    problem = "model-2.safetensors is damaged" if damaged else "there is none"
+    with pytest.raises(CheckpointError, match=f"no complete checkpoint of epoch .*{problem}"):
+        request.launch(learner())
+    after = tree(run_dir)
+    assert {name: data for name, data in after.items() if name != "experiment.log"} == {
+        name: data for name, data in before.items() if name != "experiment.log"
+    }

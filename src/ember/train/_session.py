@@ -58,9 +58,8 @@ from ember._protocols import member
 from ember.train._application_log import ExperimentLogHandler, experiment_log, warnings_to
 from ember.train._checkpoint.end import RunEnd
 from ember.train._checkpoint.export import best_epoch, model_checkpoints
-from ember.train._checkpoint.manifest import manifest_path
 from ember.train._checkpoint.mid_round import ResumePoint
-from ember.train._checkpoint.resume import resume_latest_point
+from ember.train._checkpoint.resume import requested_point, resume_latest_point
 from ember.train._config import run_configuration
 from ember.train._counters import RunCounters
 from ember.train._directory import claim_for_run
@@ -149,14 +148,8 @@ class TrainingSession(Generic[M]):
         self._start_logs()
 
     def _requested_checkpoint(self, epoch: int) -> ResumePoint:
-        """``checkpoint(epoch)``: that checkpoint must exist, or nothing runs."""
-        checkpointer = self._checkpointer("checkpoint(epoch)")
-        if not manifest_path(checkpointer.directory, epoch).exists():
-            raise CheckpointError(
-                f"no complete checkpoint of epoch {epoch} in {checkpointer.directory}; "
-                f"complete epochs: {checkpointer.complete_epochs()}"
-            )
-        return ResumePoint(epoch)
+        """``checkpoint(epoch)``: that checkpoint must verify, or nothing runs."""
+        return requested_point(self._checkpointer("checkpoint(epoch)"), epoch)
 
     def _find_latest(self) -> None:
         """``resume_latest()``: the newest usable checkpoint, or a finished run's result; its
