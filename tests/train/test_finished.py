@@ -18,6 +18,7 @@ from ember.train import (
     MetricEarlyStoppingStrategy,
     StoppingCondition,
     SupervisedTraining,
+    TorchLrScheduler,
 )
 from ember.train._checkpoint.end import RUN_END
 from tests.train.fixtures import TinyRegressor, loader
@@ -145,3 +146,31 @@ def test_a_refused_checkpoint_request_leaves_a_finished_run_as_it_was(
     assert {name: data for name, data in after.items() if name != "experiment.log"} == {
         name: data for name, data in before.items() if name != "experiment.log"
     }
+
+
+def test_rerunning_a_finished_run_returns_its_learner_with_the_optimizer_and_scheduler(
+    run_dir: Path,
+) -> None:
+    """The fault: resume_latest() on a finished run restored the weights only, the optimizer
+    came back empty; now Adam's moments, the scheduler and the lr are as the run left them."""
+
+    def adam_learner(seed: int) -> Learner[TinyRegressor]:
+        torch.manual_seed(seed)
+        model = TinyRegressor()
+        optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+        return Learner(model, optimizer, TorchLrScheduler(scheduler, interval="epoch"))
+
+    first = adam_learner(0)
+    training(run_dir, 2, io.StringIO()).launch(first)
+    again = adam_learner(1)
+    training(run_dir, 2, io.StringIO()).launch(again)
+    ran, restored = first.optimizer.state_dict(), again.optimizer.state_dict()
+    assert ran["state"] and ran["state"].keys() == restored["state"].keys()
+    for param, values in ran["state"].items():
+        for name, value in values.items():
+            assert torch.equal(value, restored["state"][param][name]), (param, name)
+    assert ran["param_groups"] == restored["param_groups"]
+    assert first.lr_scheduler is not None and again.lr_scheduler is not None
+    assert again.lr_scheduler.state_dict() == first.lr_scheduler.state_dict()
+    assert again.lr_current == first.lr_current
