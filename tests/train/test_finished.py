@@ -159,7 +159,7 @@ def test_rerunning_a_finished_run_returns_its_learner_with_the_optimizer_and_sch
         model = TinyRegressor()
         optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
         scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
-        return Learner(model, optimizer, TorchLrScheduler(scheduler, interval="epoch"))
+        return Learner(model, optimizer, TorchLrScheduler(scheduler, interval="step"))
 
     first = adam_learner(0)
     training(run_dir, 2, io.StringIO()).launch(first)

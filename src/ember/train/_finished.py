@@ -102,6 +102,7 @@ def restore_learner(learner: Learner[M], checkpointer: RunCheckpointer, epoch: i
     state.register("weights", WeightsPart(learner, None, checkpointer.directory))
     point = ResumePoint(epoch)
     state.restore(checkpointer.restore(epoch), point, f"{point} in {checkpointer.directory}")
+    learner.end_training()  # the checkpoint was taken before the run's end caught it up
 
 
 def run_result(

@@ -70,6 +70,7 @@ from ember.train._finished import finished_result, finished_run, run_result
 from ember.train._learner import Learner
 from ember.train._logger.store import EventStore
 from ember.train._loop import LoopOutcome
+from ember.train._lr_scheduler.torch_adapter import interval_notice
 from ember.train._metric.base import Numeric
 from ember.train._plan import RunPlan
 from ember.train._processor import (
@@ -223,6 +224,10 @@ class TrainingSession(Generic[M]):
             config.num_epochs,
             self.counters.last_round + 1,
         )
+        notice = interval_notice(self.learner.lr_scheduler)
+        if notice is not None and plan.main:  # in experiment.log and on the screen
+            with warnings_to(member(self.renderer, Renderer, "on_warning")):
+                log.warning(notice)
         use_precision = member(plan.strategy, StrategyDefaults, "use_precision")
         use_precision(config.precision)  # e.g. FSDP's mixed-precision policy
         loaders = {"train": config.train}
