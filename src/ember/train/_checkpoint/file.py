@@ -58,6 +58,7 @@ VERSION = 1
 SUFFIX = ".safetensors"
 _HEADER_KEY = "ember"
 _TEMP_RE = r"\.[0-9a-f]{16}\.tmp"
+_MAX_HEADER_SIZE = 100_000_000  # safetensors refuses a bigger header too
 MAX_FILE_SIZE = 1 << 40
 """The largest checkpoint file read without a manifest stating its size (1 TiB)."""
 
@@ -321,6 +322,11 @@ def read_metadata(path: Path, name: str, epoch: int) -> dict[str, Any]:
         with path.open("rb") as handle:
             prefix = handle.read(8)
             length = int.from_bytes(prefix, "little") if len(prefix) == 8 else 0
+            if length > _MAX_HEADER_SIZE:
+                raise CheckpointError(
+                    f"checkpoint file {path} is not a safetensors file: its header claims "
+                    f"{length} bytes, more than {_MAX_HEADER_SIZE}"
+                )
             header = handle.read(min(length, max(size - 8, 0)))
     except OSError as error:
         raise CheckpointError(f"checkpoint file {path} cannot be read: {error}") from error
