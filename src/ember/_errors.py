@@ -13,7 +13,8 @@
 Bad arguments raise the built-in ``ValueError`` / ``TypeError``; errors raised by the user's
 own code (a dataset, a batcher, a step) keep their original type; when they end a training,
 ``launch`` raises :class:`TrainingError` from them, after the run is finished. Stopping early or
-on user request is not an error: it is a reason on ``LearningResult``.
+on user request is not an error: it is a reason on ``LearningResult``; a stop asked for by a
+scheduler's signal ends the process with :data:`REQUEUE_EXIT_CODE` (``train/_signals.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "REQUEUE_EXIT_CODE",
     "CheckpointError",
     "DataLoaderError",
     "DistributedError",
@@ -29,6 +31,10 @@ __all__ = [
     "RunDirectoryError",
     "TrainingError",
 ]
+
+REQUEUE_EXIT_CODE = 75
+"""The exit code of a process whose training a preemption signal (SIGTERM, SIGUSR1) stopped at
+a checkpoint: ``EX_TEMPFAIL``, "try again"; a job script requeues it and the run resumes."""
 
 
 class EmberError(Exception):

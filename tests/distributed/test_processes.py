@@ -43,6 +43,34 @@ def test_a_rank_that_returned_finishes_its_threads_and_exit_handlers_and_exits_0
         assert [(tmp_path / f"{kind}-{rank}").read_text() for rank in (0, 1)] == ["ran", "ran"]
 
 
+@pytest.mark.distributed
+@pytest.mark.timeout(120)
+def test_a_hung_rank_is_named_first_not_the_rank_that_failed_waiting_for_it(
+    tmp_path: Path,
+) -> None:
+    """Rank 1 blocks for ever in its 3rd step; rank 0's launch fails after progress_timeout
+    (2 s), naming it: spawn's first line names rank 1, which it stopped itself (no exit code
+    of it is reported), then rank 0's failure."""
+    with pytest.raises(DistributedError) as caught:
+        spawn(
+            ddp_helpers.block_at_step,
+            2,
+            str(tmp_path),
+            3,
+            2.0,
+            timeout=timedelta(seconds=30),
+            join_timeout=90,
+        )
+    lines = str(caught.value).splitlines()
+    assert lines[:3] == [
+        "rank 1 stopped making progress: the other ranks waited for it in a collective",
+        "rank 0 failed first (exit code 1)",
+        "ranks [1] were stopped",
+    ]
+    assert "DistributedError: rank 1 made no progress for 2 s" in str(caught.value)
+    assert caught.value.exit_codes == {0: 1}
+
+
 def test_refuses_what_the_new_processes_cannot_run() -> None:
     """A lambda or a local function cannot be imported by a spawned process; sizes are checked."""
 

@@ -256,56 +256,6 @@ def test_non_finite_loss_stops_without_checkpointing_it(tmp_path: Path) -> None:
     assert on_disk == ["manifest-1.json"]
 
 
-def test_signals_stop_gracefully_then_abort(tmp_path: Path) -> None:
-    """First SIGTERM: stop after the step, keep the last boundary; second: abort; handlers back."""
-    before = signal.getsignal(signal.SIGTERM)
-    model = TinyRegressor()
-    steps = 0
-
-    def send_signal(batch: Batch) -> None:
-        nonlocal steps
-        steps += 1
-        if steps == 15:  # epoch 2
-            signal.raise_signal(signal.SIGTERM)
-
-    model.on_train_step = send_signal
-    result = (
-        SupervisedTraining(tmp_path / "a", loader(40, 4), loader(8, 4, seed=1))
-        .renderer(CliMetricsRenderer(io.StringIO()))
-        .metrics(LossMetric())
-        .with_checkpointing_strategy(KeepLastNCheckpoints(1))
-        .with_default_checkpointers()
-        .num_epochs(5)
-        .launch(Learner(model, torch.optim.SGD(model.parameters()), 0.01))
-    )
-    assert result.error is None
-    assert result.stop_reason == "received SIGTERM: stopped after the current step"
-    assert result.last_epoch == 1 and steps == 15
-    assert (tmp_path / "a" / "checkpoint" / "manifest-1.json").exists()
-    assert signal.getsignal(signal.SIGTERM) is before
-
-    steps = 0
-
-    def send_two(batch: Batch) -> None:
-        nonlocal steps
-        steps += 1
-        if steps == 3:  # the second signal arrives before the step could finish
-            signal.raise_signal(signal.SIGTERM)
-            signal.raise_signal(signal.SIGTERM)
-
-    model.on_train_step = send_two
-    with pytest.raises(SystemExit) as aborted:
-        SupervisedTraining(tmp_path / "b", loader(40, 4), loader(8, 4)).renderer(
-            CliMetricsRenderer(io.StringIO())
-        ).metrics(LossMetric()).num_epochs(5).launch(
-            Learner(model, torch.optim.SGD(model.parameters()), 0.01)
-        )
-    assert aborted.value.code == 128 + signal.SIGTERM
-    assert steps == 3
-    assert signal.getsignal(signal.SIGTERM) is before
-    assert (tmp_path / "b" / "train" / "epoch-1" / "Loss.log").read_text().count(",1") == 2
-
-
 CRASH_SCRIPT = """
 import sys, torch
 from pathlib import Path

@@ -11,6 +11,7 @@ watches them::
     wait for the processes                        fn(*args); destroy_process_group()
     first non-zero exit: stop the others          an exception: its traceback goes to the parent,
     raise DistributedError naming the rank(s)     exit code 1
+    (the one that stopped progressing first)      counts its watched collectives (_progress.py)
 
 Safety: the store and the gloo transport bind to the loopback interface; a rank that dies ends
 the job at once (the others are terminated, then killed 5 s later) with an error naming it.
@@ -26,7 +27,6 @@ import contextlib
 import multiprocessing
 import multiprocessing.connection
 import os
-import signal
 import socket
 import sys
 import tempfile
@@ -40,9 +40,11 @@ from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
+from torch.distributed.rendezvous import rendezvous
 
 from ember._checks import check_positive_int
 from ember._errors import DistributedError
+from ember.distributed._attempt import attempt_store
 from ember.distributed._messages import (
     broadcast_bytes,
     broadcast_coalesced,
@@ -52,6 +54,8 @@ from ember.distributed._messages import (
     tensor_header,
     unpack_tensors,
 )
+from ember.distributed._progress import follow
+from ember.distributed._watch import ERROR_FILE, Watch, stop
 
 __all__ = [
     "DistributedError",
@@ -63,14 +67,14 @@ __all__ = [
     "init_from_environment",
     "pack_tensors",
     "payload_size",
+    "raised_by_collective",
     "spawn",
     "tensor_header",
     "unpack_tensors",
 ]
 
 DEFAULT_TIMEOUT = timedelta(minutes=5)
-_KILL_AFTER_S = 5.0  # a terminated rank still running this long after SIGTERM is killed
-_ERROR_FILE = "rank-{rank}.error"
+_TORCH_DISTRIBUTED = os.path.dirname(dist.__file__) + os.sep
 
 
 @contextlib.contextmanager
@@ -93,6 +97,22 @@ def collective_error(what: str, error: BaseException) -> DistributedError:
         f"rank {rank}: {what} failed: another rank has probably died or failed (see its "
         f"error), or the collective timed out: {error}"
     )
+
+
+def raised_by_collective(error: BaseException) -> bool:
+    """True when ``error`` is a collective's failure inside ``torch.distributed`` (FSDP's
+    all-gathers in forward, its reduce-scatters in backward), not an error of the user's code
+    or another of torch's: the innermost frame of its traceback is one of torch.distributed's
+    and the error is torch.distributed's or its transport's (gloo, NCCL)."""
+    trace = error.__traceback__
+    if trace is None:
+        return False
+    while trace.tb_next is not None:
+        trace = trace.tb_next
+    if not trace.tb_frame.f_code.co_filename.startswith(_TORCH_DISTRIBUTED):
+        return False
+    text = str(error).lower()
+    return isinstance(error, dist.DistError) or "gloo" in text or "nccl" in text
 
 
 # --- the process group ---------------------------------------------------------------------
@@ -125,8 +145,17 @@ def init_from_environment(
             )
     _bind_gloo_to_loopback(os.environ.get("MASTER_ADDR", ""))
     device_id = device if device is not None and device.type == "cuda" else None
+    # torch's own rendezvous (env://, tcp://, file://), then this attempt's namespace of its
+    # store: a store that outlives a restart (torchrun's) holds the dead attempt's keys
+    store, rank, world = next(rendezvous(init_method or "env://", timeout=timeout))
+    store.set_timeout(timeout)
     dist.init_process_group(
-        backend, init_method=init_method or "env://", timeout=timeout, device_id=device_id
+        backend,
+        store=attempt_store(store, rank, world, timeout),
+        rank=rank,
+        world_size=world,
+        timeout=timeout,
+        device_id=device_id,
     )
 
 
@@ -167,7 +196,9 @@ def spawn(
     Returns when every rank has exited 0. Raises :class:`DistributedError` naming the rank that
     failed first, its exit code and its traceback (then any others), once the others are
     stopped; or naming the ranks still running after ``join_timeout`` seconds (they are
-    stopped too).
+    stopped too). A rank that stopped making progress while the others waited for it (behind
+    them in the watched collectives of ember's strategies) is named first; a rank spawn
+    stopped itself is never reported as failed.
     """
     world_size = check_positive_int("world_size", world_size)
     if not callable(fn):
@@ -185,6 +216,9 @@ def spawn(
             f"{torch.cuda.device_count()} devices"
         )
     context = multiprocessing.get_context("spawn")
+    # how far each rank got, and which ranks the others found hung (_progress.py)
+    counts = context.Array("q", world_size, lock=False)
+    blamed = context.Array("q", world_size, lock=False)
     with (
         tempfile.TemporaryDirectory(prefix="ember-spawn-") as errors,
         _local_store(world_size, timeout) as port,
@@ -192,26 +226,21 @@ def spawn(
         processes = [
             context.Process(
                 target=_run_rank,
-                args=(fn, args, rank, world_size, port, backend, timeout, errors),
+                args=(fn, args, rank, world_size, port, backend, timeout, errors, (counts, blamed)),
                 name=f"ember-rank-{rank}",
             )
             for rank in range(world_size)
         ]
         for process in processes:
             process.start()
+        watch = Watch(processes, counts, blamed, join_timeout)
         try:
-            failed, stopped, late = _watch(processes, join_timeout)
+            watch.run()
         except BaseException:
-            _stop(processes, kill_now=True)
+            stop(processes, kill_now=True)
             raise
-        if failed:
-            codes = {rank: code for wake in failed for rank, code in wake.items()}
-            raise DistributedError(_failure_report(failed, stopped, Path(errors)), codes)
-        if late:
-            raise DistributedError(
-                f"ranks {late} were still running after join_timeout={join_timeout} s and "
-                "were stopped"
-            )
+        if watch.failed or watch.late:
+            raise DistributedError(watch.report(Path(errors)), watch.codes)
 
 
 @contextlib.contextmanager
@@ -254,8 +283,10 @@ def _run_rank(
     backend: str,
     timeout: timedelta,
     errors: str,
+    progress: tuple[Any, Any],
 ) -> None:
     """A spawned process: torchrun's environment, the process group, ``fn(*args)``."""
+    follow(*progress, rank)
     os.environ.update(
         RANK=str(rank),
         LOCAL_RANK=str(rank),
@@ -271,16 +302,25 @@ def _run_rank(
             torch.cuda.set_device(rank)
             device = torch.device("cuda", rank)
         init_from_environment(backend, timeout, device=device)
-        fn(*args)
+        try:
+            fn(*args)
+        except SystemExit as exiting:  # sys.exit(n) keeps its code (a preempted launch: 75)
+            if exiting.code not in (None, 0):
+                _fail(errors, rank, exiting.code if isinstance(exiting.code, int) else 1)
         if dist.is_initialized():  # fn may have torn it down (DDP does after an error)
             dist.destroy_process_group()
     except BaseException:
-        text = f"{time.time()!r}\n{traceback.format_exc()}"  # when: orders the failures
-        with contextlib.suppress(OSError):
-            Path(errors, _ERROR_FILE.format(rank=rank)).write_text(text, encoding="utf-8")
-        # skip interpreter teardown: a process group with a dead peer can abort or hang there
-        os._exit(1)
+        _fail(errors, rank, 1)
     _exit_before_teardown()
+
+
+def _fail(errors: str, rank: int, code: int) -> NoReturn:
+    """End a rank whose ``fn`` failed with exit ``code``, its traceback left for the parent."""
+    text = f"{time.time()!r}\n{traceback.format_exc()}"  # when: orders the failures
+    with contextlib.suppress(OSError):
+        Path(errors, ERROR_FILE.format(rank=rank)).write_text(text, encoding="utf-8")
+    # skip interpreter teardown: a process group with a dead peer can abort or hang there
+    os._exit(code)
 
 
 def _exit_before_teardown() -> NoReturn:
@@ -300,98 +340,3 @@ def _exit_before_teardown() -> NoReturn:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
-
-
-def _watch(
-    processes: Sequence[multiprocessing.process.BaseProcess], join_timeout: float | None
-) -> tuple[list[dict[int, int]], list[int], list[int]]:
-    """Wait for the ranks; on the first failure (or the deadline) stop the others.
-
-    Returns the failed ranks with their exit codes, one dict per wake-up that saw failures
-    (in that order), the ranks stopped because of a failure, and the ranks stopped at the
-    deadline.
-    """
-    deadline = None if join_timeout is None else time.monotonic() + join_timeout
-    failed: list[dict[int, int]] = []
-    seen: set[int] = set()
-    stopped: list[int] = []
-    late: list[int] = []
-    kill_at: float | None = None
-    while True:
-        now_failed = {
-            rank: process.exitcode
-            for rank, process in enumerate(processes)
-            if process.exitcode not in (None, 0) and rank not in seen and rank not in stopped
-        }
-        if now_failed:
-            failed.append(now_failed)
-            seen.update(now_failed)
-        running = [p for p in processes if p.exitcode is None]
-        if not running:
-            return failed, stopped, late
-        now = time.monotonic()
-        if (failed or (deadline is not None and now >= deadline)) and kill_at is None:
-            ranks = [processes.index(p) for p in running]
-            (stopped if failed else late).extend(ranks)
-            _stop(running, kill_now=False)
-            kill_at = now + _KILL_AFTER_S
-        elif kill_at is not None and now >= kill_at:
-            _stop(running, kill_now=True)
-        wait = 0.5 if deadline is None else max(0.0, min(0.5, deadline - now))
-        multiprocessing.connection.wait([p.sentinel for p in running], timeout=wait)
-
-
-def _stop(processes: Sequence[multiprocessing.process.BaseProcess], *, kill_now: bool) -> None:
-    for process in processes:
-        if process.exitcode is None:
-            if kill_now:
-                process.kill()
-            else:
-                process.terminate()
-    if kill_now:
-        for process in processes:
-            process.join(_KILL_AFTER_S)
-
-
-def _failure_report(failed: list[dict[int, int]], stopped: list[int], errors: Path) -> str:
-    """Name the rank that failed first, then the others, with their tracebacks.
-
-    Failures seen at the same wake-up are ordered by when they happened: a rank that died
-    without reporting an error (killed, ``os._exit``) is taken to be first, since the others'
-    errors are usually its consequence; ranks that raised are ordered by when they raised.
-    """
-    reports = {rank: _read_report(errors, rank) for wake in failed for rank in wake}
-
-    def when(rank: int) -> float:
-        report = reports[rank]
-        return -1.0 if report is None else report[0]
-
-    order = [rank for wake in failed for rank in sorted(wake, key=lambda r: (when(r), r))]
-    codes = {rank: code for wake in failed for rank, code in wake.items()}
-    first, *others = order
-    lines = [f"rank {first} failed first ({_describe_exit(codes[first])})"]
-    lines += [f"rank {rank} failed too ({_describe_exit(codes[rank])})" for rank in others]
-    if stopped:
-        lines.append(f"ranks {stopped} were stopped")
-    for rank in order:
-        report = reports[rank]
-        if report is not None:
-            lines.append(f"--- rank {rank} ---\n{report[1].rstrip()}")
-    return "\n".join(lines)
-
-
-def _read_report(errors: Path, rank: int) -> tuple[float, str] | None:
-    path = errors / _ERROR_FILE.format(rank=rank)
-    try:
-        stamp, _, text = path.read_text(encoding="utf-8").partition("\n")
-        return float(stamp), text
-    except (OSError, ValueError):
-        return None
-
-
-def _describe_exit(code: int) -> str:
-    if code < 0:
-        with contextlib.suppress(ValueError):
-            return f"killed by {signal.Signals(-code).name}"
-        return f"killed by signal {-code}"
-    return f"exit code {code}"

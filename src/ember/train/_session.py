@@ -58,7 +58,12 @@ from torch import nn
 
 from ember._errors import CheckpointError
 from ember._protocols import member
-from ember.train._application_log import ExperimentLogHandler, experiment_log, warnings_to
+from ember.train._application_log import (
+    ExperimentLogHandler,
+    begin_attempt,
+    experiment_log,
+    warnings_to,
+)
 from ember.train._checkpoint.end import RunEnd
 from ember.train._checkpoint.export import best_epoch, model_checkpoints
 from ember.train._checkpoint.mid_round import ResumePoint
@@ -144,7 +149,7 @@ class TrainingSession(Generic[M]):
         if config.compile_options is not None:
             self.learner.model.compile(**config.compile_options)
         self._application_log = self._log.enter_context(
-            experiment_log(config.application_log if main else None)
+            experiment_log(config.application_log if main else None, attempt=True)
         )
         if main:
             self.renderer = config.renderer or default_renderer(config.interrupter)
@@ -152,6 +157,7 @@ class TrainingSession(Generic[M]):
             self._find_latest()
             if self.finished is not None:
                 return
+        begin_attempt(self._application_log, self.start)  # its first line in experiment.log
         self._start_logs()
 
     def _requested_checkpoint(self, epoch: int) -> ResumePoint:

@@ -4,14 +4,16 @@
 
     launch(config, learner):
         plan = plan_run(config, learner)       # pure: what will run, or a refusal (_plan.py)
-        with TrainingSession(plan, learner):   # the directory's lock, experiment.log, the
-                                               # renderer, the loggers and config.json, the
-                                               # metrics thread, where training starts; and the
-                                               # run's guaranteed ending (_session.py)
-            unless the run is complete already (resume_latest()):
-                with the strategy's run (the model and loaders placed, _strategy/):
-                    with Ctrl-C / SIGTERM routed to the interrupter (_signals.py):
+        with Ctrl-C, SIGTERM, SIGUSR1 routed to the interrupter (_signals.py):
+            with TrainingSession(plan, learner):   # the directory's lock, experiment.log
+                                                   # (an attempt's lines), the renderer, the
+                                                   # loggers and config.json, the metrics
+                                                   # thread, where training starts; and the
+                                                   # run's guaranteed ending (_session.py)
+                unless the run is complete already (resume_latest()):
+                    with the strategy's run (the model and loaders placed, _strategy/):
                         TrainingLoop(...).execute()      # the rounds (_loop.py)
+            a preemption signal (SIGTERM, SIGUSR1) and no error: SystemExit(75), requeued
         the result, or TrainingError raised from the run's error (errors_in_result(): returned)
 
 What ``launch`` raises itself is refused before training starts: a bad learner or
@@ -46,22 +48,23 @@ def launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
     if not isinstance(learner, Learner):
         raise TypeError(f"launch needs a Learner, got {type(learner).__name__}")
     plan = plan_run(config, learner)
-    with TrainingSession(plan, learner) as session:
-        if session.finished is None:
-            with session.placed() as run:
-                loop = TrainingLoop(
-                    plan,
-                    learner,
-                    run,
-                    session.counters,
-                    session.processor,
-                    session.store,
-                    session.start,
-                )
-                with graceful_stop(config.interrupter):
+    with graceful_stop(config.interrupter) as signals:  # the whole launch, its ending too
+        with TrainingSession(plan, learner) as session:
+            if session.finished is None:
+                with session.placed() as run:
+                    loop = TrainingLoop(
+                        plan,
+                        learner,
+                        run,
+                        session.counters,
+                        session.processor,
+                        session.store,
+                        session.start,
+                    )
                     session.ended(loop.execute())
-    result = session.result
-    assert result is not None  # the session always ends with one
+        result = session.result
+        assert result is not None  # the session always ends with one
+        signals.requeue_if_preempted(failed=result.error is not None)
     if result.error is None or config.errors_in_result:
         return result
     raise TrainingError(

@@ -7,6 +7,7 @@ import copy
 import io
 import json
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from ember.data import DataLoader, DataLoaderBuilder, InMemDataset, TorchDataLoa
 from ember.train import (
     CliMetricsRenderer,
     ComposedCheckpointingStrategy,
+    FullyShardedDataParallel,
     KeepLastNCheckpoints,
     Learner,
     LearnerModel,
@@ -69,7 +71,9 @@ class Mlp(LearnerModel):
         super().__init__()
         self.net = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Dropout(dropout), nn.Linear(16, 1))
         self.on_train_step: Callable[[int], None] | None = None
+        self.on_inference_step: Callable[[int], None] | None = None
         self.steps = 0
+        self.inferences = 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out: torch.Tensor = self.net(x)
@@ -87,6 +91,9 @@ class Mlp(LearnerModel):
         return TrainOutput.from_loss(self, out.loss, out)
 
     def inference_step(self, batch: Batch) -> RegressionOutput:
+        self.inferences += 1
+        if self.on_inference_step is not None:
+            self.on_inference_step(self.inferences)
         return self.regression(batch)
 
 
@@ -282,6 +289,47 @@ def hang_at_step(out_dir: str, step: int, seconds: float, progress_timeout: floa
         seconds=time.monotonic() - started,
         threads=ember_threads(),
     )
+
+
+def block_at_step(out_dir: str, step: int, progress_timeout: float) -> None:
+    """Rank 1 stops making progress for ever in its ``step``-th step: rank 0's launch fails
+    naming it after ``progress_timeout`` seconds, and its ``fn`` raises (exit code 1)."""
+    strategy = DistributedDataParallel(progress_timeout=timedelta(seconds=progress_timeout))
+    builder, learner = training(Path(out_dir) / "run", 3, strategy)
+
+    def block(unit: int) -> None:
+        if unit == step:
+            threading.Event().wait()
+
+    if dist.get_rank() == 1:
+        learner.model.on_train_step = block
+    _succeeded(builder.launch(learner))
+
+
+def fail_in_validation(out_dir: str, sharded: bool, how: str) -> None:
+    """Rank 1 dies (``how="die"``: SIGKILL) or raises (``"raise"``) in its 2nd validation step,
+    after writing when; each rank's ``fn`` raises its launch's error; rank 0 first writes when
+    its launch returned."""
+    out, rank = Path(out_dir), dist.get_rank()
+    kind = FullyShardedDataParallel if sharded else DistributedDataParallel
+    strategy = kind(timeout=timedelta(seconds=60), progress_timeout=timedelta(seconds=30))
+    builder, learner = training(out / "run", 2, strategy)
+    if sharded:
+        learner = Learner(learner.model, torch.optim.Adam, 1e-2)
+
+    def fail(step: int) -> None:
+        if step == 2:
+            (out / "failed-at").write_text(repr(time.time()), encoding="utf-8")
+            if how == "die":
+                os.kill(os.getpid(), signal.SIGKILL)
+            raise ValueError("rank 1's validation step failed")
+
+    if rank == 1:
+        learner.model.on_inference_step = fail
+    result = builder.launch(learner)
+    if rank == 0:
+        (out / "returned-at").write_text(repr(time.time()), encoding="utf-8")
+    _succeeded(result)
 
 
 def accumulation(out_dir: str) -> None:

@@ -6,16 +6,20 @@ default, and torch then blames the ranks that waited. ``progress_timeout`` bound
 the collectives that follow user code inside a pass, and when one fails the ranks find out
 through the job's store which of them never got there.
 
-**Watched collectives** (``DistributedDataParallel``): torch's gradient reducer, the buffers'
-broadcast, the by-hand all-reduce and the exchange after a chunk of units run on process groups
-whose timeout is ``progress_timeout`` (``ranks.py``). Nothing is paid per step for it: every
-rank counts the watched collectives it starts, locally, and the store is only written when one
-fails::
+**Watched collectives**: torch's gradient reducer, the buffers' broadcast, the by-hand
+all-reduce and the exchange after a chunk of units (``DistributedDataParallel``), and before
+each step's forward an all-reduce of one number (``FullyShardedDataParallel``, whose own
+collectives run inside torch's FSDP with the job's timeout) run on process groups whose timeout
+is ``progress_timeout`` (``ranks.py``). Nothing is paid per step beyond that: every rank counts
+the watched collectives it starts, locally, and the store is only written when one fails::
 
     watching(what):                              # the same sequence on every rank
-        count += 1
-        run the collective: it fails after progress_timeout when a rank never joins it
-        failed: store[f"{run}/{count}/{rank}"] = ""
+        count += 1, and the time it started
+        run the collective: it fails after progress_timeout when a rank never joins it, at once
+            when a peer closed its connection (it died, or failed and tore its group down)
+        failed before progress_timeout could run out: a peer died or failed, DistributedError
+            at once ("another rank has probably died or failed"), nobody waited for
+        failed later: store[f"{run}/{count}/{rank}"] = ""
                 wait for f"{run}/{count}/{r}" of every rank r, at most progress_timeout
                     timed out: DistributedError naming the ranks without a key ("made no
                                progress"), not this one
@@ -24,10 +28,9 @@ fails::
     a rank that fails elsewhere writes the keys of its count and the next one, so the others
     learn at once that it did not hang (its process group is torn down: they fail at once too)
 
-**Agreements** (``FullyShardedDataParallel``, whose collectives run inside torch's FSDP on the
-mesh's groups, with the job's timeout): before the step every rank writes its key and waits at
-most ``progress_timeout`` for every other rank's (:meth:`ProgressWatch.arrive`): three small
-store requests a step.
+A dead peer thus fails the survivors within the time its transport takes to see the closed
+connection (gloo: at once), never after ``progress_timeout``: under torchrun a restart costs
+seconds, and rank 0 has the time to finish its run directory before the agent stops it.
 
 The store is the one the process group was made with (a TCP store: the waits are answered by
 its server, not by polling). ``progress_timeout=None`` on the strategy means a fifth of its
@@ -38,14 +41,18 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
+import torch
+import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from ember._errors import DistributedError
 from ember.distributed._processes import collective_error
+from ember.distributed._progress import blame, passed
 from ember.train._step import current_step
 from ember.train._strategy.ddp.ranks import Ranks
 
@@ -63,6 +70,8 @@ class ProgressWatch:
         self._count = 0
         self._what = ""
         self._key: str | None = None  # the key this rank left in the store, if any
+        self._since = 0.0  # when this rank reached the watched collective (time.monotonic)
+        self._flag = torch.zeros(1, dtype=torch.int32)  # what arrive() all-reduces
         self._run = next(_RUNS)
         self._store: Any = None
         if ranks.world > 1:
@@ -83,12 +92,14 @@ class ProgressWatch:
         """This rank starts the next watched collective, ``what`` (no request: counted here)."""
         self._count += 1
         self._what = what
+        self._since = time.monotonic()
+        passed()  # spawn reads how far each rank got, to name one that stopped
 
     def explain(self, error: BaseException) -> DistributedError:
         """The error of the watched collective just :meth:`reached`, which failed with
         ``error``: the ranks that never got there, named, or the collective's own failure."""
         store = self._store
-        if store is None:
+        if store is None or self._failed_early():
             return collective_error(self._what, error)
         keys = self._keys(self._count)
         try:
@@ -98,22 +109,21 @@ class ProgressWatch:
             return self._stuck(keys, waited)
         return collective_error(self._what, error)
 
+    def _failed_early(self) -> bool:
+        """Whether the collective failed before its timeout could run out: then no rank hung
+        in it, a peer closed its connection (it died, or failed and tore its group down), and
+        nobody is waited for."""
+        return time.monotonic() - self._since < self._timeout.total_seconds()
+
     def arrive(self, what: str) -> None:
         """This rank reached ``what`` (a collective); return once every rank has, or raise
-        :class:`DistributedError` naming the ranks that did not within the timeout."""
-        store = self._store
-        self.reached(what)
-        if store is None:
+        :class:`DistributedError` naming the ranks that did not within the timeout (or at
+        once, when a peer died or failed): one all-reduce of a number on the watched group."""
+        if self._store is None:
+            self.reached(what)
             return
-        keys = self._keys(self._count)
-        try:
-            previous = self._key
-            self._leave(keys[self._ranks.rank])
-            store.wait(keys, self._timeout)
-        except RuntimeError as error:  # a timeout, or the store is gone with its job
-            raise self._stuck(keys, error) from error
-        if previous is not None:  # every rank passed it: nobody waits for it any more
-            store.delete_key(previous)
+        with self.watching(what):
+            dist.all_reduce(self._flag, group=self._ranks.watched_cpu)
 
     def close(self, *, failed: bool = False) -> None:
         """Remove this rank's last key (the store outlives the run). After a failure here, the
@@ -153,6 +163,7 @@ class ProgressWatch:
             return DistributedError(
                 f"rank {rank}: the progress agreement before {what}{where} failed: {error}"
             )
+        blame(late)  # for spawn's report
         names = ", ".join(str(r) for r in late)
         plural = "s" if len(late) > 1 else ""
         return DistributedError(

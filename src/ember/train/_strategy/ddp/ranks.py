@@ -17,11 +17,15 @@ rank, the world size, its device, and the process groups its collectives go thro
 
 ``None`` stands for the default group. The gloo groups are made once per default group and
 timeout (:func:`gloo_group`) and shared by every run in it: their threads and sockets live as
-long as the default group's, instead of piling up with every ``launch``.
+long as the default group's, instead of piling up with every ``launch``. The cache lets go of
+them when the process exits (``atexit``), while the interpreter is whole: a gloo group freed
+during the interpreter's finalisation can abort a process that has done all its work
+("terminate called without an active exception"), which torchrun takes for a failed rank.
 """
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 from datetime import timedelta
 from typing import Any
@@ -59,7 +63,15 @@ def gloo_group(timeout: timedelta) -> Any:
     if _GROUPS_OF[0] is not world:  # a new default group: the old groups went with the old one
         _GLOO_GROUPS.clear()
         _GROUPS_OF[0] = world
+        atexit.unregister(_forget)  # once, however many default groups the process makes
+        atexit.register(_forget)
     group = _GLOO_GROUPS.get(timeout)
     if group is None:
         group = _GLOO_GROUPS[timeout] = dist.new_group(backend="gloo", timeout=timeout)
     return group
+
+
+def _forget() -> None:
+    """Let go of the cached groups (at exit: see the module doc)."""
+    _GLOO_GROUPS.clear()
+    _GROUPS_OF[0] = None

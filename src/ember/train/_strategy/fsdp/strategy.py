@@ -19,8 +19,9 @@ as a factory). Per global batch, on every rank::
 
 A rank whose share of a batch is empty (the tail of an epoch) still runs forward and backward,
 on its previous share with a loss factor of zero: FSDP's collectives need every rank, and the
-zero contributes nothing (its output is not reported). Its side effects repeat: a BatchNorm's
-running statistics and the RNG draws of that step.
+zero contributes nothing (its output is not reported). Its random draws are undone (so that a
+run resumed at such a tail, whose process has no previous share and runs its share of the
+split's first items instead, stays exact); a BatchNorm's running statistics are updated.
 
 Checkpoints are sharded (``_checkpoint/sharded.py``): every rank writes its own shards, rank 0
 the index and the manifest, last.
@@ -28,6 +29,7 @@ the index and the manifest, last.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import timedelta
@@ -40,12 +42,17 @@ from torch import nn
 if TYPE_CHECKING:  # torch's FSDP costs most of a second to import: only a sharded run pays it
     from torch.distributed.fsdp import FSDPModule
 
-from ember._errors import DistributedError
+from ember._errors import DataLoaderError, DistributedError
 from ember.data import DataLoader, Progress
 from ember.data._loader import BatchingLoader
 from ember.data._shard import ShardedDataLoader
 from ember.distributed._messages import broadcast_coalesced
-from ember.distributed._processes import DEFAULT_TIMEOUT, collective
+from ember.distributed._processes import (
+    DEFAULT_TIMEOUT,
+    collective,
+    collective_error,
+    raised_by_collective,
+)
 from ember.train._checkpoint.sharded import ShardedRecords, write_shards
 from ember.train._learner import Learner
 from ember.train._precision import Precision
@@ -205,13 +212,31 @@ class FullyShardedRun(DistributedRun):
             if batch is not None:
                 self._last_share[split] = batch
                 yield _Share(batch, True), progress
-            elif split in self._last_share:
-                yield _Share(self._last_share[split], False), progress
             else:
-                raise DistributedError(
-                    f"rank {self._ranks.rank} has no share of the first {split} batch: the "
-                    f"global batch must hold at least one item per rank ({self._ranks.world})"
-                )
+                yield _Share(self._previous_share(split), False), progress
+
+    def _previous_share(self, split: str) -> Any:
+        """What a stand-in runs: this rank's last share of ``split``, or, when this process has
+        none yet (a run resumed at the tail of a pass), its share of a batch of the split's
+        first items (a copy of the loader: the run's loader does not move)."""
+        if split not in self._last_share:
+            rank, world = self._ranks.rank, self._ranks.world
+            refused = DistributedError(
+                f"rank {rank} has no share of the first {split} batch: the global batch must "
+                f"hold at least one item per rank ({world})"
+            )
+            try:
+                probe = self._views[split].slice(0, world)
+            except (DataLoaderError, ValueError) as error:  # a stream, or fewer items
+                raise refused from error
+            try:
+                share = next(iter(probe), None)
+            finally:
+                probe.close()
+            if share is None:
+                raise refused
+            self._last_share[split] = share
+        return self._last_share[split]
 
     def train_step(self, learner: Learner[Any], batch: Any) -> Sequence[TrainOutput[Any]]:
         """``train_step`` on this rank's share, its loss weighted by the share (zero for a
@@ -235,7 +260,11 @@ class FullyShardedRun(DistributedRun):
             factor = weight if factor is None else factor * weight
         self._sync_gradients(context.closing)
         # the user's step sees its own batch, and TrainOutput.from_loss weights its loss
-        with step_context(dataclasses.replace(context, batch=share.batch, loss_factor=factor)):
+        with (
+            step_context(dataclasses.replace(context, batch=share.batch, loss_factor=factor)),
+            _sharded_collectives(),
+            _random_kept(share, self._ranks.device),
+        ):
             output = learner.train_step(share.batch)
         if output.grads.owner is not self._model:
             raise DistributedError(
@@ -254,11 +283,21 @@ class FullyShardedRun(DistributedRun):
 
     def inference_step(self, batch: Any, step: Step | None = None) -> Any:
         """The model's ``inference_step`` (or ``step``) on this rank's share (None for a
-        stand-in, whose forward only takes part in the all-gathers)."""
+        stand-in, whose forward only takes part in the all-gathers), without gradients,
+        outside inference mode."""
         share: _Share = batch
         self._watch.arrive("the forward all-gather")
         run = cast("InferenceStep[Any, Any]", self._model).inference_step if step is None else step
-        output = run(share.batch)
+        # outside inference mode (the loop validates in it): FSDP keeps the buffers its
+        # all-gathers fill, and buffers made in inference mode cannot be written by the train
+        # steps after it (a run resumed at the end of a training pass validates first)
+        with (
+            torch.inference_mode(False),
+            torch.no_grad(),
+            _sharded_collectives(),
+            _random_kept(share, self._ranks.device),
+        ):
+            output = run(share.batch)
         return output if share.real else None
 
     def write_shards(
@@ -278,6 +317,29 @@ class FullyShardedRun(DistributedRun):
             view.close()
         if error is not None:
             self._strategy._abandon()
+
+
+@contextlib.contextmanager
+def _sharded_collectives() -> Iterator[None]:
+    """A failed all-gather or reduce-scatter of FSDP's inside the user's step (a peer died or
+    failed: its connection closed) becomes a DistributedError saying so; the user's own
+    errors pass unchanged."""
+    try:
+        yield
+    except RuntimeError as error:
+        if raised_by_collective(error):
+            raise collective_error("FSDP's all-gathers and reduce-scatters", error) from error
+        raise
+
+
+def _random_kept(share: _Share, device: torch.device) -> contextlib.AbstractContextManager[Any]:
+    """A stand-in's random draws are undone (``torch.random.fork_rng``): whatever batch it
+    runs, the rank's generators go on as if it had not run, so a run resumed where a stand-in
+    runs another batch than the uninterrupted run's stays exact."""
+    if share.real:
+        return contextlib.nullcontext()
+    cuda = [device] if device.type == "cuda" else []
+    return torch.random.fork_rng(devices=cuda, device_type=device.type)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
