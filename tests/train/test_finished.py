@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from ember import CheckpointError
 from ember.extend import Direction, Split
 from ember.train import (
     CliMetricsRenderer,
@@ -17,6 +18,7 @@ from ember.train import (
     MetricEarlyStoppingStrategy,
     StoppingCondition,
     SupervisedTraining,
+    TorchLrScheduler,
 )
 from ember.train._checkpoint.end import RUN_END
 from tests.train.fixtures import TinyRegressor, loader
@@ -104,3 +106,68 @@ def test_an_interrupted_run_is_not_complete(run_dir: Path) -> None:
     assert not (run_dir / "checkpoint" / RUN_END).exists()
     assert training(run_dir, 3, io.StringIO()).launch(learner()).last_epoch == 3
     assert (run_dir / "checkpoint" / RUN_END).is_file()
+
+
+def tree(directory: Path) -> dict[str, bytes]:
+    return {
+        str(path.relative_to(directory)): path.read_bytes()
+        for path in sorted(directory.rglob("*"))
+        if path.is_file()
+    }
+
+
+@pytest.mark.parametrize("damaged", [False, True])
+def test_a_refused_checkpoint_request_leaves_a_finished_run_as_it_was(
+    run_dir: Path, damaged: bool
+) -> None:
+    """The user's mistake: checkpoint(99) on a finished run (no such checkpoint), or
+    checkpoint(2) whose model file was damaged: the launch is refused and the run directory,
+    run-end.json included, is byte for byte what the finished run left."""
+    SupervisedTraining(run_dir, loader(8), loader(4)).renderer(
+        CliMetricsRenderer(io.StringIO())
+    ).metrics(LossMetric()).num_epochs(2).with_default_checkpointers().launch(learner())
+    if damaged:
+        model = run_dir / "checkpoint" / "model-2.safetensors"
+        model.write_bytes(model.read_bytes()[:-1] + b"\x00")
+    before = tree(run_dir)
+    assert RUN_END in {Path(name).name for name in before}
+    request = (
+        SupervisedTraining(run_dir, loader(8), loader(4))
+        .renderer(CliMetricsRenderer(io.StringIO()))
+        .metrics(LossMetric())
+        .num_epochs(3)
+        .with_default_checkpointers()
+        .checkpoint(2 if damaged else 99)
+    )
+    problem = "model-2.safetensors is damaged" if damaged else "there is none"
+    with pytest.raises(CheckpointError, match=f"no complete checkpoint of epoch .*{problem}"):
+        request.launch(learner())
+    assert tree(run_dir) == before
+
+
+def test_rerunning_a_finished_run_returns_its_learner_with_the_optimizer_and_scheduler(
+    run_dir: Path,
+) -> None:
+    """The fault: resume_latest() on a finished run restored the weights only, the optimizer
+    came back empty; now Adam's moments, the scheduler and the lr are as the run left them."""
+
+    def adam_learner(seed: int) -> Learner[TinyRegressor]:
+        torch.manual_seed(seed)
+        model = TinyRegressor()
+        optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+        return Learner(model, optimizer, TorchLrScheduler(scheduler, interval="step"))
+
+    first = adam_learner(0)
+    training(run_dir, 2, io.StringIO()).launch(first)
+    again = adam_learner(1)
+    training(run_dir, 2, io.StringIO()).launch(again)
+    ran, restored = first.optimizer.state_dict(), again.optimizer.state_dict()
+    assert ran["state"] and ran["state"].keys() == restored["state"].keys()
+    for param, values in ran["state"].items():
+        for name, value in values.items():
+            assert torch.equal(value, restored["state"][param][name]), (param, name)
+    assert ran["param_groups"] == restored["param_groups"]
+    assert first.lr_scheduler is not None and again.lr_scheduler is not None
+    assert again.lr_scheduler.state_dict() == first.lr_scheduler.state_dict()
+    assert again.lr_current == first.lr_current

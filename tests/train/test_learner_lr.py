@@ -4,6 +4,7 @@ step per epoch or on a validation metric, each against a raw PyTorch loop."""
 from __future__ import annotations
 
 import io
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -149,3 +150,55 @@ def test_plateau_scheduler_needs_a_registered_valid_metric(tmp_path: Path) -> No
     assert not (tmp_path / "train").exists()
     with pytest.raises(ValueError, match="interval must be 'step' or 'epoch', got 'batch'"):
         TorchLrScheduler(torch.optim.lr_scheduler.StepLR(optim, 1), interval="batch")
+
+
+def raw_step_lr(interval: str, epochs: int = 2) -> tuple[TinyRegressor, Any, Any]:
+    """A raw loop with ``StepLR(step_size=1, gamma=0.7)`` stepped after every optimizer step or
+    at every epoch's end: the model, the optimizer and the scheduler it leaves."""
+    torch.manual_seed(0)
+    model = TinyRegressor()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.7)
+    for _ in range(epochs):
+        for batch in loader(16, 4):
+            optimizer.zero_grad(set_to_none=True)
+            torch.autograd.backward(F.mse_loss(model(batch.x), batch.y))
+            optimizer.step()
+            if interval == "step":
+                scheduler.step()
+        if interval == "epoch":
+            scheduler.step()
+    return model, optimizer, scheduler
+
+
+@pytest.mark.parametrize("given", ["bare", "step", "epoch"])
+def test_a_torch_scheduler_ends_where_a_raw_loop_leaves_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, given: str
+) -> None:
+    """pytorch/examples' StepLR(step_size=1, gamma=0.7), handed to the Learner bare or wrapped
+    with an interval: the weights, the optimizer's lr and the scheduler's state after training
+    are a raw loop's bit for bit (they were one scheduler step behind); a bare scheduler says at
+    launch which interval it runs at and how to choose the other, an explicit one is silent."""
+    torch.manual_seed(0)
+    model = TinyRegressor()
+    optim = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(optim, step_size=1, gamma=0.7)
+    lr = scheduler if given == "bare" else TorchLrScheduler(scheduler, interval=given)
+    stream = io.StringIO()
+    with caplog.at_level(logging.INFO, logger="ember"):
+        result = (
+            SupervisedTraining(tmp_path, loader(16, 4), loader(8, 4))
+            .renderer(CliMetricsRenderer(stream))
+            .metrics(LossMetric())
+            .num_epochs(2)
+            .launch(Learner(model, optim, lr))
+        )
+    assert result.error is None, result.traceback
+    expected, raw_optim, raw_scheduler = raw_step_lr("epoch" if given == "epoch" else "step")
+    assert torch.equal(weight(model), weight(expected)) and torch.equal(bias(model), bias(expected))
+    assert [g["lr"] for g in optim.param_groups] == [g["lr"] for g in raw_optim.param_groups]
+    assert scheduler.state_dict() == raw_scheduler.state_dict()
+    told = "StepLR handed to the Learner is stepped after every optimizer step"
+    hint = 'TorchLrScheduler(scheduler, interval="epoch")'
+    for where in (caplog.text, stream.getvalue(), (tmp_path / "experiment.log").read_text()):
+        assert (told in where and hint in where) == (given == "bare")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import logging
+import shutil
 import signal
 from pathlib import Path
 from typing import Any
@@ -276,3 +277,31 @@ def test_the_renderer_is_told_the_steps_and_where_a_resumed_split_starts(tmp_pat
         "Resuming after 24 items.",
     ]
     assert lines[4].startswith("[epoch 1/1] train step 7/8 (87%) · 28/40 items (70%)")
+
+
+@pytest.mark.parametrize(
+    ("copy", "fallback"), [(True, ResumePoint(2, 16)), (False, ResumePoint(1))]
+)
+def test_a_step_checkpoint_named_for_another_step_is_skipped_for_the_previous_point(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, copy: bool, fallback: ResumePoint
+) -> None:
+    """A user copies (or renames) step-16/ to step-18/: its files verify but it holds step 16;
+    resume_latest() skips it with a warning naming the contradiction and resumes from the
+    previous valid point (step 16, or the end of epoch 1), ending exactly as one run."""
+    _, full = launch(training(tmp_path / "full"))
+    directory = tmp_path / "stopped"
+    launch(training(directory), stop_at=15)
+    checkpoints = directory / "checkpoint"
+    assert latest(directory) == ResumePoint(2, 16)
+    if copy:
+        shutil.copytree(checkpoints / "step-16", checkpoints / "step-18")
+    else:
+        (checkpoints / "step-16").rename(checkpoints / "step-18")
+    assert latest(directory) == fallback
+    with caplog.at_level(logging.WARNING, logger="ember.train"):
+        resumed_run, resumed = launch(training(directory).resume_latest())
+    assert "skips the checkpoint of step 18 (in epoch 2)" in caplog.text
+    assert "holds step 16" in caplog.text
+    assert resumed_run.last_epoch == 3
+    assert same_weights(full.model, resumed.model)
+    assert logs(directory) == logs(tmp_path / "full")

@@ -441,3 +441,29 @@ def test_a_seconds_interval_checkpoints_at_the_first_step_after_it(tmp_path: Pat
         *[("mid", 2, step) for step in range(6, 10)],
         ("end", 2, 10),
     ]
+
+
+def test_keep_last_one_with_checkpoints_every_ten_epochs_keeps_only_the_last(
+    tmp_path: Path,
+) -> None:
+    """The user's setting: KeepLastNCheckpoints(1) and checkpoint_every(epochs=10) over 40
+    epochs: only epoch 40's checkpoint is left (it counted epochs, and kept all four); a resume
+    to 50 keeps only 50."""
+
+    def run(epochs: int) -> None:
+        built = (
+            builder(tmp_path, items=4)
+            .num_epochs(epochs)
+            .checkpoint_every(epochs=10)
+            .with_checkpointing_strategy(KeepLastNCheckpoints(1))
+            .with_default_checkpointers()
+        )
+        result = built.resume_latest().launch(learner())
+        assert result.error is None, result.traceback
+
+    run(40)
+    checkpoints = tmp_path / "checkpoint"
+    assert sorted(path.name for path in checkpoints.glob("manifest-*.json")) == ["manifest-40.json"]
+    run(50)
+    assert sorted(path.name for path in checkpoints.glob("manifest-*.json")) == ["manifest-50.json"]
+    assert sorted(path.name for path in checkpoints.glob("model-*")) == ["model-50.safetensors"]

@@ -3,10 +3,10 @@
 A run that reached ``num_epochs`` or was stopped by early stopping records its end beside its
 checkpoints (``run-end.json``, ``_checkpoint/end.py``). ``resume_latest()`` on it, asking
 for no more epochs than that run was, warns that the run is complete (in ``experiment.log`` and
-through the renderer's warnings) and returns its result: the weights of its last epoch, its
-summary (``summary.json``), its stop reason and checkpoints; nothing is trained or written.
-Asking for more epochs (or, for a run bounded by ``max_steps``, more steps) trains on from the
-last one.
+through the renderer's warnings) and returns its result: its learner as the last epoch left it
+(weights, optimizer state, scheduler), its summary (``summary.json``), its stop reason and
+checkpoints; nothing is trained or written. Asking for more epochs (or, for a run bounded by
+``max_steps``, more steps) trains on from the last one.
 """
 
 from __future__ import annotations
@@ -20,16 +20,18 @@ from torch import nn
 
 from ember.train._checkpoint.checkpointer import RunCheckpointer
 from ember.train._checkpoint.end import RunEnd, read_run_end
-from ember.train._checkpoint.record import load_model_record
+from ember.train._checkpoint.mid_round import ResumePoint
 from ember.train._config import TrainingConfig
+from ember.train._counters import RunCounters
 from ember.train._learner import Learner
 from ember.train._logger.store import EventStore
 from ember.train._renderer.base import MetricsRenderer
 from ember.train._result import LearningResult, metric_names
+from ember.train._state import CountersPart, RunState, SchedulerPart, WeightsPart
 from ember.train._summary import LearnerSummary
 from ember.train._tracking import run_loggers
 
-__all__ = ["finished_result", "finished_run", "run_result"]
+__all__ = ["finished_result", "finished_run", "restore_learner", "run_result"]
 
 M = TypeVar("M", bound=nn.Module)
 log = logging.getLogger("ember.train")
@@ -73,11 +75,11 @@ def finished_result(
     renderer: MetricsRenderer,
     listing: tuple[dict[int, Path], int | None],
 ) -> LearningResult[M]:
-    """The finished run's result: its last weights loaded into the model (eval mode), its
-    summary (``summary.json``, when the builder asks for one), the checkpoints of ``listing``
-    and its logs to read :meth:`~LearningResult.values` from."""
+    """The finished run's result: its learner as it ended (weights, optimizer state, scheduler;
+    the model in eval mode), its summary (``summary.json``, when the builder asks for one), the
+    checkpoints of ``listing`` and its logs to read :meth:`~LearningResult.values` from."""
+    restore_learner(learner, checkpointer, end.epoch)
     model = learner.model
-    load_model_record(model, checkpointer.restore(end.epoch).model)
     model.eval()
     path = config.directory / "summary.json"
     summary = None
@@ -88,6 +90,19 @@ def finished_result(
     return run_result(
         config, learner, renderer, None, summary, end.stop_reason, end.epoch, listing, store
     )
+
+
+def restore_learner(learner: Learner[M], checkpointer: RunCheckpointer, epoch: int) -> None:
+    """Put back everything the checkpoint of round ``epoch`` holds for ``learner``: the
+    weights, the optimizers' state, the scheduler and the last lr, as the run left them (a
+    sharded run's shards into the plain model), through the parts a resume restores."""
+    state = RunState(main=True)
+    state.register("loop", CountersPart(RunCounters.starting(epoch + 1), learner, None))
+    state.register("scheduler", SchedulerPart(learner))
+    state.register("weights", WeightsPart(learner, None, checkpointer.directory))
+    point = ResumePoint(epoch)
+    state.restore(checkpointer.restore(epoch), point, f"{point} in {checkpointer.directory}")
+    learner.end_training()  # the checkpoint was taken before the run's end caught it up
 
 
 def run_result(

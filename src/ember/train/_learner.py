@@ -18,6 +18,7 @@ from ember.train._lr_scheduler.base import (
     LrScheduler,
     as_scheduler,
 )
+from ember.train._lr_scheduler.torch_adapter import TorchLrScheduler
 from ember.train._plain import Loss, PlainSteps
 from ember.train._step import (
     GradientsParams,
@@ -294,6 +295,13 @@ class Learner(Generic[M]):
         validation value)."""
         if self._per_epoch is not None:
             self._per_epoch.end_epoch(value)
+
+    def end_training(self) -> None:
+        """Training ended: a torch scheduler stepped per optimizer step takes the advance it
+        owes the last one, so the optimizer's lrs and the scheduler's state are where a raw
+        ``optimizer.step(); scheduler.step()`` loop leaves them."""
+        if isinstance(self._scheduler, TorchLrScheduler):
+            self._scheduler.end_training()
 
     @property
     def monitor(self) -> str | None:

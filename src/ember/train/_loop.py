@@ -172,6 +172,7 @@ class TrainingLoop:
         )
         with checkpointed(plan.gradient_checkpointing, *self.run.replicas):
             self._rounds(starting)
+        self.learner.end_training()  # after the last checkpoint: as a raw loop leaves the lrs
         if self._stop_reason is not None and not self._early_stopped:
             if self.processor.error is None:  # never from weights a failed thread saw go bad
                 self.saver.keep_last_round()

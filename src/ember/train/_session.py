@@ -5,7 +5,7 @@
     with TrainingSession(plan, learner) as session:      # entering, in order:
         main process: the run directory claimed (its lock; a fresh run into another run's
             directory refused, or that run's files removed with overwrite(): _directory.py)
-        checkpoint(epoch): that checkpoint must exist (refused before anything is written)
+        checkpoint(epoch): that checkpoint must verify (refused before anything is written)
         compile(...): the model compiled in place
         main process: experiment.log; the renderer
         resume_latest(): the newest usable checkpoint, skipped ones warned of in experiment.log
@@ -21,7 +21,10 @@
                                                          # the placed parameters
             session.ended(loop.execute())                # the loop (_loop.py), then: flush;
                                                          # summary.json and the table; the run's
-                                                         # end recorded beside its checkpoints
+                                                         # end recorded beside its checkpoints;
+                                                         # the checkpoint writes finished, and
+                                                         # every process takes the main one's
+                                                         # summary, checkpoints and best epoch
     leaving, whatever happened (each step runs even if one before it failed):
         drain train-worker; log the error; finish the checkpoint writes; End(summary); stop
         train-worker; renderer.on_error(error); the artifacts the loggers asked for (the best
@@ -63,9 +66,8 @@ from ember.train._application_log import (
 )
 from ember.train._checkpoint.end import RunEnd
 from ember.train._checkpoint.export import best_epoch, model_checkpoints
-from ember.train._checkpoint.manifest import manifest_path
 from ember.train._checkpoint.mid_round import ResumePoint
-from ember.train._checkpoint.resume import resume_latest_point
+from ember.train._checkpoint.resume import requested_point, resume_latest_point
 from ember.train._config import run_configuration
 from ember.train._counters import RunCounters
 from ember.train._directory import claim_for_run
@@ -76,6 +78,7 @@ from ember.train._finished import finished_result, finished_run, run_result
 from ember.train._learner import Learner
 from ember.train._logger.store import EventStore
 from ember.train._loop import LoopOutcome
+from ember.train._lr_scheduler.torch_adapter import interval_notice
 from ember.train._metric.base import Numeric
 from ember.train._plan import RunPlan
 from ember.train._processor import (
@@ -117,6 +120,9 @@ class TrainingSession(Generic[M]):
         self._worker: AsyncProcessorTraining | None = None
         self._outcome = LoopOutcome(0)
         self._summary: LearnerSummary | None = None
+        self._run: StrategyRun | None = None
+        self._listing: tuple[dict[int, Path], int | None] | None = None  # rank 0's, agreed
+        self._checkpoints_closed = False  # by ended(), once training ended without an error
         self._error = _FirstError()
         self._claim = ExitStack()
         self._log = ExitStack()
@@ -155,14 +161,8 @@ class TrainingSession(Generic[M]):
         self._start_logs()
 
     def _requested_checkpoint(self, epoch: int) -> ResumePoint:
-        """``checkpoint(epoch)``: that checkpoint must exist, or nothing runs."""
-        checkpointer = self._checkpointer("checkpoint(epoch)")
-        if not manifest_path(checkpointer.directory, epoch).exists():
-            raise CheckpointError(
-                f"no complete checkpoint of epoch {epoch} in {checkpointer.directory}; "
-                f"complete epochs: {checkpointer.complete_epochs()}"
-            )
-        return ResumePoint(epoch)
+        """``checkpoint(epoch)``: that checkpoint must verify, or nothing runs."""
+        return requested_point(self._checkpointer("checkpoint(epoch)"), epoch)
 
     def _find_latest(self) -> None:
         """``resume_latest()``: the newest usable checkpoint, or a finished run's result; its
@@ -236,12 +236,16 @@ class TrainingSession(Generic[M]):
             config.num_epochs,
             self.counters.last_round + 1,
         )
+        notice = interval_notice(self.learner.lr_scheduler)
+        if notice is not None and plan.main:  # in experiment.log and on the screen
+            with warnings_to(member(self.renderer, Renderer, "on_warning")):
+                log.warning(notice)
         use_precision = member(plan.strategy, StrategyDefaults, "use_precision")
         use_precision(config.precision)  # e.g. FSDP's mixed-precision policy
         loaders = {"train": config.train}
         if config.valid is not None:
             loaders["valid"] = config.valid
-        run = plan.strategy.start(self.learner.model, loaders)
+        run = self._run = plan.strategy.start(self.learner.model, loaders)
         try:
             self.learner.bind()  # the optimizers, on the placed parameters
             if self._worker is not None:
@@ -268,6 +272,32 @@ class TrainingSession(Generic[M]):
                 outcome.last_round, config.num_epochs, outcome.stop_reason, config.max_steps
             )
             end.write(checkpointer.directory)
+        self._agree_on_facts()
+
+    def _agree_on_facts(self) -> None:
+        """Every rank's result holds rank 0's facts: its summary, checkpoints and best epoch,
+        listed once its checkpoint writes are done (another rank reading the directory could
+        find an older checkpoint newest: rank 1's best epoch was 2, rank 0's 3)."""
+        plan, run = self.plan, self._run
+        assert run is not None  # ended() is called inside placed()
+        facts: dict[str, Any] | None = None
+        if plan.checkpointer is not None:  # a failed write is the run's error
+            self._checkpoints_closed = True
+            self._error.run(plan.checkpointer.close)
+        if plan.main:
+            checkpoints, best = self._checkpoints()
+            summary = self._summary
+            facts = {
+                "checkpoints": {str(epoch): str(path) for epoch, path in checkpoints.items()},
+                "best": best,
+                "summary": None if summary is None else summary.to_json(),
+            }
+        agreed = run.decide(facts)
+        assert agreed is not None
+        checkpoints = {int(epoch): Path(path) for epoch, path in agreed["checkpoints"].items()}
+        self._listing = (checkpoints, agreed["best"])
+        summary = agreed["summary"]
+        self._summary = None if summary is None else LearnerSummary.from_json(summary)
 
     def _write_summary(self) -> LearnerSummary:
         config = self.plan.config
@@ -314,7 +344,7 @@ class TrainingSession(Generic[M]):
         if outcome.error is not None:
             failure = outcome.error
             outcome.run(lambda: log.error("Training failed", exc_info=failure))
-        if plan.checkpointer is not None:
+        if plan.checkpointer is not None and not self._checkpoints_closed:
             outcome.run(plan.checkpointer.close)  # a failed write is the run's error
         outcome.run(lambda: worker.process_train(End(self._summary)))
         outcome.run(worker.close)
@@ -352,7 +382,7 @@ class TrainingSession(Generic[M]):
             self._summary,
             self._outcome.stop_reason,
             self.counters.last_round,
-            self._checkpoints(),
+            self._listing if self._listing is not None else self._checkpoints(),
             self.store,
         )
         return self._test(result) if config.tests and error is None else result

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from ember._errors import CheckpointError
 from ember.extend import CheckpointFile, Record
 from ember.train import FileCheckpointer
+from ember.train._checkpoint.file import read_metadata
 from ember.train._files import atomic_write
 
 
@@ -289,3 +290,22 @@ def test_non_finite_record_is_refused_naming_the_tensor(tmp_path: Path) -> None:
         with pytest.raises(CheckpointError, match=r"model-1\.safetensors .* in tensor 'w'"):
             checkpointer.save(1, record)
         assert list(tmp_path.iterdir()) == []
+
+
+def test_read_metadata_reads_the_header_alone_and_names_a_bad_file(tmp_path: Path) -> None:
+    """read_metadata gives a record's metadata from the safetensors header (what resume_latest
+    checks a step checkpoint's state with); a header claiming 1 TB or cut short is refused
+    naming the file."""
+    checkpointer = FileCheckpointer(tmp_path, "state")
+    checkpointer.save(2, Record(tensors={"t": torch.zeros(3)}, metadata={"step": 8}))
+    path = checkpointer.path(2)
+    assert read_metadata(path, "state", 2) == {"step": 8}
+    with pytest.raises(CheckpointError, match="holds 'state' of epoch 2, expected 'state' of"):
+        read_metadata(path, "state", 3)
+    data = path.read_bytes()
+    path.write_bytes((10**12).to_bytes(8, "little") + data[8:])
+    with pytest.raises(CheckpointError, match=r"state-2\.safetensors is not a safetensors file"):
+        read_metadata(path, "state", 2)
+    path.write_bytes(data[:20])
+    with pytest.raises(CheckpointError, match="is not a safetensors file or is truncated"):
+        read_metadata(path, "state", 2)

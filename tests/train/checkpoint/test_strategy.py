@@ -231,3 +231,25 @@ def test_strategies_reject_bad_epochs() -> None:
     """Epochs start at 1."""
     with pytest.raises(ValueError, match="got 0"):
         KeepLastNCheckpoints(1).checkpointing(0, FakeQuery())
+
+
+def test_keep_last_n_counts_saved_checkpoints_and_resumes_with_them() -> None:
+    """Asked at epochs 10, 20, 30 (checkpoint_every(epochs=10)), KeepLast(2) deletes 10 at 30;
+    a copy restored from its state deletes 20 at 40; a state without the list (0.1.0's, every
+    epoch saved) deletes epoch - n."""
+    strategy = KeepLastNCheckpoints(2)
+    query = FakeQuery()
+    assert [strategy.checkpointing(epoch, query) for epoch in (10, 20, 30)] == [
+        [Save()],
+        [Save()],
+        [Save(), Delete(10)],
+    ]
+    resumed = KeepLastNCheckpoints(2)
+    resumed.load_state_dict(json.loads(json.dumps(strategy.state_dict())))
+    assert resumed.checkpointing(40, query) == [Save(), Delete(20)]
+    old = KeepLastNCheckpoints(2)
+    old.load_state_dict({"strategy": "KeepLastNCheckpoints"})
+    assert old.checkpointing(5, query) == [Save(), Delete(3)]
+    assert old.checkpointing(6, query) == [Save(), Delete(4)]
+    with pytest.raises(ValueError, match="kept epochs"):
+        old.load_state_dict({"strategy": "KeepLastNCheckpoints", "kept": ["1"]})

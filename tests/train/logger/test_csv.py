@@ -59,6 +59,22 @@ def test_round_trip_includes_final_entries(tmp_path: Path) -> None:
     assert reread.read_numeric("Accuracy", 1, Split.TRAIN) == []
 
 
+def test_read_numeric_takes_the_split_as_a_string(tmp_path: Path) -> None:
+    """The user's call: read_numeric("Loss", 1, "valid"), as FileMetricLogger and the other
+    places that take a Split accept (it found nothing); a wrong name is a clear error."""
+    logger = CsvMetricLogger(tmp_path / "metrics.csv")
+    log_run(logger)
+    assert logger.read_numeric("Loss", 1, "valid") == [
+        *BATCHES[(Split.VALID, 1)],
+        FINALS[(Split.VALID, 1)],
+    ]
+    with pytest.raises(
+        ValueError, match="split must be one of 'train', 'valid', 'test', got 'validation'"
+    ):
+        logger.read_numeric("Loss", 1, "validation")
+    logger.close()
+
+
 def test_file_layout(tmp_path: Path) -> None:
     """Header, one row per entry, numbers as the metric logs write them, kind batch|epoch."""
     path = tmp_path / "logs" / "metrics.csv"

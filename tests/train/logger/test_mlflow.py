@@ -72,7 +72,6 @@ def history(client: Any, run_id: str, key: str) -> list[tuple[int, float]]:
     return [(m.step, m.value) for m in client.get_metric_history(run_id, key)]
 
 
-@pytest.mark.slow
 def test_local_store_params_metrics_artifacts_and_resume(
     model: TinyRegressor, run_dir: Path
 ) -> None:

@@ -213,3 +213,25 @@ def test_adapter_repr_names_the_torch_class() -> None:
     assert repr(TorchLrScheduler(tl.StepLR(sgd(0.5), 1))) == (
         "TorchLrScheduler(StepLR, last_lr=[0.5], step=0)"
     )
+
+
+def test_end_training_takes_the_owed_advance_once_and_survives_a_state_round_trip() -> None:
+    """After 3 optimizer steps the torch scheduler has advanced twice (lazily); end_training()
+    makes it 3, as a raw loop; a copy loaded from that state does not advance again on its
+    next step, and a state with a wrong caught_up is refused."""
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    adapter = TorchLrScheduler(torch.optim.lr_scheduler.StepLR(optimizer, 1, gamma=0.5))
+    for _ in range(3):
+        adapter.step()
+        optimizer.step()
+    adapter.end_training()
+    adapter.end_training()  # once only
+    assert adapter.scheduler.last_epoch == 3 and optimizer.param_groups[0]["lr"] == 0.125
+    state = adapter.state_dict()
+    assert state["caught_up"] is True
+    other_optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    other = TorchLrScheduler(torch.optim.lr_scheduler.StepLR(other_optimizer, 1, gamma=0.5))
+    other.load_state_dict(state)
+    assert other.step() == adapter.step() == 0.125  # the 4th step's lr, not advanced twice
+    with pytest.raises(ValueError, match="caught_up"):
+        other.load_state_dict({**state, "caught_up": "yes"})

@@ -47,6 +47,7 @@ __all__ = [
     "check_epoch",
     "checked_directory",
     "checkpoint_file_name",
+    "read_metadata",
     "read_regular",
     "refuse_non_finite",
     "remove_stale_temps",
@@ -57,6 +58,7 @@ VERSION = 1
 SUFFIX = ".safetensors"
 _HEADER_KEY = "ember"
 _TEMP_RE = r"\.[0-9a-f]{16}\.tmp"
+_MAX_HEADER_SIZE = 100_000_000  # safetensors refuses a bigger header too
 MAX_FILE_SIZE = 1 << 40
 """The largest checkpoint file read without a manifest stating its size (1 TiB)."""
 
@@ -303,7 +305,38 @@ def _storable(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 def deserialize(data: bytes, path: Path, name: str, epoch: int) -> Record:
     """Parse checkpoint bytes; CheckpointError naming ``path`` unless an ember checkpoint."""
-    document = _read_document(data, path)
+    metadata = _checked_metadata(_read_document(data, path), path, name, epoch)
+    try:
+        tensors = load_safetensors(data)
+    except Exception as error:
+        raise CheckpointError(f"checkpoint file {path} has unreadable tensors: {error}") from error
+    return Record(tensors=dict(tensors), metadata=metadata)
+
+
+def read_metadata(path: Path, name: str, epoch: int) -> dict[str, Any]:
+    """The record metadata of the checkpoint file ``path`` (``name`` of ``epoch``), read from
+    its header alone (no tensor is read); CheckpointError naming ``path`` as :func:`deserialize`
+    does."""
+    size = regular_size(path, "checkpoint file")
+    try:
+        with path.open("rb") as handle:
+            prefix = handle.read(8)
+            length = int.from_bytes(prefix, "little") if len(prefix) == 8 else 0
+            if length > _MAX_HEADER_SIZE:
+                raise CheckpointError(
+                    f"checkpoint file {path} is not a safetensors file: its header claims "
+                    f"{length} bytes, more than {_MAX_HEADER_SIZE}"
+                )
+            header = handle.read(min(length, max(size - 8, 0)))
+    except OSError as error:
+        raise CheckpointError(f"checkpoint file {path} cannot be read: {error}") from error
+    return _checked_metadata(_read_document(prefix + header, path), path, name, epoch)
+
+
+def _checked_metadata(
+    document: dict[str, Any], path: Path, name: str, epoch: int
+) -> dict[str, Any]:
+    """The ``metadata`` of an ember header ``document`` that is ``name`` of ``epoch``."""
     if document.get("format") != FORMAT or document.get("version") != VERSION:
         raise CheckpointError(
             f"checkpoint file {path} has format {document.get('format')!r} version "
@@ -317,11 +350,7 @@ def deserialize(data: bytes, path: Path, name: str, epoch: int) -> Record:
     metadata = document.get("metadata")
     if not isinstance(metadata, dict):
         raise CheckpointError(f"checkpoint file {path} has no metadata object")
-    try:
-        tensors = load_safetensors(data)
-    except Exception as error:
-        raise CheckpointError(f"checkpoint file {path} has unreadable tensors: {error}") from error
-    return Record(tensors=dict(tensors), metadata=metadata)
+    return metadata
 
 
 def _read_document(data: bytes, path: Path) -> dict[str, Any]:

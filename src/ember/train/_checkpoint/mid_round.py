@@ -19,15 +19,18 @@ end of round ``e - 1`` and before the end of round ``e`` (:attr:`ResumePoint.ord
 
 from __future__ import annotations
 
+import logging
 import re
 import shutil
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
+from ember._errors import CheckpointError
+from ember.train._checkpoint.file import checkpoint_file_name, read_metadata
 from ember.train._checkpoint.manifest import (
     delete_manifest,
-    is_complete,
+    epoch_problem,
     manifest_epochs,
 )
 
@@ -40,9 +43,11 @@ __all__ = [
     "mid_round_directory",
     "mid_round_points",
     "point_directory",
+    "point_problem",
     "step_directories",
 ]
 
+_log = logging.getLogger(__name__)
 _DIRECTORY_RE = re.compile(r"step-([1-9][0-9]*)")
 
 
@@ -102,9 +107,38 @@ def point_directory(directory: Path, point: ResumePoint) -> Path:
     return directory if point.step is None else mid_round_directory(directory, point.step)
 
 
+def point_problem(
+    directory: Path, point: ResumePoint, required: Collection[str]
+) -> CheckpointError | None:
+    """Why the checkpoint of ``point`` cannot be resumed from (None when it can): a file that
+    does not verify against its manifest, or a state file that records another point (a
+    ``step-{k}`` directory renamed or copied, so its name contradicts its contents)."""
+    where = point_directory(directory, point)
+    problem = epoch_problem(where, point.epoch, required)
+    if problem is not None or "state" not in required:
+        return problem
+    path = where / checkpoint_file_name("state", point.epoch)
+    try:
+        # the run's state records the step of a mid-round checkpoint (``_state.py``); a
+        # state that records none (another writer's records) is taken at its directory's word
+        step = read_metadata(path, "state", point.epoch).get("step", point.step)
+    except CheckpointError as error:
+        return error
+    if step == point.step:
+        return None
+    held = "a round end" if step is None else f"step {step}"
+    return CheckpointError(
+        f"checkpoint file {path} holds {held}, not {point}: its directory was renamed or copied"
+    )
+
+
 def is_complete_point(directory: Path, point: ResumePoint, required: Collection[str]) -> bool:
-    """Whether the checkpoint of ``point`` verifies against its manifest."""
-    return is_complete(point_directory(directory, point), point.epoch, required)
+    """Whether the checkpoint of ``point`` verifies against its manifest and its state file
+    records that point."""
+    problem = point_problem(directory, point, required)
+    if problem is not None:
+        _log.info("the checkpoint of %s is not usable: %s", point, problem)
+    return problem is None
 
 
 def all_points(directory: Path) -> list[ResumePoint]:

@@ -1,4 +1,5 @@
-"""Where ``resume_latest()`` starts, and what it says about the checkpoints it cannot use.
+"""Where ``resume_latest()`` starts, and what it says about the checkpoints it cannot use; where
+``checkpoint(epoch)`` starts.
 
 The newest complete checkpoint is resumed from: a round end, or a mid-round checkpoint
 (``mid_round.py``) when the checkpointer takes them. Every newer checkpoint that has files but
@@ -20,10 +21,10 @@ from ember._errors import CheckpointError
 from ember.train._checkpoint.checkpointer import MidRoundCheckpointer, RunCheckpointer
 from ember.train._checkpoint.file import SUFFIX
 from ember.train._checkpoint.learning import NAMES
-from ember.train._checkpoint.manifest import epoch_problem, manifest_epochs
-from ember.train._checkpoint.mid_round import ResumePoint, mid_round_directory, step_directories
+from ember.train._checkpoint.manifest import manifest_epochs, manifest_path
+from ember.train._checkpoint.mid_round import ResumePoint, point_problem, step_directories
 
-__all__ = ["resume_latest_point"]
+__all__ = ["requested_point", "resume_latest_point"]
 
 log = logging.getLogger("ember.train")
 _FILE_RE = re.compile(
@@ -75,6 +76,24 @@ def resume_latest_point(
     return latest
 
 
+def requested_point(checkpointer: RunCheckpointer, epoch: int) -> ResumePoint:
+    """The checkpoint ``checkpoint(epoch)`` resumes from, verified before anything of the run
+    is written (a refused request leaves the run directory as it was); CheckpointError naming
+    what is missing or damaged and the complete epochs otherwise."""
+    directory, point = checkpointer.directory, ResumePoint(epoch)
+    if not manifest_path(directory, epoch).exists():
+        problem = "there is none"
+    else:
+        found = point_problem(directory, point, NAMES)
+        if found is None:
+            return point
+        problem = str(found)
+    raise CheckpointError(
+        f"no complete checkpoint of epoch {epoch} in {directory} ({problem}); complete "
+        f"epochs: {checkpointer.complete_epochs()}"
+    )
+
+
 def _checkpointed_points(directory: Path, mid_round: bool) -> list[ResumePoint]:
     """Checkpoints with any file in ``directory`` (a manifest or a record), of either kind."""
     points = [ResumePoint(epoch) for epoch in _checkpointed_epochs(directory)]
@@ -93,6 +112,5 @@ def _checkpointed_epochs(directory: Path) -> list[int]:
 
 
 def _problem(directory: Path, point: ResumePoint) -> str:
-    where = directory if point.step is None else mid_round_directory(directory, point.step)
-    problem = epoch_problem(where, point.epoch, NAMES)
+    problem = point_problem(directory, point, NAMES)
     return "it is incomplete" if problem is None else str(problem)

@@ -4,7 +4,8 @@ After each epoch the training loop asks ``strategy.checkpointing(epoch, query)``
 of actions: :class:`Save` (checkpoint this epoch) and :class:`Delete` (remove an older one). The
 rules are Burn's:
 
-* :class:`KeepLastNCheckpoints` saves every epoch and deletes epoch ``epoch - n`` once positive.
+* :class:`KeepLastNCheckpoints` saves every epoch and deletes epoch ``epoch - n`` once positive
+  (with ``checkpoint_every``, the checkpoint ``n`` saves back).
 * :class:`MetricCheckpointingStrategy` keeps only the best epoch for a metric.
 * :class:`ComposedCheckpointingStrategy` saves when *any* strategy wants to and deletes an epoch
   only once *every* strategy has flagged it (a Delete, or no action at all for that epoch).
@@ -78,30 +79,43 @@ def _expect_kind(strategy: object, state: object) -> dict[str, Any]:
 
 
 class KeepLastNCheckpoints:
-    """Save every epoch; keep the last ``n`` (Burn's ``KeepLastNCheckpoints``)."""
+    """Save every epoch; keep the last ``n`` (Burn's ``KeepLastNCheckpoints``).
+
+    It counts checkpoints, not epochs: with ``checkpoint_every(epochs=10)`` it keeps the last
+    ``n`` of epochs 10, 20, ... (the saved epochs are in its state, so a resume goes on)."""
 
     def __init__(self, n: int) -> None:
         # Burn accepts 0, which saves an epoch and deletes it at once: never useful.
         self.n = check_positive_int("n (checkpoints to keep)", n)
+        self._kept: list[int] | None = []  # None: a state that did not list them (0.1.0's)
 
     def __repr__(self) -> str:
         return f"KeepLastNCheckpoints({self.n})"
 
     def checkpointing(self, epoch: int, query: MetricQuery) -> list[CheckpointingAction]:
-        """``[Save()]``, plus ``Delete(epoch - n)`` when that epoch exists."""
+        """``[Save()]``, plus a ``Delete`` of each saved epoch older than the last ``n``
+        (``epoch - n`` when every epoch is saved, as Burn)."""
         check_epoch(epoch)
-        actions: list[CheckpointingAction] = [Save()]
-        if epoch - self.n > 0:
-            actions.append(Delete(epoch - self.n))
-        return actions
+        # 0.1.0 saved every epoch and did not list them: the last n before this one
+        before = list(range(max(1, epoch - self.n), epoch)) if self._kept is None else self._kept
+        saved = [kept for kept in before if kept < epoch] + [epoch]
+        self._kept = saved[-self.n :]
+        return [Save(), *(Delete(old) for old in saved[: -self.n])]
 
     def state_dict(self) -> dict[str, Any]:
-        """Stateless: only the kind, so a state from another strategy is noticed."""
-        return {"strategy": type(self).__name__}
+        """The kind and the saved epochs it keeps (a resumed run deletes them in turn)."""
+        kept = None if self._kept is None else list(self._kept)
+        return {"strategy": type(self).__name__, "kept": kept}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Check that ``state`` came from this kind of strategy."""
-        _expect_kind(self, state)
+        """Check that ``state`` came from this kind of strategy, and take its saved epochs."""
+        kept = _expect_kind(self, state).get("kept")
+        if kept is not None and not (
+            isinstance(kept, list)
+            and all(isinstance(epoch, int) and not isinstance(epoch, bool) for epoch in kept)
+        ):
+            raise ValueError(f"checkpointing state lists kept epochs {kept!r}, not epochs")
+        self._kept = None if kept is None else list(kept)
 
 
 class MetricCheckpointingStrategy:

@@ -47,7 +47,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from ember.train._metric.base import NumericEntry, format_number
 from ember.train._metric.values import MetricValue
-from ember.train._vocabulary import Split
+from ember.train._vocabulary import Split, as_vocabulary
 
 if TYPE_CHECKING:
     from ember.train._summary import LearnerSummary
@@ -99,12 +99,14 @@ class CsvMetricLogger:
         with self._lock:
             self._write_rows()
 
-    def read_numeric(self, name: str, epoch: int, split: Split) -> list[NumericEntry]:
-        """The entries of ``name`` as the file holds them; a malformed row raises ``ValueError``."""
+    def read_numeric(self, name: str, epoch: int, split: Split | str) -> list[NumericEntry]:
+        """The entries of ``name`` as the file holds them (``split``: a Split or ``"valid"``...);
+        a malformed row raises ``ValueError``."""
+        key = (name, as_vocabulary(Split, split, "split"), epoch)
         with self._lock:
             self._write_rows()
             self._read_new_rows()
-            return list(self._index.get((name, split, epoch), []))
+            return list(self._index.get(key, []))
 
     def sync(self) -> None:
         """Write the buffered rows to the file (before a checkpoint commits)."""

@@ -18,7 +18,7 @@ from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
 
 from ember.train._lr_scheduler.validation import check_state, state_count
 
-__all__ = ["TorchLrScheduler"]
+__all__ = ["TorchLrScheduler", "interval_notice"]
 
 
 class TorchLrScheduler:
@@ -62,15 +62,29 @@ class TorchLrScheduler:
     ``scheduler.step()`` at the end of each epoch of a raw loop (``StepLR(step_size=1)`` in
     pytorch/examples' mnist); ``step()`` then gives the current lr. ``ReduceLROnPlateau`` is
     always stepped that way, with ``monitor``: the name of a metric registered on the
-    validation split, whose epoch value each advance is given.
+    validation split, whose epoch value each advance is given. Without ``interval`` (or a torch
+    scheduler handed to the Learner bare) it is ``"step"``, and the launch says so
+    (:func:`interval_notice`): the two conventions are both common.
+
+    When training ends, :meth:`end_training` gives a per-step scheduler the advance it owes the
+    last optimizer step, so the optimizer's lrs and the torch scheduler's state are where a raw
+    loop leaves them; the next :meth:`step` then does not advance again.
     """
 
-    __slots__ = ("_interval", "_monitor", "_resumed", "_scheduler", "_step")
+    __slots__ = (
+        "_caught_up",
+        "_chosen",
+        "_interval",
+        "_monitor",
+        "_resumed",
+        "_scheduler",
+        "_step",
+    )
 
     def __init__(
         self,
         scheduler: LRScheduler | ReduceLROnPlateau,
-        interval: str = "step",
+        interval: str | None = None,
         monitor: str | None = None,
     ) -> None:
         if not isinstance(scheduler, LRScheduler | ReduceLROnPlateau):
@@ -78,6 +92,8 @@ class TorchLrScheduler:
                 "scheduler must be a torch.optim.lr_scheduler.LRScheduler, "
                 f"got {type(scheduler).__qualname__}"
             )
+        self._chosen = interval is not None
+        interval = "step" if interval is None else interval
         if interval not in ("step", "epoch"):
             raise ValueError(f"interval must be 'step' or 'epoch', got {interval!r}")
         plateau = isinstance(scheduler, ReduceLROnPlateau)
@@ -94,6 +110,7 @@ class TorchLrScheduler:
         self._step = 0
         # True between load_state_dict() and the first advance after it (see _advance).
         self._resumed = False
+        self._caught_up = False  # end_training() took the advance the next step() owes
 
     @property
     def scheduler(self) -> LRScheduler | ReduceLROnPlateau:
@@ -113,10 +130,19 @@ class TorchLrScheduler:
     def step(self) -> float:
         """Return the lr of param group 0 for the coming optimizer step (see the class doc)."""
         if self._interval == "step":
-            if self._step > 0:
+            if self._step > 0 and not self._caught_up:
                 self._advance(None)
+            self._caught_up = False
             self._step += 1
         return float(self._scheduler.get_last_lr()[0])
+
+    def end_training(self) -> None:
+        """Training ended: a per-step scheduler takes the advance it owes the last optimizer
+        step (torch's ``scheduler.step()`` after ``optimizer.step()``), which also writes the
+        new lrs into the optimizer's param groups, as a raw loop leaves them."""
+        if self._interval == "step" and self._step > 0 and not self._caught_up:
+            self._advance(None)
+            self._caught_up = True
 
     def end_epoch(self, value: float | None) -> None:
         """An epoch ended: advance an ``interval="epoch"`` scheduler (with ``value`` for a
@@ -163,17 +189,27 @@ class TorchLrScheduler:
             self._scheduler.step()
 
     def state_dict(self) -> dict[str, Any]:
-        """The adapter's call counter and the torch scheduler's state, as JSON values."""
-        return {
+        """The adapter's call counter and the torch scheduler's state, as JSON values (and
+        ``"caught_up": true`` after :meth:`end_training`)."""
+        state: dict[str, Any] = {
             "kind": "torch",
             "class": type(self._scheduler).__qualname__,
             "step": self._step,
             "scheduler": _to_json(self._scheduler.state_dict(), "scheduler"),
         }
+        if self._caught_up:
+            state["caught_up"] = True
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore the call counter and the torch scheduler's state."""
-        check_state(state, self, "torch", ("class", "step", "scheduler"))
+        caught_up = state.get("caught_up", False) if isinstance(state, dict) else False
+        optional = ("caught_up",) if isinstance(state, dict) and "caught_up" in state else ()
+        check_state(state, self, "torch", ("class", "step", "scheduler", *optional))
+        if not isinstance(caught_up, bool):
+            raise ValueError(
+                f"TorchLrScheduler state['caught_up'] must be a bool, got {caught_up!r}"
+            )
         expected = type(self._scheduler).__qualname__
         if state["class"] != expected:
             raise ValueError(
@@ -199,7 +235,8 @@ class TorchLrScheduler:
                 "param groups"
             )
         self._step = step
-        self._resumed = step > 0
+        self._caught_up = caught_up
+        self._resumed = step > 0 and not caught_up
 
     def __repr__(self) -> str:
         last = [float(lr) for lr in self._scheduler.get_last_lr()]
@@ -207,6 +244,23 @@ class TorchLrScheduler:
             f"TorchLrScheduler({type(self._scheduler).__qualname__}, last_lr={last}, "
             f"step={self._step})"
         )
+
+
+def interval_notice(scheduler: object) -> str | None:
+    """What the launch says about a torch scheduler whose interval nobody chose (handed to the
+    Learner bare, or ``TorchLrScheduler(scheduler)``): it is stepped after every optimizer step,
+    and how to step it per epoch instead; None for any other scheduler."""
+    if not isinstance(scheduler, TorchLrScheduler) or scheduler._chosen:
+        return None
+    if scheduler.interval != "step":  # ReduceLROnPlateau: always per epoch
+        return None
+    name = type(scheduler.scheduler).__qualname__
+    return (
+        f"the torch scheduler {name} handed to the Learner is stepped after every optimizer "
+        'step (interval="step", as Hugging Face does); to step it once per epoch, after '
+        "validation (as pytorch/examples and Lightning do), pass TorchLrScheduler(scheduler, "
+        'interval="epoch"); TorchLrScheduler(scheduler, interval="step") keeps this and is silent'
+    )
 
 
 # --- torch state <-> JSON --------------------------------------------------------------------

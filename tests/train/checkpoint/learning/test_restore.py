@@ -67,7 +67,7 @@ def test_restore_returns_the_records_and_strategy_state(tmp_path: Path, asynchro
         assert torch.equal(restored.model.tensors[key], tensor)
     assert restored.optim.metadata == records.optim.metadata
     state = FileCheckpointer(tmp_path, "state").restore(1).metadata
-    assert state["checkpointing_strategy"] == {"strategy": "KeepLastNCheckpoints"}
+    assert state["checkpointing_strategy"] == {"strategy": "KeepLastNCheckpoints", "kept": [1]}
 
 
 def test_resumed_run_makes_the_same_decisions(tmp_path: Path) -> None:

@@ -24,12 +24,14 @@ from torch import nn
 from ember.data import DataLoader, DataLoaderBuilder, InMemDataset, TorchDataLoader
 from ember.train import (
     CliMetricsRenderer,
+    ComposedCheckpointingStrategy,
     FullyShardedDataParallel,
     KeepLastNCheckpoints,
     Learner,
     LearnerModel,
     LearningResult,
     LossMetric,
+    MetricCheckpointingStrategy,
     RegressionOutput,
     SupervisedTraining,
     TrainOutput,
@@ -440,3 +442,23 @@ def torch_loaders(out_dir: str) -> None:
         _succeeded(result)
         save_weights(out / f"{sampler}-rank{rank}.safetensors", result.model)
         (out / f"{sampler}-seen-rank{rank}.json").write_text(json.dumps(dataset.seen))
+
+
+def result_facts(out_dir: str) -> None:
+    """3 epochs with the default checkpointers (the best epoch kept by the Loss) and a summary:
+    each rank writes the facts of its result."""
+    out, rank = Path(out_dir), dist.get_rank()
+    builder, learner = training(out / "run", 3, DistributedDataParallel())
+    builder = builder.with_checkpointing_strategy(
+        ComposedCheckpointingStrategy(
+            [KeepLastNCheckpoints(1), MetricCheckpointingStrategy("Loss")]
+        )
+    ).summary()
+    result = builder.launch(learner)
+    _succeeded(result)
+    facts = {
+        "best_epoch": result.best_epoch,
+        "checkpoints": {str(epoch): str(path) for epoch, path in result.checkpoints.items()},
+        "summary": None if result.summary is None else result.summary.to_json(),
+    }
+    write_result(out / f"facts-rank{rank}.json", result, **facts)

@@ -138,6 +138,18 @@ def test_stops_are_agreed_and_an_error_ends_every_rank_fast(tmp_path: Path) -> N
     assert error[0]["seconds"] < TIMEOUT.total_seconds() / 2  # not the collective timeout
 
 
+def test_every_rank_returns_the_same_result_facts(tmp_path: Path) -> None:
+    """The fault: rank 1's result.best_epoch was 2 while rank 0's was 3 (it read the
+    checkpoints while rank 0 still wrote them) and it had no summary; every rank's result now
+    holds rank 0's facts: best epoch, checkpoints and summary."""
+    spawn(ddp_helpers.result_facts, 2, str(tmp_path), timeout=TIMEOUT, join_timeout=120)
+    rank0, rank1 = (result(tmp_path / f"facts-rank{rank}.json") for rank in (0, 1))
+    assert rank0["error"] is None and rank0["last_epoch"] == 3
+    assert rank0["best_epoch"] is not None and rank0["summary"] is not None
+    assert list(rank0["checkpoints"]) == sorted({"3", str(rank0["best_epoch"])}, key=int)
+    assert rank1 == rank0
+
+
 def test_a_dead_rank_fails_the_job_fast_naming_it(tmp_path: Path) -> None:
     """Rank 1's process exits with code 3 at its 3rd step: spawn raises, naming rank 1 and
     its exit code, well within the collective timeout + 10 s."""

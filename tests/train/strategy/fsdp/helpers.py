@@ -142,3 +142,20 @@ def die_while_writing(out_dir: str) -> None:
     with patch.object(sharded, "FileCheckpointer", _DyingShards):
         result = builder.launch(learner)
     ddp_helpers.write_result(Path(out_dir) / f"rank{dist.get_rank()}.json", result)
+
+
+def finished_twice(out_dir: str) -> None:
+    """One sharded epoch, then ``resume_latest()`` on the finished run: each rank writes the
+    result and its learner's weights and Adam state (whole tensors: the model is not placed)."""
+    out, rank = Path(out_dir), dist.get_rank()
+    run(*training(out / "run", 1, FullyShardedDataParallel(shard=nn.Linear)), out, "trained")
+    builder, learner = training(out / "run", 1, FullyShardedDataParallel(shard=nn.Linear))
+    result = builder.resume_latest().launch(learner)
+    ddp_helpers.write_result(out / f"again-rank{rank}.json", result)
+    state = learner.optimizer.state_dict()["state"]
+    adam = {
+        f"{param}/{name}": value
+        for param, values in state.items()
+        for name, value in values.items()
+    }
+    save_file({**learner.model.state_dict(), **adam}, str(out / f"again-rank{rank}.safetensors"))

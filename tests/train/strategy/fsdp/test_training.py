@@ -191,6 +191,29 @@ def test_a_rank_dying_during_a_sharded_write_leaves_the_previous_checkpoint(
     load_checkpoint(tmp_path / "run", 1, into=ddp_helpers.Mlp())
 
 
+def test_resume_latest_on_a_finished_sharded_run_returns_its_learner(tmp_path: Path) -> None:
+    """The fault: resume_latest() on a finished FSDP run loaded the shard index as a plain
+    model record ("does not fit the model"); now every rank, and a single process, gets the
+    run's result: its weights and Adam's state reassembled from the shards."""
+    spawn(helpers.finished_twice, 2, str(tmp_path), timeout=TIMEOUT, join_timeout=60)
+    trained = load_file(tmp_path / "trained.safetensors")
+    for rank in (0, 1):
+        result = json.loads((tmp_path / f"again-rank{rank}.json").read_text())
+        assert result == {"error": None, "stop_reason": None, "last_epoch": 1}
+        again = load_file(tmp_path / f"again-rank{rank}.safetensors")
+        assert_close({name: again[name] for name in trained}, trained)
+        assert {name.rpartition("/")[2] for name in again.keys() - trained.keys()} == {
+            "step",
+            "exp_avg",
+            "exp_avg_sq",
+        }
+    builder, learner = ddp_helpers.training(tmp_path / "run", 1)
+    single = builder.resume_latest().launch(learner)
+    assert single.error is None and single.last_epoch == 1, single.traceback
+    assert_close(learner.model.state_dict(), trained)
+    assert learner.optimizer.state_dict()["state"]
+
+
 def free_port() -> int:
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
@@ -246,14 +269,14 @@ def resumable_copy(source: Path, directory: Path, keep: int) -> Path:
 def test_missing_shards_and_another_model_are_refused_naming_them(
     two_ranks: Path, tmp_path: Path
 ) -> None:
-    """A shard file gone: the resume names it; a model with another width: the resume says the
-    checkpoint does not fit; a second run on a model sharded already: refused before starting."""
+    """A shard file gone: the resume is refused at launch naming it; a model with another
+    width: the resume says the checkpoint does not fit; a second run on a model sharded
+    already: refused before starting."""
     directory = resumable_copy(two_ranks / "a", tmp_path / "missing", 1)
     (directory / "checkpoint" / "shards-rank1-1.safetensors").unlink()
     builder, learner = ddp_helpers.training(directory, 2, resume=1)
-    result = builder.launch(learner)
-    assert isinstance(result.error, CheckpointError)
-    assert "shards-rank1-1.safetensors" in str(result.error) and "missing" in str(result.error)
+    with pytest.raises(CheckpointError, match=r"shards-rank1-1\.safetensors .* is missing"):
+        builder.launch(learner)
     directory = resumable_copy(two_ranks / "a", tmp_path / "other", 1)
     builder, learner = ddp_helpers.training(directory, 2, resume=1)
     wide = nn.Sequential(nn.Linear(4, 32), nn.Tanh(), nn.Dropout(0.0), nn.Linear(32, 1))
