@@ -25,8 +25,10 @@ millisecond on a busy disk, more than a small model's whole epoch; so the files 
 thread of their own (``metric-writer``, as Burn's ``AsyncLogger``) and the metrics thread never
 waits for the disk. Lines are handed to it in blocks, at least every ``interval`` seconds, so a
 file is at most that far behind training, and the writer opens, appends and closes each file
-per block (no file stays open). A new file is handed over with its first line: its directory
-and the file are made while training goes on, not all at the end of the run. Reading a value
+per block (no file stays open). A new file is handed over with its first line (or, when a
+block went out for new files less than 0.1 s before, with the next block after that: the splits
+of short epochs have their files made together, in one wake-up of the writer): its directory and
+the file are made while training goes on, not all at the end of the run. Reading a value
 back and closing first write everything logged before them; a write error is raised by the
 next of those calls or by the next ``log`` (so a logger that cannot write stops training at
 once, like any error of the metrics thread).
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -61,6 +64,11 @@ __all__ = [
 
 STEPS_FILE = "steps.jsonl"
 """The file, in each ``{split}/epoch-{N}`` directory, of the global step of every metric line."""
+
+_NEW_FILE_DELAY = 0.1
+"""Seconds at least between two blocks handed over for their new files: the splits that start
+meanwhile (short epochs, one-step rounds) have their files made together, in one wake-up of the
+writer, instead of one wake-up (and its GIL hand-offs) each."""
 
 
 def metric_file_name(name: str) -> str:
@@ -180,27 +188,29 @@ def _write_blocks(blocks: list[tuple[str, str, bool]]) -> None:
     """Write each ``(path, text, truncate)`` block (``truncate`` starts the file anew); a
     failed block does not keep the others from being written, and the first error is raised."""
     failure: Exception | None = None
+    made: set[str] = set()  # directories this job made: each new file's is made once
     for path, text, truncate in blocks:
         try:
-            _append(path, text, truncate)
+            _append(path, text, truncate, made)
         except Exception as error:  # raised by the logger's next call (the worker keeps it)
             failure = failure or error
     if failure is not None:
         raise failure
 
 
-def _append(path: str, text: str, truncate: bool) -> None:
+def _append(path: str, text: str, truncate: bool, made: set[str]) -> None:
     # os-level calls, the directory made before a new file (a new epoch's directory is new
     # too): every system call here hands the GIL to the training thread and must win it
     # back, and Python's open() and makedirs() make twice as many calls
-    if truncate:
-        directory = os.path.dirname(path)
+    directory = os.path.dirname(path)
+    if truncate and directory not in made:
         try:
             os.mkdir(directory)
         except FileExistsError:
             pass
         except FileNotFoundError:  # the split's own directory is new too
             os.makedirs(directory, exist_ok=True)
+        made.add(directory)
     flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if truncate else os.O_APPEND)
     data = memoryview(text.encode("utf-8"))
     fd = os.open(path, flags, 0o666)
@@ -238,10 +248,11 @@ class FileMetricLogger:
         self._started: set[str] = set()
         self._continued: set[str] = set()  # files of a resumed split: appended to, not new
         self._ended: list[str] = []  # paths of ended splits, forgotten after the next block
-        self._new_file = False  # a file not handed to the writer yet: hand it over now
+        self._new_file = False  # a file not handed to the writer yet: hand it over soon
         self._interval = interval
         self._clock = clock
         self._last_hand_off = clock()
+        self._files_handed = -math.inf  # when the last block with a new file went out
 
     def path(self, name: str, epoch: int, split: Split | str) -> Path:
         """Where ``name``'s values for ``epoch`` and ``split`` (``"valid"`` too) are written."""
@@ -313,7 +324,10 @@ class FileMetricLogger:
         return path
 
     def _maybe_hand_off(self) -> None:
-        if self._new_file or self._clock() - self._last_hand_off >= self._interval:
+        now = self._clock()
+        if now - self._last_hand_off >= self._interval or (
+            self._new_file and now - self._files_handed >= _NEW_FILE_DELAY
+        ):
             self._hand_off()
 
     def end_split(self, epoch: int, split: Split) -> None:
@@ -399,7 +413,8 @@ class FileMetricLogger:
             for line in runs.take():
                 self._queue(None, epoch, split, line)
         self._last_hand_off = self._clock()
-        self._new_file = False
+        if self._new_file:
+            self._files_handed, self._new_file = self._last_hand_off, False
         blocks = []
         for path, lines in self._pending.items():
             if lines:
