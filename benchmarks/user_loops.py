@@ -23,6 +23,10 @@
    writes the same values (the round, the train loss, the valid loss) to one CSV file
    (target <= 1.10x).
 
+Where the time goes: rows with metric files print the same run with its metrics in memory
+beside them, and the disk's speed at making an epoch directory and its file is printed first
+and last (it varies tenfold over minutes on a shared virtual machine, and the file rows with it).
+
 Each figure is the median of the ratios of alternated pairs (``event_floor.pairs``), one
 intra-op thread; the load average is printed before every row and at the end: on a shared
 machine read the ratios, not the seconds. Not a test: it prints.
@@ -59,7 +63,7 @@ from ember.train import (
     TrainOutput,
 )
 from event_floor import TupleMlp, learner_vs_raw, pairs, report, seed_tensors, uptime
-from learner_overhead import RUNS, learner_run, raw_loop, seed_workload
+from learner_overhead import RUNS, disk_probe, learner_run, raw_loop, seed_workload
 
 
 def loss_of(model: nn.Module, batch: Any) -> torch.Tensor:
@@ -123,7 +127,10 @@ def torch_dataloader(epochs: int, repeats: int) -> None:
     def ember() -> float:
         return learner_run(TupleMlp(), *torch_loaders(), epochs, in_memory=False)  # type: ignore[arg-type]
 
-    contenders = {"raw": raw, "ember": ember}
+    def in_memory() -> float:
+        return learner_run(TupleMlp(), *torch_loaders(), epochs, in_memory=True)  # type: ignore[arg-type]
+
+    contenders = {"raw": raw, "ember": ember, "in memory": in_memory}
     try:
         import ignite  # noqa: F401
     except ImportError:
@@ -133,6 +140,9 @@ def torch_dataloader(epochs: int, repeats: int) -> None:
     times = pairs(contenders, repeats)
     label = f"ember over the user's torch DataLoader, seed workload ({7 * epochs} steps)"
     report(label, times, "raw", "ember", "<= 1.05x")
+    report(
+        "  the same, metrics in memory (no files; for reference)", times, "raw", "in memory", "-"
+    )
     if "ignite" in times:
         report("  Ignite's lean loop over it", times, "raw", "ignite", "-")
         report("  ember against Ignite's lean loop", times, "ignite", "ember", "< 1.00x")
@@ -281,16 +291,19 @@ def one_step_rounds(rounds: int, repeats: int) -> None:
                 writer.writerow([index, loss.item(), float(valid_loss)])
         return time.perf_counter() - start
 
-    def ember() -> float:
-        return learner_run(TupleMlp(), *loaders(), rounds, in_memory=False)
+    def ember(in_memory: bool) -> Callable[[], float]:
+        return lambda: learner_run(TupleMlp(), *loaders(), rounds, in_memory=in_memory)
 
-    times = pairs({"raw": raw, "ember": ember}, repeats)
+    times = pairs({"raw": raw, "ember": ember(False), "in memory": ember(True)}, repeats)
     report(
         f"{rounds} one-step rounds, metric files, against a raw loop writing one CSV",
         times,
         "raw",
         "ember",
         "<= 1.10x",
+    )
+    report(
+        "  the same, metrics in memory (no files; for reference)", times, "raw", "in memory", "-"
     )
 
 
@@ -301,6 +314,10 @@ def main() -> None:
     torch.set_num_threads(1)
     repeats = 5 if args.quick else 11
     print(f"start: {uptime()} ({os.cpu_count()} CPUs); medians of {repeats} alternated pairs")
+    print(
+        f"this disk: {disk_probe():.0f} µs to make an epoch directory and its file (a seed "
+        "epoch makes two directories and four files; ~40 µs on a quiet local disk)"
+    )
     rows: list[tuple[Callable[..., None], tuple[Any, ...]]] = [
         (torch_dataloader, (100, repeats)),
         (
@@ -320,7 +337,7 @@ def main() -> None:
     for row, arguments in rows:
         row(*arguments)
         print(f"  ({uptime()})")
-    print(f"end: {uptime()}")
+    print(f"end: {uptime()}; this disk: {disk_probe():.0f} µs a directory and its file")
 
 
 if __name__ == "__main__":
