@@ -24,8 +24,10 @@
    (target <= 1.10x).
 
 Where the time goes: rows with metric files print the same run with its metrics in memory
-beside them, and the disk's speed at making an epoch directory and its file is printed first
-and last (it varies tenfold over minutes on a shared virtual machine, and the file rows with it).
+beside them; the raw seed loop beside another process that makes the same epoch files at its
+pace (``event_floor.file_floor``) is this machine's floor for file logs; the disk's speed at
+making an epoch directory and its file is printed first and last (it varies tenfold over
+minutes on a shared virtual machine, and the file rows with it).
 
 Each figure is the median of the ratios of alternated pairs (``event_floor.pairs``), one
 intra-op thread; the load average is printed before every row and at the end: on a shared
@@ -62,7 +64,15 @@ from ember.train import (
     SupervisedTraining,
     TrainOutput,
 )
-from event_floor import TupleMlp, learner_vs_raw, pairs, report, seed_tensors, uptime
+from event_floor import (
+    TupleMlp,
+    file_floor,
+    learner_vs_raw,
+    pairs,
+    report,
+    seed_tensors,
+    uptime,
+)
 from learner_overhead import RUNS, disk_probe, learner_run, raw_loop, seed_workload
 
 
@@ -330,6 +340,7 @@ def main() -> None:
                 ("<= 1.05x", "<= 1.10x"),
             ),
         ),
+        (file_floor, (100, repeats)),
         (generator_step, (2000, repeats)),
         (distributed, (3, 3) if args.quick else (7, 5)),
         (one_step_rounds, (200, repeats)),

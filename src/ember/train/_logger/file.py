@@ -25,20 +25,19 @@ millisecond on a busy disk, more than a small model's whole epoch; so the files 
 thread of their own (``metric-writer``, as Burn's ``AsyncLogger``) and the metrics thread never
 waits for the disk. Lines are handed to it in blocks, at least every ``interval`` seconds, so a
 file is at most that far behind training, and the writer opens, appends and closes each file
-per block (no file stays open). A new file is handed over with its first line (or, when a
-block went out for new files less than 0.1 s before, with the next block after that: the splits
-of short epochs have their files made together, in one wake-up of the writer): its directory and
-the file are made while training goes on, not all at the end of the run. Reading a value
-back and closing first write everything logged before them; a write error is raised by the
-next of those calls or by the next ``log`` (so a logger that cannot write stops training at
-once, like any error of the metrics thread).
+per block (no file stays open). A new file is handed over with its first line: its directory
+and the file are made while training goes on, not all at the end of the run (holding short
+epochs' new files back to hand them over together measured no faster: the last ones are then
+made after training instead of beside it). Reading a value back and closing first write
+everything logged before them; a write error is raised by the next of those calls or by the
+next ``log`` (so a logger that cannot write stops training at once, like any error of the
+metrics thread).
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import math
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -64,11 +63,6 @@ __all__ = [
 
 STEPS_FILE = "steps.jsonl"
 """The file, in each ``{split}/epoch-{N}`` directory, of the global step of every metric line."""
-
-_NEW_FILE_DELAY = 0.1
-"""Seconds at least between two blocks handed over for their new files: the splits that start
-meanwhile (short epochs, one-step rounds) have their files made together, in one wake-up of the
-writer, instead of one wake-up (and its GIL hand-offs) each."""
 
 
 def metric_file_name(name: str) -> str:
@@ -248,11 +242,10 @@ class FileMetricLogger:
         self._started: set[str] = set()
         self._continued: set[str] = set()  # files of a resumed split: appended to, not new
         self._ended: list[str] = []  # paths of ended splits, forgotten after the next block
-        self._new_file = False  # a file not handed to the writer yet: hand it over soon
+        self._new_file = False  # a file not handed to the writer yet: hand it over now
         self._interval = interval
         self._clock = clock
         self._last_hand_off = clock()
-        self._files_handed = -math.inf  # when the last block with a new file went out
 
     def path(self, name: str, epoch: int, split: Split | str) -> Path:
         """Where ``name``'s values for ``epoch`` and ``split`` (``"valid"`` too) are written."""
@@ -324,10 +317,7 @@ class FileMetricLogger:
         return path
 
     def _maybe_hand_off(self) -> None:
-        now = self._clock()
-        if now - self._last_hand_off >= self._interval or (
-            self._new_file and now - self._files_handed >= _NEW_FILE_DELAY
-        ):
+        if self._new_file or self._clock() - self._last_hand_off >= self._interval:
             self._hand_off()
 
     def end_split(self, epoch: int, split: Split) -> None:
@@ -413,8 +403,7 @@ class FileMetricLogger:
             for line in runs.take():
                 self._queue(None, epoch, split, line)
         self._last_hand_off = self._clock()
-        if self._new_file:
-            self._files_handed, self._new_file = self._last_hand_off, False
+        self._new_file = False
         blocks = []
         for path, lines in self._pending.items():
             if lines:
