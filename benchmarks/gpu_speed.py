@@ -101,9 +101,11 @@ class Gpt2(LearnerModel):
 
     def regression(self, batch: Batch) -> RegressionOutput:
         tokens, targets = batch
-        logits = self(tokens)
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
-        return RegressionOutput(loss, logits.detach(), targets)
+        loss = F.cross_entropy(self(tokens).flatten(0, 1).float(), targets.flatten())
+        # the output carries the loss alone (what LossMetric reads): the logits, 400 MB a batch,
+        # would stay alive until the metrics thread had read the batch
+        value = loss.detach().view(1, 1)
+        return RegressionOutput(loss, value, value)
 
     def train_step(self, batch: Batch) -> TrainOutput[RegressionOutput]:
         out = self.regression(batch)
