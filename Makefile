@@ -4,9 +4,9 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.ember-installed
-EXTRAS := dev,metrics,plot,examples,tensorboard,mlflow-skinny,hf,cli,pandas,optuna,wandb
+EXTRAS := dev,metrics,plot,examples,tensorboard,mlflow-skinny,hf,cli,pandas,optuna,wandb,bench
 
-.PHONY: demo test test-slow lint pytest package bench clean
+.PHONY: demo test test-slow lint pytest package bench bench-user clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -43,6 +43,10 @@ test-slow: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/dataloader.py
 	$(BIN)/python benchmarks/learner_overhead.py
+
+# issue 30's targets, each against its raw equivalent, in one run (~8 min; QUICK=1: ~4 min)
+bench-user: $(STAMP)
+	$(BIN)/python benchmarks/user_loops.py $(if $(QUICK),--quick)
 
 clean:
 	rm -rf $(VENV) artifacts dist build

@@ -1,11 +1,16 @@
-"""DistributedDataParallel: ember's against torch's own, 2 gloo processes (targets: issue 15).
+"""DistributedDataParallel: ember's against torch's own, 2 gloo processes (issues 15 and 30).
 
-Two models, each trained by 2 processes started by ``ember.distributed.spawn``:
+Three models, each trained by 2 processes started by ``ember.distributed.spawn``:
 
 - **communication-bound**: the medium MLP (784-256-256-10, Adam, global batch 128; 1 MiB of
   gradients against a few ms of compute per step), target ember >= 0.95x torch;
 - **compute-dominated**: a wide MLP (784-1024-1024-10, Adam, global batch 2048), target
-  ember >= 0.98x torch.
+  ember >= 0.98x torch;
+- **tiny**: a ``Linear(20, 1)`` regression (the DDP tutorial's size, Adam, global batch 32): a
+  step is nothing but overhead; target ember >= 0.91x torch (at most 1.10x its time).
+
+``fresh_processes`` (used by ``benchmarks/user_loops.py``) times one run per fresh process
+group instead, without warm-up: a user's script, first-run costs included.
 
 ember is the Learner with ``DistributedDataParallel()`` (sharded loader, a Loss metric on rank
 0 with its per-batch log lines, outputs reaching rank 0 in chunks, no validation); torch is a
@@ -23,6 +28,7 @@ adds a second torch run to every pair, whose torch/torch ratio (1.000x on a quie
 shows how far the machine's noise moves a pair's figure.
 
     python benchmarks/ddp.py [--quick] [--gpus N] [--epochs E] [--pairs P] [--control]
+                             [--models communication-bound compute-dominated tiny]
                                                       # --gpus: N processes, nccl, cuda:rank
 """
 
@@ -53,16 +59,19 @@ from ember.train import (
     Learner,
     LearnerModel,
     LossMetric,
+    RegressionOutput,
     SupervisedTraining,
     TrainOutput,
 )
 from ember.train._strategy.ddp.strategy import DistributedDataParallel
 from learner_overhead import stack_batcher
 
-# name -> (hidden width, global batch, batches per epoch, target ratio)
+# name -> (hidden width, global batch, batches per epoch, target ratio); width 0: the ``Tiny``
+# model (a Linear(20, 1) regression, the DDP tutorial's size: pure per-step overhead)
 MODELS = {
     "communication-bound": (256, 128, 40, 0.95),
     "compute-dominated": (1024, 2048, 8, 0.98),
+    "tiny": (0, 32, 200, 0.91),
 }
 
 
@@ -95,11 +104,50 @@ class Mlp(LearnerModel):
     def inference_step(self, batch: tuple[torch.Tensor, torch.Tensor]) -> ClassificationOutput:
         return self.classify(batch)
 
+    @staticmethod
+    def criterion(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(out, y)
 
-def dataset(items: int) -> InMemDataset[tuple[torch.Tensor, torch.Tensor]]:
+
+class Tiny(LearnerModel):
+    """A Linear(20, 1) regression: the step is nothing but overhead."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Linear(20, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.net(x)
+        return out
+
+    def regress(self, batch: tuple[torch.Tensor, torch.Tensor]) -> RegressionOutput:
+        x, y = batch
+        out = self(x)
+        return RegressionOutput(F.mse_loss(out, y), out, y)
+
+    def train_step(self, batch: tuple[torch.Tensor, torch.Tensor]) -> TrainOutput[Any]:
+        out = self.regress(batch)
+        return TrainOutput.from_loss(self, out.loss, out)
+
+    def inference_step(self, batch: tuple[torch.Tensor, torch.Tensor]) -> RegressionOutput:
+        return self.regress(batch)
+
+    @staticmethod
+    def criterion(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return F.mse_loss(out, y)
+
+
+def make_model(width: int) -> Mlp | Tiny:
+    return Mlp(width) if width else Tiny()
+
+
+def dataset(items: int, tiny: bool = False) -> InMemDataset[tuple[torch.Tensor, torch.Tensor]]:
     generator = torch.Generator().manual_seed(0)
-    x = torch.randn(items, 784, generator=generator)
-    y = torch.randint(0, 10, (items,), generator=generator)
+    x = torch.randn(items, 20 if tiny else 784, generator=generator)
+    if tiny:
+        y = torch.randn(items, 1, generator=generator)
+    else:
+        y = torch.randint(0, 10, (items,), generator=generator)
     return InMemDataset(list(zip(x.unbind(), y.unbind(), strict=True)))
 
 
@@ -134,12 +182,12 @@ def ember_run(name: str, epochs: int) -> float:
     none)."""
     width, batch, batches, _ = MODELS[name]
     torch.manual_seed(0)
-    model = Mlp(width)
+    model = make_model(width)
     train = (
         DataLoaderBuilder(stack_batcher)
         .batch_size(batch)
         .shuffle(1)
-        .build(dataset(batch * batches))
+        .build(dataset(batch * batches, tiny=not width))
     )
     with tempfile.TemporaryDirectory() as directory:
         builder = (
@@ -167,14 +215,14 @@ def torch_run(name: str, epochs: int) -> float:
     width, batch, batches, _ = MODELS[name]
     torch.manual_seed(0)
     device = _device()
-    plain = Mlp(width).to(device)
+    plain = make_model(width).to(device)
     rank, world = dist.get_rank(), dist.get_world_size()
     # the same shares as ember's, read by the same sharded loader: only the engines differ
     loader = ShardedDataLoader(
         DataLoaderBuilder(stack_batcher)
         .batch_size(batch)
         .shuffle(1)
-        .build(dataset(batch * batches))
+        .build(dataset(batch * batches, tiny=not width))
         .to_device(device),
         rank,
         world,
@@ -190,7 +238,7 @@ def torch_run(name: str, epochs: int) -> float:
     for _ in range(epochs):
         losses = []
         for x, y in loader:
-            loss = F.cross_entropy(model(x), y)
+            loss = plain.criterion(model(x), y)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -221,8 +269,74 @@ def _worker(out: str, name: str, epochs: int, pairs: int, control: bool) -> None
         Path(out).write_text(json.dumps(times), encoding="utf-8")
 
 
+def _fresh_worker(out: str, side: str, name: str, epochs: int) -> None:
+    """One rank of a fresh process group running one side once, with no warm-up: what a user's
+    script pays, first-run costs included; rank 0 writes its time."""
+    torch.set_num_threads(1)
+    elapsed = (ember_run if side == "ember" else torch_run)(name, epochs)
+    if dist.get_rank() == 0:
+        Path(out).write_text(json.dumps(elapsed), encoding="utf-8")
+
+
+def in_processes(
+    name: str, epochs: int, pairs: int, *, control: bool = False, gpus: int = 0
+) -> list[dict[str, float]]:
+    """Each pair's seconds per side, alternated in the same ``gpus`` (or 2 gloo) processes."""
+    processes, backend = (gpus, "nccl") if gpus else (2, "gloo")
+    with tempfile.TemporaryDirectory() as directory:
+        out = Path(directory) / "times.json"
+        spawn(
+            _worker,
+            processes,
+            str(out),
+            name,
+            epochs,
+            pairs,
+            control,
+            backend=backend,
+            join_timeout=1800,
+        )
+        times: list[dict[str, float]] = json.loads(out.read_text(encoding="utf-8"))
+    return times
+
+
+def fresh_processes(name: str, epochs: int, pairs: int) -> list[dict[str, float]]:
+    """Each pair's seconds per side, every run in 2 fresh gloo processes (sides alternated)."""
+    times: list[dict[str, float]] = []
+    with tempfile.TemporaryDirectory() as directory:
+        out = Path(directory) / "time.json"
+        for pair in range(pairs):
+            sides = ("ember", "torch") if pair % 2 == 0 else ("torch", "ember")
+            seconds = {}
+            for side in sides:
+                spawn(_fresh_worker, 2, str(out), side, name, epochs, join_timeout=600)
+                seconds[side] = float(json.loads(out.read_text(encoding="utf-8")))
+            times.append(seconds)
+    return times
+
+
 def _spread(ratios: list[float]) -> str:
     return f"{statistics.median(ratios):.3f}x (pairs {min(ratios):.3f}-{max(ratios):.3f}x)"
+
+
+def throughput_line(
+    name: str, times: list[dict[str, float]], epochs: int, target: float | None = None
+) -> str:
+    """Both sides' samples/s and the pairs' ember/torch throughput ratio, against the target
+    (the model's own by default)."""
+    width, batch, batches, own = MODELS[name]
+    target = own if target is None else target
+    items = batch * batches * epochs
+    ratios = [pair["torch"] / pair["ember"] for pair in times]
+    ember_rate = statistics.median(items / pair["ember"] for pair in times)
+    torch_rate = statistics.median(items / pair["torch"] for pair in times)
+    verdict = "met" if statistics.median(ratios) >= target else "NOT met"
+    shape = f"784-{width}-{width}-10" if width else "Linear(20, 1)"
+    return (
+        f"{name:20} {shape}, global batch {batch}: ember {ember_rate:7.0f} samples/s, torch DDP "
+        f"{torch_rate:7.0f} samples/s, ember/torch {_spread(ratios)}, target >= {target}x: "
+        f"{verdict}"
+    )
 
 
 def main() -> None:
@@ -231,6 +345,7 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, default=0, help="N processes on N GPUs (nccl)")
     parser.add_argument("--epochs", type=int, help="epochs a run (default 2; 1 with --quick)")
     parser.add_argument("--pairs", type=int, help="alternated pairs (default 7; 3 with --quick)")
+    parser.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
     parser.add_argument(
         "--control",
         action="store_true",
@@ -245,31 +360,9 @@ def main() -> None:
         f"{processes} {backend} processes, 1 thread each, {os.cpu_count()} cores, load average "
         f"{load:.1f} before; median of {pairs} alternated pairs, {epochs} epochs a run"
     )
-    for name, (width, batch, batches, target) in MODELS.items():
-        with tempfile.TemporaryDirectory() as directory:
-            out = Path(directory) / "times.json"
-            spawn(
-                _worker,
-                processes,
-                str(out),
-                name,
-                epochs,
-                pairs,
-                options.control,
-                backend=backend,
-                join_timeout=1800,
-            )
-            times: list[dict[str, float]] = json.loads(out.read_text(encoding="utf-8"))
-        items = batch * batches * epochs
-        ratios = [pair["torch"] / pair["ember"] for pair in times]
-        ember_rate = statistics.median(items / pair["ember"] for pair in times)
-        torch_rate = statistics.median(items / pair["torch"] for pair in times)
-        verdict = "met" if statistics.median(ratios) >= target else "NOT met"
-        print(
-            f"{name:20} 784-{width}-{width}-10, global batch {batch}: ember {ember_rate:7.0f} "
-            f"samples/s, torch DDP {torch_rate:7.0f} samples/s, ember/torch {_spread(ratios)}, "
-            f"target >= {target}x: {verdict}"
-        )
+    for name in options.models:
+        times = in_processes(name, epochs, pairs, control=options.control, gpus=options.gpus)
+        print(throughput_line(name, times, epochs))
         if options.control:
             control = [pair["torch"] / pair["control"] for pair in times]
             print(f"{'':20} control, torch/torch: {_spread(control)}")

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The GPU check: on a machine with CUDA, the tests marked `gpu` and the DDP / FSDP / precision
-# benchmarks with 1 GPU (and 2 when there are 2 or more), one line per figure, in under 5
-# minutes (each step has its own time limit; they add up to 300 s at most). Without CUDA it
-# says so and exits 0. Exit 1 when a step failed.
+# The GPU check: on a machine with CUDA, the tests marked `gpu`, the Learner against a raw loop
+# on one GPU (benchmarks/gpu_speed.py: the MLP and a ~51M GPT-2 in bf16, with and without
+# compile; host syncs per step; peak memory) and the DDP / FSDP / precision benchmarks with 1 GPU
+# (and 2 when there are 2 or more), one line per figure, in under 10 minutes (each step has its
+# own time limit; they add up to 570 s at most). Without CUDA it says so and exits 0. Exit 1
+# when a step failed.
 #
 #     benchmarks/gpu_check.sh            # from the repository root; PYTHON=... to choose one
 set -u
@@ -37,8 +39,9 @@ step() {  # step LIMIT_SECONDS LABEL COMMAND...: run it, print its figure lines 
     fi
 }
 
-# limits: 80 + 2 x 45 (ddp) + 2 x 45 (fsdp) + 2 x 20 (precision) = 300 s
+# limits: 80 + 270 (gpu_speed) + 2 x 45 (ddp) + 2 x 45 (fsdp) + 2 x 20 (precision) = 570 s
 step 80 "pytest -m gpu" "$PYTHON" -m pytest -q -m gpu -p no:cacheprovider tests
+step 270 "gpu_speed.py" env PYTHONPATH=benchmarks "$PYTHON" benchmarks/gpu_speed.py --quick
 for n in $counts; do
     step 45 "ddp.py, $n GPU" env PYTHONPATH=benchmarks "$PYTHON" benchmarks/ddp.py --quick --gpus "$n"
 done

@@ -313,6 +313,36 @@ def test_items_of_another_structure_fail_at_their_batch_naming_the_index() -> No
                 next(iterator)
 
 
+_leaves = st.sampled_from(
+    [0, 1.5, "a", None, torch.zeros(2), torch.zeros(3, dtype=torch.int64), [1], (1,)]
+)
+_items = st.recursive(
+    _leaves,
+    lambda inner: st.one_of(
+        st.tuples(inner, inner),
+        st.dictionaries(st.sampled_from(["x", "y", 1, 1.0]), inner, max_size=2),
+    ),
+    max_leaves=5,
+)
+
+
+@given(st.lists(_items, min_size=1, max_size=6))
+@settings(max_examples=150, deadline=None)
+def test_a_pass_refuses_exactly_the_first_item_whose_description_differs(items: list[Any]) -> None:
+    """The pass stops at the first item whose structure() text differs from the first item's,
+    and at no other: comparing outlines first never refuses an item the text would accept."""
+    expected = next(
+        (i for i, item in enumerate(items) if structure(item) != structure(items[0])), None
+    )
+    with streaming(lambda: iter(items), 1, 0) as data:
+        iterator = iter(data)
+        for index in range(len(items) if expected is None else expected):
+            assert next(iterator)[0][0] is items[index]
+        if expected is not None:
+            with pytest.raises(DataLoaderError, match=rf"item {expected} "):
+                next(iterator)
+
+
 def test_structure_describes_containers_keys_and_dtypes_not_sizes() -> None:
     assert structure({"a": (1, torch.zeros(3))}) == "dict{a: tuple(int, Tensor[float32])}"
     assert structure([1, 2]) == structure([1, 2, 3]) == "list"

@@ -26,10 +26,12 @@ thread of their own (``metric-writer``, as Burn's ``AsyncLogger``) and the metri
 waits for the disk. Lines are handed to it in blocks, at least every ``interval`` seconds, so a
 file is at most that far behind training, and the writer opens, appends and closes each file
 per block (no file stays open). A new file is handed over with its first line: its directory
-and the file are made while training goes on, not all at the end of the run. Reading a value
-back and closing first write everything logged before them; a write error is raised by the
-next of those calls or by the next ``log`` (so a logger that cannot write stops training at
-once, like any error of the metrics thread).
+and the file are made while training goes on, not all at the end of the run (holding short
+epochs' new files back to hand them over together measured no faster: the last ones are then
+made after training instead of beside it). Reading a value back and closing first write
+everything logged before them; a write error is raised by the next of those calls or by the
+next ``log`` (so a logger that cannot write stops training at once, like any error of the
+metrics thread).
 """
 
 from __future__ import annotations
@@ -180,27 +182,29 @@ def _write_blocks(blocks: list[tuple[str, str, bool]]) -> None:
     """Write each ``(path, text, truncate)`` block (``truncate`` starts the file anew); a
     failed block does not keep the others from being written, and the first error is raised."""
     failure: Exception | None = None
+    made: set[str] = set()  # directories this job made: each new file's is made once
     for path, text, truncate in blocks:
         try:
-            _append(path, text, truncate)
+            _append(path, text, truncate, made)
         except Exception as error:  # raised by the logger's next call (the worker keeps it)
             failure = failure or error
     if failure is not None:
         raise failure
 
 
-def _append(path: str, text: str, truncate: bool) -> None:
+def _append(path: str, text: str, truncate: bool, made: set[str]) -> None:
     # os-level calls, the directory made before a new file (a new epoch's directory is new
     # too): every system call here hands the GIL to the training thread and must win it
     # back, and Python's open() and makedirs() make twice as many calls
-    if truncate:
-        directory = os.path.dirname(path)
+    directory = os.path.dirname(path)
+    if truncate and directory not in made:
         try:
             os.mkdir(directory)
         except FileExistsError:
             pass
         except FileNotFoundError:  # the split's own directory is new too
             os.makedirs(directory, exist_ok=True)
+        made.add(directory)
     flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if truncate else os.O_APPEND)
     data = memoryview(text.encode("utf-8"))
     fd = os.open(path, flags, 0o666)
