@@ -364,6 +364,30 @@ def test_no_upward_imports(package: str) -> None:
     assert upward == [], f"upward imports: {upward}"
 
 
+SEAMS = {
+    "ember.data._rank_view": "one rank's view of a loader, for the data-parallel strategies",
+    "ember.data._torch_loader": "a user's torch DataLoader as an ember loader (builder, Evaluator)",
+    "ember.distributed._processes": "the process group formed from torchrun's environment",
+    "ember.distributed._progress": "how far a spawned rank got, for spawn's report",
+}
+"""The private modules of other packages the training layer may import: one seam per need."""
+
+
+def test_train_reaches_into_other_packages_only_through_their_seams() -> None:
+    """``ember.train`` uses another package through its public names; the few private modules
+    it needs (``SEAMS``) are the only ones, so a package's insides can change without the
+    training layer noticing. Devices and the other helpers all packages share sit at the root."""
+    reached = sorted(
+        f"{name} -> {dep}"
+        for name, deps in graph().items()
+        if modules()[name].within("ember.train")
+        for dep in deps
+        if not modules()[dep].within("ember.train") and dep.count(".") > 1
+        if dep.rpartition(".")[2].startswith("_") and dep not in SEAMS
+    )
+    assert reached == [], f"private modules of other packages: {reached}"
+
+
 DESIGN = SRC.parent / "docs" / "design.md"
 
 

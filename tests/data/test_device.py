@@ -1,4 +1,4 @@
-"""Tests for ember.data._device: device arguments and moving nested batches."""
+"""Tests for ember._device: device arguments and moving nested batches."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any, NamedTuple
 import pytest
 import torch
 
+from ember._device import as_device
 from ember.data import move_to_device
-from ember.data._device import as_device
 
 META = torch.device("meta")
 

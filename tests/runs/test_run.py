@@ -166,7 +166,8 @@ def test_a_run_being_written_reads_complete_lines_only(tmp_path: Path) -> None:
     epoch_dir = tmp_path / "run" / "train" / "epoch-2"
     epoch_dir.mkdir()
     (epoch_dir / "Loss.log").write_text("2,1\n4,1\n0.12", encoding="utf-8")
-    (epoch_dir / "steps.jsonl").write_text('["step","Loss"]\n[4,1]\n[5,1]\n[6', encoding="utf-8")
+    with (tmp_path / "run" / "train" / "steps.jsonl").open("a", encoding="utf-8") as steps:
+        steps.write('["epoch",2]\n["step","Loss"]\n[4,1]\n[5,1]\n[6')
     run = load(tmp_path / "run")
     items = [(r.epoch, r.step, r.value) for r in run.rows("item") if r.epoch == 2]
     assert items == [(2, 4, 2.0), (2, 5, 4.0)]
@@ -232,3 +233,24 @@ def test_to_pandas_without_pandas_names_the_extra(
     assert run.rows()
     with pytest.raises(ImportError, match=r"pip install ember\[pandas\]"):
         run.to_pandas()
+
+
+def test_the_steps_file_has_a_section_per_epoch_and_a_re_run_epoch_starts_its_section_anew(
+    tmp_path: Path,
+) -> None:
+    """One steps file per split, a section per epoch; a run resumed from an earlier checkpoint
+    (epoch 3 on disk already, from a run that went on) cuts the file back before epoch 3's
+    section, so its bytes and steps equal an uninterrupted run's."""
+    train(tmp_path / "full")
+    train(tmp_path / "again")
+    steps = tmp_path / "again" / "train" / "steps.jsonl"
+    sections = [line for line in steps.read_text().splitlines() if line.startswith('["epoch"')]
+    assert sections == ['["epoch",1]', '["epoch",2]', '["epoch",3]']
+    assert not list((tmp_path / "again" / "train").glob("epoch-*/steps.jsonl"))
+    train(tmp_path / "again", configure=lambda builder: builder.checkpoint(2))
+    for split in ("train", "valid"):
+        ours = (tmp_path / "again" / split / "steps.jsonl").read_bytes()
+        assert ours == (tmp_path / "full" / split / "steps.jsonl").read_bytes()
+    assert [(r.epoch, r.step) for r in load(tmp_path / "again").rows("item")] == [
+        (r.epoch, r.step) for r in load(tmp_path / "full").rows("item")
+    ]

@@ -63,7 +63,11 @@ def test_rerunning_a_finished_run_says_it_is_complete_and_returns_its_result(
         assert torch.equal(mine, theirs)  # the finished run's weights, not seed 1's
     assert again.summary == first.summary
     assert again.values("valid", "Loss") == first.values("valid", "Loss")
-    assert sorted(p.name for p in (run_dir / "train").iterdir()) == ["epoch-1", "epoch-2"]
+    assert sorted(p.name for p in (run_dir / "train").iterdir()) == [
+        "epoch-1",
+        "epoch-2",
+        "steps.jsonl",
+    ]
 
 
 def test_an_early_stopped_run_is_complete_unless_more_epochs_are_asked_for(

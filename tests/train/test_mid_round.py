@@ -90,7 +90,8 @@ def logs(directory: Path) -> dict[str, bytes]:
     return {
         str(path.relative_to(directory)): path.read_bytes()
         for split in ("train", "valid")
-        for path in sorted((directory / split).glob("epoch-*/*"))  # the metric logs and their steps
+        for pattern in ("epoch-*/*", "steps.jsonl")  # the metric logs, and the split's steps
+        for path in sorted((directory / split).glob(pattern))
     }
 
 

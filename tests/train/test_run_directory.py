@@ -59,7 +59,11 @@ def test_overwrite_removes_only_what_ember_wrote(run_dir: Path) -> None:
     (run_dir / "checkpoint" / "my-export.pt").write_text("mine too")
     result = training(run_dir, epochs=2).overwrite().launch(learner())
     assert result.last_epoch == 2
-    assert sorted(p.name for p in (run_dir / "train").iterdir()) == ["epoch-1", "epoch-2"]
+    assert sorted(p.name for p in (run_dir / "train").iterdir()) == [
+        "epoch-1",
+        "epoch-2",
+        "steps.jsonl",
+    ]
     assert (run_dir / "notes.txt").read_text() == "mine"
     assert (run_dir / "data").is_dir()
     assert (run_dir / "checkpoint" / "my-export.pt").read_text() == "mine too"
@@ -236,6 +240,7 @@ def test_a_versioned_run_takes_the_next_version_and_a_resume_the_newest(tmp_path
         "epoch-1",
         "epoch-2",
         "epoch-3",
+        "steps.jsonl",
     ]
     assert sorted(p.name for p in runs.iterdir()) == ["version_0", "version_1"]
     with pytest.raises(RunDirectoryError, match="another run's logs"):

@@ -344,7 +344,8 @@ def step_logs(directory: Path) -> dict[str, list[str]]:
     return {
         str(path.relative_to(directory)): read_lines(path)
         for split in ("train", "valid")
-        for path in sorted((directory / split).glob("epoch-*/*"))  # the metric logs and their steps
+        for pattern in ("epoch-*/*", "steps.jsonl")  # the metric logs, and the split's steps
+        for path in sorted((directory / split).glob(pattern))
     }
 
 
@@ -352,7 +353,7 @@ def test_step_run_layout_and_summary(tmp_path: Path) -> None:
     result, _ = step_run(tmp_path)
     assert result.last_epoch == 9  # 25 steps, a validation every 3 and one at the end
     assert sorted(p.name for p in (tmp_path / "valid").iterdir()) == sorted(
-        f"epoch-{k}" for k in range(1, 10)
+        [*(f"epoch-{k}" for k in range(1, 10)), "steps.jsonl"]
     )
     assert len(read_lines(tmp_path / "train" / "epoch-9" / "Loss.log")) == 2  # 1 batch + final
     assert result.summary is not None

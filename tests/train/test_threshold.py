@@ -41,7 +41,7 @@ def test_a_run_stops_once_a_batch_loss_reaches_the_threshold(
     assert result.stop_reason.startswith("stop_when: train Loss ")
     values = [
         float(line.split(",")[0])
-        for epoch in sorted(p.name for p in (tmp_path / "train").iterdir())
+        for epoch in sorted(p.name for p in (tmp_path / "train").glob("epoch-*"))
         for line in read_lines(tmp_path / "train" / epoch / "Loss.log")
         if not line.endswith(",final")
     ]

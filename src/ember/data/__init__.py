@@ -7,6 +7,7 @@ restore their position exactly ("exact resume"); a streaming source (an ``Iterab
 generator function) gets a ``StreamingDataLoader``; see ``docs/data.md``. This package never
 imports ``ember.train``."""
 
+from ember._device import DeviceLike, move_to_device
 from ember._errors import DataLoaderError
 from ember.data._batcher import Batcher, BatchFn
 from ember.data._builder import DataLoaderBuilder
@@ -21,7 +22,6 @@ from ember.data._dataset import (
     ShuffledDataset,
     WindowsDataset,
 )
-from ember.data._device import DeviceLike, move_to_device
 from ember.data._loader import BatchDataLoader, DataLoader, DataLoaderIterator
 from ember.data._multithread import MultiThreadDataLoader
 from ember.data._pass import Progress

@@ -18,9 +18,9 @@ from typing import Any, Generic, Protocol, TypeVar, cast, runtime_checkable
 
 import torch
 
+from ember._device import move_to_device
 from ember.data._collate import gather_path
 from ember.data._dataset import Dataset, fetcher
-from ember.data._device import move_to_device
 
 __all__ = ["BatchBuilder", "BatchFn", "Batcher", "CollateFn", "as_batcher", "batch_function"]
 

@@ -17,10 +17,10 @@ import torch
 from torch.utils.data import IterableDataset
 
 from ember._checks import check_int, check_seed
+from ember._device import DeviceLike, available_device
 from ember.data._batcher import Batcher, BatchFn, CollateFn, as_batcher
 from ember.data._collate import default_collate
 from ember.data._dataset import Dataset
-from ember.data._device import DeviceLike, available_device
 from ember.data._loader import BatchDataLoader
 from ember.data._multithread import MultiThreadDataLoader
 from ember.data._stream import Source, StreamingDataLoader

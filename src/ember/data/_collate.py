@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch.utils.data import TensorDataset
 
-from ember.data._device import move_to_device
+from ember._device import move_to_device
 
 __all__ = ["default_collate", "gather_path"]
 

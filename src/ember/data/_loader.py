@@ -28,10 +28,10 @@ from typing import Any, Generic, Protocol, Self, TypeVar
 import torch
 
 from ember._checks import check_int, check_seed, check_slice
+from ember._device import DeviceLike, as_device
 from ember.data import _rng as rng
 from ember.data._batcher import BatchBuilder, Batcher, BatchFn
 from ember.data._dataset import Dataset, check_dataset
-from ember.data._device import DeviceLike, as_device
 from ember.data._pass import PassIterator, PassTracker, Progress, check_state
 from ember.data._plan import Chunk, EpochPlan
 from ember.data._threads import ThreadedMap, map_chunks

@@ -25,9 +25,9 @@ from typing import Generic, Self, TypeVar
 import torch
 
 from ember._checks import check_int
+from ember._device import DeviceLike
 from ember.data._batcher import Batcher, BatchFn
 from ember.data._dataset import Dataset
-from ember.data._device import DeviceLike
 from ember.data._loader import BatchDataLoader
 from ember.data._threads import ThreadedMap
 

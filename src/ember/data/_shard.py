@@ -38,7 +38,7 @@ import torch
 
 from ember._checks import check_int
 from ember._closing import ClosesOnExit
-from ember.data._device import DeviceLike
+from ember._device import DeviceLike
 from ember.data._loader import BatchingLoader
 from ember.data._pass import PassIterator, Progress
 

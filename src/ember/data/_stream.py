@@ -37,10 +37,10 @@ from typing import Any, Protocol, Self, TypeVar, runtime_checkable
 import torch
 
 from ember._checks import check_int
+from ember._device import DeviceLike, as_device
 from ember._errors import DataLoaderError
 from ember.data import _rng as rng
 from ember.data._batcher import Batcher, BatchFn
-from ember.data._device import DeviceLike, as_device
 from ember.data._loader import BatchingLoader
 from ember.data._multithread import worker_threads
 from ember.data._pass import check_state

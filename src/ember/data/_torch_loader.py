@@ -31,9 +31,9 @@ from torch.utils.data import DataLoader as TorchLoader
 from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
 from ember._checks import check_slice
+from ember._device import DeviceLike, as_device, move_to_device
 from ember._errors import DataLoaderError
 from ember._protocols import check_protocol
-from ember.data._device import DeviceLike, as_device, move_to_device
 from ember.data._loader import DataLoader, DataLoaderIterator
 from ember.data._pass import PassIterator, PassTracker, check_state
 

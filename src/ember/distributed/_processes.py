@@ -1,4 +1,4 @@
-"""Processes for data-parallel training: ``spawn``, the process group, tensor-only messages.
+"""Processes for data-parallel training: ``spawn``, and the process group from the environment.
 
 ``torchrun`` is the launcher for real jobs (one node or many; see ``docs/strategies.md``).
 :func:`spawn` is the quick local one, for scripts and tests: it starts ``world_size`` processes
@@ -16,8 +16,8 @@ watches them::
 Safety: the store and the gloo transport bind to the loopback interface; a rank that dies ends
 the job at once (the others are terminated, then killed 5 s later) with an error naming it.
 
-Ranks exchange only tensors: :mod:`ember.distributed._messages` moves bytes and tensors with
-tensor collectives and never pickles anything.
+What ranks exchange, tensors only and never a pickle, is the strategies' own
+(``ember/train/_strategy/collectives.py``).
 """
 
 from __future__ import annotations
@@ -45,74 +45,13 @@ from torch.distributed.rendezvous import rendezvous
 from ember._checks import check_positive_int
 from ember._errors import DistributedError
 from ember.distributed._attempt import attempt_store
-from ember.distributed._messages import (
-    broadcast_bytes,
-    broadcast_coalesced,
-    gather_bytes,
-    pack_tensors,
-    payload_size,
-    tensor_header,
-    unpack_tensors,
-)
 from ember.distributed._progress import follow
 from ember.distributed._watch import ERROR_FILE, Watch, stop
 
-__all__ = [
-    "DistributedError",
-    "broadcast_bytes",
-    "broadcast_coalesced",
-    "collective",
-    "collective_error",
-    "gather_bytes",
-    "init_from_environment",
-    "pack_tensors",
-    "payload_size",
-    "raised_by_collective",
-    "spawn",
-    "tensor_header",
-    "unpack_tensors",
-]
+__all__ = ["DEFAULT_TIMEOUT", "DistributedError", "init_from_environment", "spawn"]
 
 DEFAULT_TIMEOUT = timedelta(minutes=5)
 _TORCH_DISTRIBUTED = os.path.dirname(dist.__file__) + os.sep
-
-
-@contextlib.contextmanager
-def collective(what: str) -> Iterator[None]:
-    """Turn a failed collective into a :class:`DistributedError` saying what was being done.
-
-    A peer that died or failed shows up in the survivors as an error of the transport
-    ("Connection closed by peer", a timeout); this names the operation and this rank.
-    """
-    try:
-        yield
-    except RuntimeError as error:  # torch's DistBackendError is one
-        raise collective_error(what, error) from error
-
-
-def collective_error(what: str, error: BaseException) -> DistributedError:
-    """The :class:`DistributedError` of a collective (``what``) that failed with ``error``."""
-    rank = dist.get_rank() if dist.is_initialized() else "?"
-    return DistributedError(
-        f"rank {rank}: {what} failed: another rank has probably died or failed (see its "
-        f"error), or the collective timed out: {error}"
-    )
-
-
-def raised_by_collective(error: BaseException) -> bool:
-    """True when ``error`` is a collective's failure inside ``torch.distributed`` (FSDP's
-    all-gathers in forward, its reduce-scatters in backward), not an error of the user's code
-    or another of torch's: the innermost frame of its traceback is one of torch.distributed's
-    and the error is torch.distributed's or its transport's (gloo, NCCL)."""
-    trace = error.__traceback__
-    if trace is None:
-        return False
-    while trace.tb_next is not None:
-        trace = trace.tb_next
-    if not trace.tb_frame.f_code.co_filename.startswith(_TORCH_DISTRIBUTED):
-        return False
-    text = str(error).lower()
-    return isinstance(error, dist.DistError) or "gloo" in text or "nccl" in text
 
 
 # --- the process group ---------------------------------------------------------------------

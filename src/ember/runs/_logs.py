@@ -1,12 +1,12 @@
 """A run directory's metric logs read back as rows: every batch line and every epoch value.
 
 The file logs are the source (``docs/design.md``, "Metric logs"): ``{split}/epoch-{N}/{Name}.log``
-with one ``value,weight`` line per batch and a last ``value,final`` line, and beside them
-``steps.jsonl``, the global step of each line (``ember/train/_logger/file.py``). Only complete
-lines are read, so a run still being written reads as far as its files got; a re-run epoch (a
-resume) started its files anew and a split resumed mid-round cut them back, so no step is read
-twice. A metric whose first line is not a number logs text and is left out; a later line that
-is not a number is an error naming the file and the line.
+with one ``value,weight`` line per batch and a last ``value,final`` line, and the split's
+``steps.jsonl``, the global step of each line by epoch (``ember/train/_logger/file.py``). Only
+complete lines are read, so a run still being written reads as far as its files got; a re-run
+epoch (a resume) started its files anew and a split resumed mid-round cut them back, so no step
+is read twice. A metric whose first line is not a number logs text and is left out; a later line
+that is not a number is an error naming the file and the line.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ember.train._logger.file import metric_file_name, read_metric_log, read_steps
+from ember.train._logger.file import metric_file_name, read_metric_log
 from ember.train._logger.store import epoch_value
 from ember.train._metric.base import NumericEntry
 from ember.train._vocabulary import Split
@@ -117,13 +117,15 @@ def has_epoch_values(epoch_dir: Path) -> bool:
     return False
 
 
-def read_split(split: Split, epoch: int, epoch_dir: Path) -> list[SplitLog]:
-    """The numeric metrics logged in ``epoch_dir``, sorted by name.
+def read_split(
+    split: Split, epoch: int, epoch_dir: Path, steps: dict[str, list[int]]
+) -> list[SplitLog]:
+    """The numeric metrics logged in ``epoch_dir``, sorted by name, with the global ``steps``
+    of their lines (the epoch's section of the split's steps file: :func:`read_steps`).
 
     A file's metric name is the one the steps file gives for it (a name holding ``_`` reads
     back as written); without one, the file stem with ``_`` read as a space.
     """
-    steps = read_steps(epoch_dir)
     names = {metric_file_name(name): name for name in steps}
     logs = []
     for path in sorted(epoch_dir.glob("*.log")):

@@ -33,7 +33,7 @@ from ember.runs._logs import (
     has_epoch_values,
     read_split,
 )
-from ember.train._logger.file import FileMetricLogger
+from ember.train._logger.file import FileMetricLogger, read_steps
 from ember.train._logger.store import EventStore
 from ember.train._summary import LearnerSummary
 from ember.train._vocabulary import Split
@@ -75,12 +75,12 @@ class Run:
 
     def logs(self) -> list[SplitLog]:
         """Every numeric metric's lines, per split and epoch, as the files hold them now."""
-        return [
-            log
-            for split, epochs in epoch_directories(self.directory).items()
-            for epoch, epoch_dir in epochs.items()
-            for log in read_split(split, epoch, epoch_dir)
-        ]
+        logs = []
+        for split, epochs in epoch_directories(self.directory).items():
+            steps = read_steps(self.directory / split.value)
+            for epoch, epoch_dir in epochs.items():
+                logs.extend(read_split(split, epoch, epoch_dir, steps.get(epoch, {})))
+        return logs
 
     def metrics(self, split: str | Split | None = None) -> list[str]:
         """The numeric metrics logged (on ``split``, or on any), sorted."""

@@ -199,17 +199,16 @@ def _remove_run(directory: Path, checkpoints: Path | None) -> None:
 
 
 def _split_logs(split: Path) -> list[Path]:
-    """ember's files in the split log directory ``split``: ``epoch-N/*.log`` and their
+    """ember's files in the split log directory ``split``: ``epoch-N/*.log`` and the split's
     ``steps.jsonl`` (train, valid), ``{name}/*.log`` and ``summary.json`` (test); never a
     symlink's target."""
     if not split.is_dir() or split.is_symlink():
         return []
-    found = [split / "summary.json"] if split.name == "test" else []
+    found = [split / ("summary.json" if split.name == "test" else STEPS_FILE)]
     for child in split.iterdir():
         ours = _EPOCH.fullmatch(child.name) if split.name != "test" else True
         if ours and child.is_dir() and not child.is_symlink():
             found.extend(child.glob("*.log"))
-            found.append(child / STEPS_FILE)
     return [path for path in found if path.is_file() or path.is_symlink()]
 
 

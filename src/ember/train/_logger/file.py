@@ -8,15 +8,18 @@ batch and a last ``value,final`` line with the epoch value. A re-run epoch (afte
 starts its files anew; a split resumed from a mid-round checkpoint is cut back to the sizes the
 checkpoint recorded and continued (:meth:`FileMetricLogger.resume_split`).
 
-Beside them, ``{directory}/{split}/epoch-{N}/steps.jsonl`` says at which global step (the run's
-optimizer steps so far, :class:`~ember.train._logger.base.MetricValue`'s ``step``) each line of
-the split's metric files was logged, run-length encoded: JSON arrays, one per run of lines at
-one step, ``[step, n1, n2, ...]`` (``n_i`` more lines of the i-th metric at ``step``), after a
-header naming the metrics, ``["step", "Loss", "Accuracy"]`` (written again when a metric joins).
-It is one short line per optimizer step, made when the step is over (so the file's bytes do
-not depend on when lines reach the disk, and a resumed run's equal an uninterrupted one's: a
-mid-round checkpoint keeps the open step's counts in its position); the metric files keep
-Burn's format and names.
+Beside them, one file per split, ``{directory}/{split}/steps.jsonl``, says at which global step
+(the run's optimizer steps so far, :class:`~ember.train._logger.base.MetricValue`'s ``step``)
+each line of the split's metric files was logged: a section per epoch, begun by
+``["epoch", N]``, then run-length encoded JSON arrays, one per run of lines at one step,
+``[step, n1, n2, ...]`` (``n_i`` more lines of the i-th metric at ``step``), after a header
+naming the metrics, ``["step", "Loss", "Accuracy"]`` (written again when a metric joins). It is
+one short line per optimizer step, made when the step is over (so the file's bytes do not
+depend on when lines reach the disk, and a resumed run's equal an uninterrupted one's: a
+resumed run cuts the file back at the section of the epoch it starts, or, in a split resumed
+mid-way, at the size its checkpoint recorded, with the open step's counts). One file per split,
+not per epoch: a short epoch's cost is the files it makes (two directories and two metric
+files an epoch of Burn's layout), and the metric files keep Burn's format and names.
 :func:`read_metric_log` and :func:`read_steps` read both back (complete lines only, so a run
 still being written reads as far as it got).
 
@@ -62,7 +65,9 @@ __all__ = [
 ]
 
 STEPS_FILE = "steps.jsonl"
-"""The file, in each ``{split}/epoch-{N}`` directory, of the global step of every metric line."""
+"""The file, in each ``{split}`` directory, of the global step of every metric line."""
+
+_EPOCH_MARK = b'["epoch",'  # how a section of the steps file begins
 
 
 def metric_file_name(name: str) -> str:
@@ -95,26 +100,68 @@ def read_metric_log(path: str | os.PathLike[str]) -> list[NumericEntry]:
     return entries
 
 
-def read_steps(directory: str | os.PathLike[str]) -> dict[str, list[int]]:
-    """The global step of each line of every metric logged in ``directory`` (a
-    ``{split}/epoch-{N}`` directory), by metric name, read from its :data:`STEPS_FILE`; {} when
-    the split has none (written before ember kept steps). A line that is not what the logger
-    writes raises ``ValueError`` naming the file and the line."""
+def read_steps(directory: str | os.PathLike[str]) -> dict[int, dict[str, list[int]]]:
+    """The global step of each line of every metric logged in ``directory`` (a ``{split}``
+    directory), by epoch and metric name, read from its :data:`STEPS_FILE`; {} when the split
+    has none (written before ember kept steps). A line that is not what the logger writes
+    raises ``ValueError`` naming the file and the line."""
     path = os.path.join(directory, STEPS_FILE)
-    steps: dict[str, list[int]] = {}
+    epochs: dict[int, dict[str, list[int]]] = {}
+    steps: dict[str, list[int]] | None = None
     names: list[str] = []
     for number, line in enumerate(complete_lines(path), start=1):
         try:
             row = json.loads(line)
+            if row[0] == "epoch":
+                steps, names = epochs.setdefault(int(row[1]), {}), []
+                continue
             if row[0] == "step":
                 names = [str(name) for name in row[1:]]
                 continue
+            if steps is None:
+                raise ValueError("a step line before the first epoch line")
             step, counts = int(row[0]), row[1:]
             for name, count in zip(names, counts, strict=True):
                 steps.setdefault(name, []).extend([step] * int(count))
         except (ValueError, TypeError, IndexError, KeyError) as error:
             raise ValueError(f"{path}:{number}: not a step line ({error}): {line!r}") from None
-    return steps
+    return epochs
+
+
+def _cut_back(path: str, size: object) -> bool:
+    """Cut the log ``path`` back to ``size``, the bytes a checkpoint recorded; whether the file
+    exists. A file shorter than that was changed since: refused, naming it."""
+    actual = os.path.getsize(path) if os.path.isfile(path) else None
+    if not isinstance(size, int) or not 0 <= size <= (actual or 0):
+        raise ValueError(
+            f"the metric log {path} holds {actual or 0} bytes, fewer than the {size!r} the "
+            "checkpoint recorded: it was changed since, so the resumed split cannot continue it"
+        )
+    if actual is not None:
+        os.truncate(path, size)
+    return actual is not None
+
+
+def _cut_steps(path: str, epoch: int) -> None:
+    """Cut the steps file ``path`` back to before the section of ``epoch`` or a later one (a
+    re-run epoch's steps start anew), making its directory if the split is new."""
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+    except FileExistsError:  # a file where the split's directory belongs: reading says so
+        pass
+    try:
+        with open(path, "rb") as file:
+            data = file.read()
+    except FileNotFoundError:
+        return
+    start = 0
+    while (start := data.find(_EPOCH_MARK, start)) >= 0:
+        end = data.find(b"]", start)
+        at_line_start = start == 0 or data[start - 1] == ord("\n")
+        if at_line_start and int(data[start + len(_EPOCH_MARK) : end]) >= epoch:
+            os.truncate(path, start)
+            return
+        start = end
 
 
 class _StepRuns:
@@ -237,7 +284,7 @@ class FileMetricLogger:
         # the open files by (metric name, epoch, split); a name of None is the split's steps
         self._paths: dict[tuple[str | None, int, Split], str] = {}
         self._steps: dict[tuple[int, Split], _StepRuns] = {}
-        self._empty: set[str] = set()  # steps files to start anew though they have no line yet
+        self._step_files: set[str] = set()  # the splits' steps files, cut back once: appended
         self._pending: dict[str, list[str]] = {}
         self._started: set[str] = set()
         self._continued: set[str] = set()  # files of a resumed split: appended to, not new
@@ -253,10 +300,11 @@ class FileMetricLogger:
 
     def _file(self, name: str | None, epoch: int, split: Split) -> str:
         # joined as text: making a Path costs more than a small model's epoch spends on its files
-        file = STEPS_FILE if name is None else metric_file_name(name)
+        if name is None:  # the split's steps file
+            return os.path.join(self._root, split.value, STEPS_FILE)
         if self.flat:
-            return os.path.join(self._root, file)
-        return os.path.join(self._root, split.value, f"epoch-{epoch}", file)
+            return os.path.join(self._root, metric_file_name(name))
+        return os.path.join(self._root, split.value, f"epoch-{epoch}", metric_file_name(name))
 
     def start(self, config: Mapping[str, Any]) -> None:
         """Nothing to record: ``config.json`` is written by the launch."""
@@ -282,11 +330,20 @@ class FileMetricLogger:
             while end < count and values[end].epoch == epoch and values[end].split is split:
                 end += 1
             runs = self._steps.get((epoch, split))
-            if runs is None:  # the split starts: its steps file too, before its first line
+            if runs is None:  # the split starts: its section of the steps file
                 runs = self._steps[(epoch, split)] = _StepRuns()
-                self._open(None, epoch, split)  # (a re-run epoch's old one is emptied)
+                self._start_steps(epoch, split)
             runs.add(values[start:end])
             start = end
+
+    def _start_steps(self, epoch: int, split: Split) -> None:
+        """Begin ``epoch``'s section of the split's steps file; the first time this logger
+        writes that file, cut it back to before that epoch (a re-run epoch starts anew)."""
+        path = self._open(None, epoch, split)
+        if path not in self._step_files:
+            _cut_steps(path, epoch)
+            self._step_files.add(path)
+        self._pending[path].append(_json_line(["epoch", epoch]))
 
     def log_text(self, texts: Sequence[MetricText]) -> None:
         """Queue one line per text entry (raising an earlier write's error, as :meth:`log`)."""
@@ -312,8 +369,6 @@ class FileMetricLogger:
             else:
                 self._started.discard(path)
                 self._new_file = True
-                if name is None:  # the steps file: made with the split, before its first line
-                    self._empty.add(path)
         return path
 
     def _maybe_hand_off(self) -> None:
@@ -326,8 +381,7 @@ class FileMetricLogger:
         runs = self._steps.pop((epoch, split), None)
         if runs is not None:
             runs.close_step()
-            for line in runs.take():
-                self._queue(None, epoch, split, line)
+            self._pending[self._open(None, epoch, split)].extend(runs.take())
         for key in [key for key in self._paths if key[1] == epoch and key[2] is split]:
             self._ended.append(self._paths.pop(key))
 
@@ -356,7 +410,8 @@ class FileMetricLogger:
         sizes = {entry.name: entry.stat().st_size for entry in entries if entry.is_file()}
         position: dict[str, Any] = {"sizes": dict(sorted(sizes.items()))}
         runs = self._steps.get((epoch, split))
-        if runs is not None:  # the open step's counts, not in the steps file yet
+        if runs is not None:  # the split's section so far, and the open step's counts
+            position["steps_size"] = os.path.getsize(self._file(None, epoch, split))
             position["steps"] = runs.state()
         return position
 
@@ -370,19 +425,15 @@ class FileMetricLogger:
         present = set(os.listdir(directory)) if os.path.isdir(directory) else set()
         for name, size in sizes.items():
             path = os.path.join(directory, name)
-            actual = os.path.getsize(path) if name in present else 0
-            if not isinstance(size, int) or not 0 <= size <= actual:
-                raise ValueError(
-                    f"the metric log {path} holds {actual} bytes, fewer than the {size!r} the "
-                    "checkpoint recorded: it was changed since, so the resumed split cannot "
-                    "continue it"
-                )
-            if name in present:
-                os.truncate(path, size)
+            if _cut_back(path, size):
                 self._continued.add(path)
         for name in present - set(sizes):
             os.unlink(os.path.join(directory, name))  # a file begun after the checkpoint
-        if not self.flat:  # the open step goes on (a position of an older ember: a new one)
+        steps_size = position.get("steps_size")
+        if not self.flat and steps_size is not None:  # the split's steps go on (a position of
+            path = self._file(None, epoch, split)  # an older ember has none: a new section)
+            _cut_back(path, steps_size)
+            self._step_files.add(path)
             self._steps[(epoch, split)] = _StepRuns(position.get("steps"))
 
     def end(self, summary: LearnerSummary | None, artifacts: Mapping[str, Path]) -> None:
@@ -400,19 +451,15 @@ class FileMetricLogger:
 
     def _hand_off(self) -> None:
         for (epoch, split), runs in self._steps.items():  # the steps that are over
-            for line in runs.take():
-                self._queue(None, epoch, split, line)
+            self._pending[self._open(None, epoch, split)].extend(runs.take())
         self._last_hand_off = self._clock()
         self._new_file = False
         blocks = []
         for path, lines in self._pending.items():
             if lines:
-                blocks.append((path, "\n".join(lines) + "\n", path not in self._started))
+                new = path not in self._started and path not in self._step_files
+                blocks.append((path, "\n".join(lines) + "\n", new))
                 self._started.add(path)
-            elif path in self._empty:  # a steps file opened before its first line
-                blocks.append((path, "", True))
-                self._started.add(path)
-        self._empty.clear()
         self._pending = {path: [] for path in self._paths.values()}
         self._started.difference_update(self._ended)  # ended splits: their last block is out
         self._ended.clear()

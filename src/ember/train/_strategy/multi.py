@@ -56,8 +56,8 @@ import torch
 from torch import nn
 
 from ember._closing import ClosesOnExit
+from ember._device import available_device
 from ember.data import DataLoader, DataLoaderError, DataLoaderIterator, DeviceLike, Progress
-from ember.data._device import available_device
 from ember.train._first_batch import check_train_output
 from ember.train._learner import Learner
 from ember.train._precision import Precision

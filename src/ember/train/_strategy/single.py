@@ -8,8 +8,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ember._device import available_device
 from ember.data import DataLoader, Progress
-from ember.data._device import available_device
 from ember.train._learner import Learner
 from ember.train._precision import Precision
 from ember.train._step import TrainOutput

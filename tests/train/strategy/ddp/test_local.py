@@ -12,7 +12,9 @@ import torch
 import torch.distributed as dist
 
 from ember.distributed import spawn
-from ember.distributed._messages import (
+from ember.extend import merge_outputs
+from ember.train import ClassificationOutput, RegressionOutput, SequenceOutput
+from ember.train._strategy.collectives import (
     broadcast_bytes,
     gather_bytes,
     pack_tensors,
@@ -20,8 +22,6 @@ from ember.distributed._messages import (
     tensor_header,
     unpack_tensors,
 )
-from ember.extend import merge_outputs
-from ember.train import ClassificationOutput, RegressionOutput, SequenceOutput
 from ember.train._strategy.ddp.gradients import raised_by_autograd
 from ember.train._strategy.ddp.strategy import DistributedDataParallel
 from tests.train.strategy.ddp import helpers as ddp_helpers

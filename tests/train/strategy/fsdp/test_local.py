@@ -3,6 +3,7 @@ process joins, naming the problem and the fix."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -57,7 +58,7 @@ def test_a_built_optimizer_is_refused_it_would_train_the_unsharded_parameters(
 def test_hybrid_needs_the_same_ranks_on_every_node(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     with pytest.raises(ValueError, match="not a multiple of LOCAL_WORLD_SIZE=2"):
-        device_mesh(torch.device("cpu"), 3, hybrid=True)
+        device_mesh(torch.device("cpu"), 3, hybrid=True, timeout=timedelta(minutes=1))
 
 
 def test_precision_maps_to_fsdp_mixed_precision() -> None:

@@ -39,9 +39,8 @@ import torch.distributed as dist
 from torch import nn
 
 from ember._errors import DistributedError
-from ember.distributed._messages import broadcast_coalesced
-from ember.distributed._processes import collective
 from ember.train._step import trained_parameters
+from ember.train._strategy.collectives import broadcast_coalesced, collective
 from ember.train._strategy.ddp.ranks import Ranks
 
 __all__ = ["TorchReducer", "check_not_distributed", "raised_by_autograd"]

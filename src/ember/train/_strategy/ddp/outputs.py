@@ -22,14 +22,19 @@ from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 import torch
 import torch.distributed as dist
 
-from ember.distributed._messages import pack_tensors, payload_size, tensor_header, unpack_tensors
-from ember.distributed._processes import collective
 from ember.train._outputs import (
     ClassificationOutput,
     ItemLazy,
     MultiLabelClassificationOutput,
     RegressionOutput,
     SequenceOutput,
+)
+from ember.train._strategy.collectives import (
+    collective,
+    pack_tensors,
+    payload_size,
+    tensor_header,
+    unpack_tensors,
 )
 from ember.train._strategy.ddp.progress import ProgressWatch
 from ember.train._strategy.ddp.ranks import Ranks

@@ -51,9 +51,9 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from ember._errors import DistributedError
-from ember.distributed._processes import collective_error
 from ember.distributed._progress import blame, passed
 from ember.train._step import current_step
+from ember.train._strategy.collectives import collective_error
 from ember.train._strategy.ddp.ranks import Ranks
 
 __all__ = ["ProgressWatch"]

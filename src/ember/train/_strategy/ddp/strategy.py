@@ -3,7 +3,7 @@
 One process per device (``torchrun --nproc-per-node N``, torchrun's rendezvous across nodes, or
 :func:`ember.distributed.spawn`), each running the same script. The user's code is the one of a
 single process: the loaders' batch size is the **global** batch, and every rank reads its share
-of every global batch (:class:`~ember.data._shard.ShardedDataLoader`). Per global batch, on every
+of every global batch (:class:`~ember.data.ShardedDataLoader`). Per global batch, on every
 rank::
 
     shares = every rank's share size of this batch (rank 0's is the largest, never empty)
@@ -64,11 +64,9 @@ from torch import nn
 
 from ember._checks import check_positive_int
 from ember._errors import DistributedError
-from ember.data import DataLoader, Progress, TorchDataLoader
-from ember.data._loader import BatchingLoader
-from ember.data._shard import ShardedDataLoader, ShardIterator
-from ember.distributed._messages import broadcast_bytes, broadcast_coalesced, gather_bytes
-from ember.distributed._processes import DEFAULT_TIMEOUT, collective, init_from_environment
+from ember.data import DataLoader, Progress
+from ember.data._rank_view import RankView, RankViewIterator, rank_view
+from ember.distributed._processes import DEFAULT_TIMEOUT, init_from_environment
 from ember.train._learner import Learner
 from ember.train._precision import Precision
 from ember.train._step import (
@@ -79,6 +77,12 @@ from ember.train._step import (
     trained_parameters,
 )
 from ember.train._strategy.base import Step
+from ember.train._strategy.collectives import (
+    broadcast_bytes,
+    broadcast_coalesced,
+    collective,
+    gather_bytes,
+)
 from ember.train._strategy.ddp.gradients import (
     TorchReducer,
     check_not_distributed,
@@ -87,13 +91,11 @@ from ember.train._strategy.ddp.gradients import (
 from ember.train._strategy.ddp.outputs import exchange_outputs
 from ember.train._strategy.ddp.progress import ProgressWatch
 from ember.train._strategy.ddp.ranks import Ranks, gloo_group
-from ember.train._strategy.ddp.torch_shares import SharesIterator, TorchShares
 
 __all__ = ["DistributedDataParallel", "DistributedRun"]
 
 log = logging.getLogger("ember.train")
 T = TypeVar("T")
-Shares = ShardedDataLoader[Any] | TorchShares  # a rank's view of a loader
 
 
 class DistributedDataParallel:
@@ -189,7 +191,17 @@ class DistributedDataParallel:
         ranks = self._setup()
         try:
             model.to(ranks.device)
-            views = {name: _shares(name, loader, ranks) for name, loader in loaders.items()}
+            views = {
+                name: rank_view(
+                    loader,
+                    ranks.device,
+                    ranks.rank,
+                    ranks.world,
+                    name=name,
+                    strategy="DistributedDataParallel",
+                )
+                for name, loader in loaders.items()
+            }
             return DistributedRun(self, ranks, model, views)
         except BaseException:
             self._abandon()
@@ -248,19 +260,6 @@ class DistributedDataParallel:
                 log.debug("destroying the process group failed", exc_info=True)
 
 
-def _shares(name: str, loader: DataLoader[Any], ranks: Ranks) -> Shares:
-    """This rank's view of ``loader``: its share of every global batch (of every unit)."""
-    if isinstance(loader, TorchDataLoader):
-        return TorchShares(loader.to_device(ranks.device), ranks.rank, ranks.world)
-    if not isinstance(loader, BatchingLoader):
-        raise TypeError(
-            "DistributedDataParallel shards ember's BatchDataLoader/MultiThreadDataLoader/"
-            f"StreamingDataLoader and TorchDataLoader; the {name} loader is a "
-            f"{type(loader).__name__}"
-        )
-    return ShardedDataLoader(loader.to_device(ranks.device), ranks.rank, ranks.world)
-
-
 class DistributedRun:
     """One rank's run: its shares of every global batch, torch's reducer, the agreements."""
 
@@ -269,7 +268,7 @@ class DistributedRun:
         strategy: DistributedDataParallel,
         ranks: Ranks,
         model: nn.Module,
-        views: Mapping[str, Shares],
+        views: Mapping[str, RankView],
     ) -> None:
         self._agreements(strategy, ranks, model, views)
         model = self._model
@@ -282,7 +281,7 @@ class DistributedRun:
         strategy: DistributedDataParallel,
         ranks: Ranks,
         model: nn.Module,
-        views: Mapping[str, Shares],
+        views: Mapping[str, RankView],
     ) -> None:
         """The state every distributed run keeps, whatever reduces its gradients: the shares,
         the chunk of outputs not exchanged yet, the stop wishes, the progress watch."""
@@ -315,8 +314,8 @@ class DistributedRun:
         self._sync_buffers()
         return self._shares_of(self._views[name])
 
-    def _shares_of(self, view: Shares) -> Iterator[tuple[Any, Progress]]:
-        iterator: ShardIterator[Any] | SharesIterator = view.__iter__()  # iter() loses the type
+    def _shares_of(self, view: RankView) -> Iterator[tuple[Any, Progress]]:
+        iterator: RankViewIterator = view.__iter__()  # iter() loses the type
         for batch in iterator:
             self._shares = iterator.shares
             progress = iterator.progress()

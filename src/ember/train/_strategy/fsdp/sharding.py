@@ -26,7 +26,6 @@ if TYPE_CHECKING:  # torch's FSDP costs most of a second to import: only a shard
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
-from ember.distributed._processes import DEFAULT_TIMEOUT
 from ember.train._precision import Precision
 
 __all__ = [
@@ -66,7 +65,7 @@ def _is_module_class(value: object) -> bool:
 
 
 def device_mesh(
-    device: torch.device, world: int, *, hybrid: bool, timeout: timedelta = DEFAULT_TIMEOUT
+    device: torch.device, world: int, *, hybrid: bool, timeout: timedelta
 ) -> DeviceMesh:
     """The run's mesh: ``("shard",)`` of ``world`` ranks (the default group), or with
     ``hybrid`` ``("replicate", "shard")`` of (nodes, ``LOCAL_WORLD_SIZE`` ranks per node),

@@ -44,20 +44,19 @@ if TYPE_CHECKING:  # torch's FSDP costs most of a second to import: only a shard
 
 from ember._errors import DataLoaderError, DistributedError
 from ember.data import DataLoader, Progress
-from ember.data._loader import BatchingLoader
-from ember.data._shard import ShardedDataLoader
-from ember.distributed._messages import broadcast_coalesced
-from ember.distributed._processes import (
-    DEFAULT_TIMEOUT,
-    collective,
-    collective_error,
-    raised_by_collective,
-)
+from ember.data._rank_view import RankView, rank_view
+from ember.distributed._processes import DEFAULT_TIMEOUT
 from ember.train._checkpoint.sharded import ShardedRecords, write_shards
 from ember.train._learner import Learner
 from ember.train._precision import Precision
 from ember.train._step import InferenceStep, TrainOutput, current_step, step_context
 from ember.train._strategy.base import Step
+from ember.train._strategy.collectives import (
+    broadcast_coalesced,
+    collective,
+    collective_error,
+    raised_by_collective,
+)
 from ember.train._strategy.ddp.ranks import Ranks
 from ember.train._strategy.ddp.strategy import DistributedDataParallel, DistributedRun
 from ember.train._strategy.fsdp.sharding import (
@@ -160,8 +159,14 @@ class FullyShardedDataParallel(DistributedDataParallel):
                 precision=mixed_precision(self.precision),
             )
             views = {
-                name: ShardedDataLoader(
-                    _batching(name, loader).to_device(ranks.device), ranks.rank, ranks.world
+                name: rank_view(
+                    loader,
+                    ranks.device,
+                    ranks.rank,
+                    ranks.world,
+                    name=name,
+                    strategy="FullyShardedDataParallel",
+                    torch_loaders=False,
                 )
                 for name, loader in loaders.items()
             }
@@ -169,15 +174,6 @@ class FullyShardedDataParallel(DistributedDataParallel):
         except BaseException:
             self._abandon()
             raise
-
-
-def _batching(name: str, loader: DataLoader[Any]) -> BatchingLoader[Any, Any]:
-    if not isinstance(loader, BatchingLoader):
-        raise TypeError(
-            "FullyShardedDataParallel shards ember's BatchDataLoader/MultiThreadDataLoader/"
-            f"StreamingDataLoader; the {name} loader is a {type(loader).__name__}"
-        )
-    return loader
 
 
 class FullyShardedRun(DistributedRun):
@@ -189,7 +185,7 @@ class FullyShardedRun(DistributedRun):
         strategy: FullyShardedDataParallel,
         ranks: Ranks,
         model: nn.Module,
-        views: Mapping[str, ShardedDataLoader[Any]],
+        views: Mapping[str, RankView],
     ) -> None:
         # DistributedRun's own __init__ builds a gradient reducer: FSDP reduces in backward
         self._agreements(strategy, ranks, model, views)

@@ -30,10 +30,10 @@ import torch
 from torch.utils.data import BatchSampler, DistributedSampler, RandomSampler, Sampler
 from torch.utils.data import DataLoader as TorchLoader
 
-from ember.data import Progress, TorchDataLoader
-from ember.data._device import DeviceLike
+from ember._device import DeviceLike
+from ember.data._pass import Progress
 from ember.data._shard import share_bounds
-from ember.data._torch_loader import torch_loader_like
+from ember.data._torch_loader import TorchDataLoader, torch_loader_like
 
 __all__ = ["SharesIterator", "TorchShares"]
 

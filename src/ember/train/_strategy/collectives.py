@@ -1,25 +1,39 @@
-"""Tensor-only messages between ranks: bytes and tensors moved with tensor collectives.
+"""The collectives ember's strategies run between ranks: tensor-only messages, and a failed
+collective named.
 
 Nothing is ever pickled; point-to-point messages are avoided (gloo's take ~10x a small
 collective's time). :func:`broadcast_bytes` and :func:`gather_bytes` move raw bytes;
 :func:`pack_tensors` / :func:`unpack_tensors` lay tensors out behind an int64 header
 (:func:`tensor_header`); :func:`broadcast_coalesced` broadcasts many tensors as one.
+
+A peer that died or failed shows up in the survivors as an error of the transport ("Connection
+closed by peer", a timeout): :func:`collective` turns it into a :class:`DistributedError` naming
+the operation and this rank, and :func:`raised_by_collective` tells such an error, raised inside
+torch's own collectives (FSDP's), from one of the user's code. A watched collective
+(``ddp/progress.py``) also names a rank that stopped making progress.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from ember._errors import DistributedError
+
 __all__ = [
     "broadcast_bytes",
     "broadcast_coalesced",
+    "collective",
+    "collective_error",
     "gather_bytes",
     "pack_tensors",
     "payload_size",
+    "raised_by_collective",
     "tensor_header",
     "unpack_tensors",
 ]
@@ -149,3 +163,46 @@ def broadcast_coalesced(tensors: Sequence[torch.Tensor], src: int = 0, group: An
         for tensor in members:
             tensor.copy_(flat[offset : offset + tensor.numel()].view_as(tensor))
             offset += tensor.numel()
+
+
+# --- a failed collective, named --------------------------------------------------------
+
+_TORCH_DISTRIBUTED = os.path.dirname(dist.__file__) + os.sep
+
+
+@contextlib.contextmanager
+def collective(what: str) -> Iterator[None]:
+    """Turn a failed collective into a :class:`DistributedError` saying what was being done.
+
+    A peer that died or failed shows up in the survivors as an error of the transport
+    ("Connection closed by peer", a timeout); this names the operation and this rank.
+    """
+    try:
+        yield
+    except RuntimeError as error:  # torch's DistBackendError is one
+        raise collective_error(what, error) from error
+
+
+def collective_error(what: str, error: BaseException) -> DistributedError:
+    """The :class:`DistributedError` of a collective (``what``) that failed with ``error``."""
+    rank = dist.get_rank() if dist.is_initialized() else "?"
+    return DistributedError(
+        f"rank {rank}: {what} failed: another rank has probably died or failed (see its "
+        f"error), or the collective timed out: {error}"
+    )
+
+
+def raised_by_collective(error: BaseException) -> bool:
+    """True when ``error`` is a collective's failure inside ``torch.distributed`` (FSDP's
+    all-gathers in forward, its reduce-scatters in backward), not an error of the user's code
+    or another of torch's: the innermost frame of its traceback is one of torch.distributed's
+    and the error is torch.distributed's or its transport's (gloo, NCCL)."""
+    trace = error.__traceback__
+    if trace is None:
+        return False
+    while trace.tb_next is not None:
+        trace = trace.tb_next
+    if not trace.tb_frame.f_code.co_filename.startswith(_TORCH_DISTRIBUTED):
+        return False
+    text = str(error).lower()
+    return isinstance(error, dist.DistError) or "gloo" in text or "nccl" in text
