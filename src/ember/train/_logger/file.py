@@ -39,6 +39,7 @@ metrics thread).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -144,11 +145,10 @@ def _cut_back(path: str, size: object) -> bool:
 
 def _cut_steps(path: str, epoch: int) -> None:
     """Cut the steps file ``path`` back to before the section of ``epoch`` or a later one (a
-    re-run epoch's steps start anew), making its directory if the split is new."""
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-    except FileExistsError:  # a file where the split's directory belongs: reading says so
-        pass
+    re-run epoch's steps start anew) and any line a crash left unfinished, making its directory
+    if the split is new."""
+    with contextlib.suppress(FileExistsError):  # a file where the split's directory belongs:
+        os.makedirs(os.path.dirname(path), exist_ok=True)  # reading it below says so
     try:
         with open(path, "rb") as file:
             data = file.read()
@@ -162,6 +162,8 @@ def _cut_steps(path: str, epoch: int) -> None:
             os.truncate(path, start)
             return
         start = end
+    if not data.endswith(b"\n"):  # a line a crash cut short: the next section starts a line
+        os.truncate(path, data.rfind(b"\n") + 1)
 
 
 class _StepRuns:
