@@ -256,15 +256,16 @@ def test_the_steps_file_has_a_section_per_epoch_and_a_re_run_epoch_starts_its_se
     ]
 
 
+@pytest.mark.parametrize("unfinished", ['["epo', '["epoch",', '["epoch",3', "[7,"])
 def test_a_line_a_crash_left_unfinished_in_the_steps_file_is_cut_by_the_next_launch(
-    tmp_path: Path,
+    tmp_path: Path, unfinished: str
 ) -> None:
     """The steps file ends in half a line (a crash while epoch 3 was written, after the
     checkpoint of epoch 2): the resumed run starts epoch 3's section on a line of its own."""
     train(tmp_path / "full")
     train(tmp_path / "cut", epochs=2)
     with (tmp_path / "cut" / "train" / "steps.jsonl").open("a", encoding="utf-8") as steps:
-        steps.write('["epo')
+        steps.write(unfinished)
     train(tmp_path / "cut", configure=lambda builder: builder.resume_latest())
     for split in ("train", "valid"):
         ours = (tmp_path / "cut" / split / "steps.jsonl").read_bytes()

@@ -156,9 +156,14 @@ def _cut_steps(path: str, epoch: int) -> None:
         return
     start = 0
     while (start := data.find(_EPOCH_MARK, start)) >= 0:
-        end = data.find(b"]", start)
+        end = data.find(b"\n", start)
+        if end < 0:  # the last line, unfinished: cut below
+            break
         at_line_start = start == 0 or data[start - 1] == ord("\n")
-        if at_line_start and int(data[start + len(_EPOCH_MARK) : end]) >= epoch:
+        number = data[start + len(_EPOCH_MARK) : end].removesuffix(b"]")
+        if at_line_start and not number.isdigit():
+            raise ValueError(f"{path}: not a steps file's epoch line at byte {start}: {number!r}")
+        if at_line_start and int(number) >= epoch:
             os.truncate(path, start)
             return
         start = end
