@@ -28,13 +28,14 @@ millisecond on a busy disk, more than a small model's whole epoch; so the files 
 thread of their own (``metric-writer``, as Burn's ``AsyncLogger``) and the metrics thread never
 waits for the disk. Lines are handed to it in blocks, at least every ``interval`` seconds, so a
 file is at most that far behind training, and the writer opens, appends and closes each file
-per block (no file stays open). A new file is handed over with its first line: its directory
-and the file are made while training goes on, not all at the end of the run (holding short
-epochs' new files back to hand them over together measured no faster: the last ones are then
-made after training instead of beside it). Reading a value back and closing first write
-everything logged before them; a write error is raised by the next of those calls or by the
-next ``log`` (so a logger that cannot write stops training at once, like any error of the
-metrics thread).
+per block (no file stays open); a steps file's lines go with a block at most once an interval
+(short epochs would append to it at each split's start and end). A new metric file is handed
+over with its first line: its directory and the file are made while training goes on, not all
+at the end of the run (holding short epochs' new files back to hand them over together measured
+no faster: the last ones are then made after training instead of beside it). Reading a value
+back and closing first write everything logged before them; a write error is raised by the next
+of those calls or by the next ``log`` (so a logger that cannot write stops training at once,
+like any error of the metrics thread).
 """
 
 from __future__ import annotations
@@ -288,10 +289,11 @@ class FileMetricLogger:
         self._writer = BackgroundWorker(
             "metric-writer", job="metric file write"
         )  # unbounded: never waits for the disk
-        # the open files by (metric name, epoch, split); a name of None is the split's steps
+        # the open metric files by (metric name, epoch, split)
         self._paths: dict[tuple[str | None, int, Split], str] = {}
         self._steps: dict[tuple[int, Split], _StepRuns] = {}
         self._step_files: set[str] = set()  # the splits' steps files, cut back once: appended
+        self._step_lines: dict[str, list[str]] = {}  # made, handed over once due (interval)
         self._pending: dict[str, list[str]] = {}
         self._started: set[str] = set()
         self._continued: set[str] = set()  # files of a resumed split: appended to, not new
@@ -299,7 +301,7 @@ class FileMetricLogger:
         self._new_file = False  # a file not handed to the writer yet: hand it over now
         self._interval = interval
         self._clock = clock
-        self._last_hand_off = clock()
+        self._last_hand_off = self._last_steps = clock()
 
     def path(self, name: str, epoch: int, split: Split | str) -> Path:
         """Where ``name``'s values for ``epoch`` and ``split`` (``"valid"`` too) are written."""
@@ -346,11 +348,11 @@ class FileMetricLogger:
     def _start_steps(self, epoch: int, split: Split) -> None:
         """Begin ``epoch``'s section of the split's steps file; the first time this logger
         writes that file, cut it back to before that epoch (a re-run epoch starts anew)."""
-        path = self._open(None, epoch, split)
+        path = self._file(None, epoch, split)
         if path not in self._step_files:
             _cut_steps(path, epoch)
             self._step_files.add(path)
-        self._pending[path].append(_json_line(["epoch", epoch]))
+        self._step_lines.setdefault(path, []).append(_json_line(["epoch", epoch]))
 
     def log_text(self, texts: Sequence[MetricText]) -> None:
         """Queue one line per text entry (raising an earlier write's error, as :meth:`log`)."""
@@ -379,8 +381,11 @@ class FileMetricLogger:
         return path
 
     def _maybe_hand_off(self) -> None:
-        if self._new_file or self._clock() - self._last_hand_off >= self._interval:
-            self._hand_off()
+        now = self._clock()
+        if self._new_file or now - self._last_hand_off >= self._interval:
+            # a steps file is appended to at most once an interval (short epochs would
+            # append to it at every split's start and end)
+            self._hand_off(steps=now - self._last_steps >= self._interval)
 
     def end_split(self, epoch: int, split: Split) -> None:
         """Forget the split's paths; its lines reach the disk with the next block, after which
@@ -388,7 +393,7 @@ class FileMetricLogger:
         runs = self._steps.pop((epoch, split), None)
         if runs is not None:
             runs.close_step()
-            self._pending[self._open(None, epoch, split)].extend(runs.take())
+            self._step_lines.setdefault(self._file(None, epoch, split), []).extend(runs.take())
         for key in [key for key in self._paths if key[1] == epoch and key[2] is split]:
             self._ended.append(self._paths.pop(key))
 
@@ -456,17 +461,26 @@ class FileMetricLogger:
         finally:  # the thread stops even when a write failed
             self._writer.close()
 
-    def _hand_off(self) -> None:
-        for (epoch, split), runs in self._steps.items():  # the steps that are over
-            self._pending[self._open(None, epoch, split)].extend(runs.take())
+    def _hand_off(self, *, steps: bool = True) -> None:
+        """Hand every line logged so far to the writer (the steps files' too, unless
+        ``steps`` is False: they wait for the next hand-off that is due)."""
         self._last_hand_off = self._clock()
         self._new_file = False
         blocks = []
         for path, lines in self._pending.items():
             if lines:
-                new = path not in self._started and path not in self._step_files
-                blocks.append((path, "\n".join(lines) + "\n", new))
+                blocks.append((path, "\n".join(lines) + "\n", path not in self._started))
                 self._started.add(path)
+        if steps:
+            self._last_steps = self._last_hand_off
+            for (epoch, split), runs in self._steps.items():  # the steps that are over
+                self._step_lines.setdefault(self._file(None, epoch, split), []).extend(runs.take())
+            blocks.extend(
+                (path, "\n".join(lines) + "\n", False)
+                for path, lines in self._step_lines.items()
+                if lines
+            )
+            self._step_lines = {}
         self._pending = {path: [] for path in self._paths.values()}
         self._started.difference_update(self._ended)  # ended splits: their last block is out
         self._ended.clear()
