@@ -123,6 +123,8 @@ class DistributedDataParallel:
     timeout (``_strategy/ddp/progress.py``).
     """
 
+    _TORCH_LOADERS = True  # whether a user's TorchDataLoader is sharded (TorchShares)
+
     def __init__(
         self,
         backend: str | None = None,
@@ -191,21 +193,27 @@ class DistributedDataParallel:
         ranks = self._setup()
         try:
             model.to(ranks.device)
-            views = {
-                name: rank_view(
-                    loader,
-                    ranks.device,
-                    ranks.rank,
-                    ranks.world,
-                    name=name,
-                    strategy="DistributedDataParallel",
-                )
-                for name, loader in loaders.items()
-            }
-            return DistributedRun(self, ranks, model, views)
+            return DistributedRun(self, ranks, model, self._rank_views(loaders, ranks))
         except BaseException:
             self._abandon()
             raise
+
+    def _rank_views(
+        self, loaders: Mapping[str, DataLoader[Any]], ranks: Ranks
+    ) -> dict[str, RankView]:
+        """This rank's view of every loader, on its device (``ember.data``'s ``rank_view``)."""
+        return {
+            name: rank_view(
+                loader,
+                ranks.device,
+                ranks.rank,
+                ranks.world,
+                name=name,
+                strategy=type(self).__name__,
+                torch_loaders=self._TORCH_LOADERS,
+            )
+            for name, loader in loaders.items()
+        }
 
     def check(self, learner: Learner[Any]) -> None:
         """Any learner: every rank steps the same reduced gradients."""

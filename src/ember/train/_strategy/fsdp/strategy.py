@@ -44,7 +44,7 @@ if TYPE_CHECKING:  # torch's FSDP costs most of a second to import: only a shard
 
 from ember._errors import DataLoaderError, DistributedError
 from ember.data import DataLoader, Progress
-from ember.data._rank_view import RankView, rank_view
+from ember.data._rank_view import RankView
 from ember.distributed._processes import DEFAULT_TIMEOUT
 from ember.train._checkpoint.sharded import ShardedRecords, write_shards
 from ember.train._learner import Learner
@@ -85,6 +85,8 @@ class FullyShardedDataParallel(DistributedDataParallel):
     The run's ``precision("bf16-mixed")`` becomes FSDP's ``MixedPrecisionPolicy``: parameters
     gathered and computed in bfloat16, gradients reduced and kept in float32.
     """
+
+    _TORCH_LOADERS = False  # a user's TorchDataLoader is refused: no TorchShares here
 
     def __init__(
         self,
@@ -158,19 +160,7 @@ class FullyShardedDataParallel(DistributedDataParallel):
                 reshard_after_forward=self.reshard_after_forward,
                 precision=mixed_precision(self.precision),
             )
-            views = {
-                name: rank_view(
-                    loader,
-                    ranks.device,
-                    ranks.rank,
-                    ranks.world,
-                    name=name,
-                    strategy="FullyShardedDataParallel",
-                    torch_loaders=False,
-                )
-                for name, loader in loaders.items()
-            }
-            return FullyShardedRun(self, ranks, model, views)
+            return FullyShardedRun(self, ranks, model, self._rank_views(loaders, ranks))
         except BaseException:
             self._abandon()
             raise
