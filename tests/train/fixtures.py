@@ -32,6 +32,7 @@ from ember.train import (
 )
 from ember.train._config import TrainingConfig
 from ember.train._counters import RunCounters
+from ember.train._logger import metric_writer
 from ember.train._logger.store import EventStore
 from ember.train._loop import LoopOutcome, TrainingLoop
 from ember.train._metric.values import MetricValue
@@ -187,10 +188,29 @@ EMBER_THREADS = (
 
 def ember_threads(since: Collection[threading.Thread] = ()) -> list[str]:
     """The names of ember's threads alive now but not in ``since`` (none may outlive
-    ``launch``; ``since``: the threads before it, which another test may have left)."""
-    return [
+    ``launch``; ``since``: the threads before it, which another test may have left), and of
+    its metric-writer processes (``metric-writer process PID``: none may outlive it either)."""
+    threads = [
         t.name for t in threading.enumerate() if t.name.startswith(EMBER_THREADS) and t not in since
     ]
+    return threads + [f"metric-writer process {pid}" for pid in metric_writer_processes()]
+
+
+def metric_writer_processes() -> list[int]:
+    """The pids of this process's children that run ember's metric-writer (Linux: read from
+    /proc; [] where there is no /proc)."""
+    pids = []
+    for children in Path("/proc/self/task").glob("*/children"):
+        pids += [int(pid) for pid in children.read_text().split()]
+    writers = []
+    for pid in pids:
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:  # ended meanwhile
+            continue
+        if command.split(b"\0")[-2:-1] == [os.fsencode(metric_writer.__file__)]:
+            writers.append(pid)
+    return writers
 
 
 @contextmanager

@@ -1,10 +1,11 @@
 """Work done on a thread of its own, in order, with errors that are never lost.
 
-One class for every background writer of a run: the checkpoint writes (``checkpoint-writer``)
-and the metric files (``metric-writer``). :class:`BackgroundWorker` runs submitted jobs in order
-on one daemon thread, started by the first job. With a ``capacity``, at most that many jobs
-wait: one more ``submit`` blocks (Burn's "only one checkpoint can be done in advance"); without,
-the queue is unbounded and the submitter never waits for the disk.
+One class for every background thread that writes for a run: the checkpoint writes
+(``checkpoint-writer``), and the metric files where no writer process can be started
+(``metric-writer``, ``train/_logger/metric_writer.py``). :class:`BackgroundWorker` runs submitted
+jobs in order on one daemon thread, started by the first job. With a ``capacity``, at most that many
+jobs wait: one more ``submit`` blocks (Burn's "only one checkpoint can be done in advance");
+without, the queue is unbounded and the submitter never waits for the disk.
 
 A job's exception is kept and re-raised, the original object with its traceback, exactly once:
 by the next :meth:`~BackgroundWorker.raise_pending` (which callers run before changing their own

@@ -24,24 +24,24 @@ files an epoch of Burn's layout), and the metric files keep Burn's format and na
 still being written reads as far as it got).
 
 Creating a directory and a file per metric and epoch takes from tens of microseconds to over a
-millisecond on a busy disk, more than a small model's whole epoch; so the files are written on a
-thread of their own (``metric-writer``, as Burn's ``AsyncLogger``) and the metrics thread never
-waits for the disk. Lines are handed to it in blocks, at least every ``interval`` seconds, so a
-file is at most that far behind training, and the writer opens, appends and closes each file
-per block (no file stays open); a steps file's lines go with a block at most once an interval
-(short epochs would append to it at each split's start and end). A new metric file is handed
-over with its first line: its directory and the file are made while training goes on, not all
-at the end of the run (holding short epochs' new files back to hand them over together measured
-no faster: the last ones are then made after training instead of beside it). Reading a value
-back and closing first write everything logged before them; a write error is raised by the next
-of those calls or by the next ``log`` (so a logger that cannot write stops training at once,
-like any error of the metrics thread).
+millisecond on a busy disk, more than a small model's whole epoch; so the files are written by a
+process of its own (``metric-writer``, ``metric_writer.py``; Burn's ``AsyncLogger`` uses a thread,
+whose every system call would hand the GIL over and back here): training waits for the disk only
+when over a MiB of lines waits for it. Lines are handed to it in blocks, at least every ``interval``
+seconds, so a file is at most that far behind training, and the writer opens, appends and closes
+each file per block (no file stays open); a steps file's lines go with a block at most once an
+interval (short epochs would append to it at each split's start and end). A new metric file is
+handed over with its first line: its directory and the file are made while training goes on, not all
+at the end of the run (holding short epochs' new files back to hand them over together measured no
+faster: the last ones are then made after training instead of beside it). Reading a value back and
+closing first write everything logged before them; a write error is raised by the next of those
+calls or by the next ``log`` once the writer has reported it (so a logger that cannot write stops
+training at once, like any error of the metrics thread).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
 import time
@@ -49,7 +49,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ember.train._background import BackgroundWorker
+from ember.train._logger.metric_writer import Block, MetricFileWriter
 from ember.train._metric.base import NumericEntry
 from ember.train._metric.values import MetricText, MetricValue
 from ember.train._vocabulary import Split, as_vocabulary
@@ -233,43 +233,6 @@ def _json_line(row: list[object]) -> str:
     return json.dumps(row, separators=(",", ":"), ensure_ascii=False)
 
 
-def _write_blocks(blocks: list[tuple[str, str, bool]]) -> None:
-    """Write each ``(path, text, truncate)`` block (``truncate`` starts the file anew); a
-    failed block does not keep the others from being written, and the first error is raised."""
-    failure: Exception | None = None
-    made: set[str] = set()  # directories this job made: each new file's is made once
-    for path, text, truncate in blocks:
-        try:
-            _append(path, text, truncate, made)
-        except Exception as error:  # raised by the logger's next call (the worker keeps it)
-            failure = failure or error
-    if failure is not None:
-        raise failure
-
-
-def _append(path: str, text: str, truncate: bool, made: set[str]) -> None:
-    # os-level calls, the directory made before a new file (a new epoch's directory is new
-    # too): every system call here hands the GIL to the training thread and must win it
-    # back, and Python's open() and makedirs() make twice as many calls
-    directory = os.path.dirname(path)
-    if truncate and directory not in made:
-        try:
-            os.mkdir(directory)
-        except FileExistsError:
-            pass
-        except FileNotFoundError:  # the split's own directory is new too
-            os.makedirs(directory, exist_ok=True)
-        made.add(directory)
-    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if truncate else os.O_APPEND)
-    data = memoryview(text.encode("utf-8"))
-    fd = os.open(path, flags, 0o666)
-    try:
-        while data:
-            data = data[os.write(fd, data) :]
-    finally:
-        os.close(fd)
-
-
 class FileMetricLogger:
     """Writes metric entries under ``directory``; see the module docstring for the layout."""
 
@@ -286,9 +249,7 @@ class FileMetricLogger:
         if self.directory.exists() and not self.directory.is_dir():
             raise ValueError(f"metric log directory is a file: {str(self.directory)!r}")
         self._root = str(self.directory)
-        self._writer = BackgroundWorker(
-            "metric-writer", job="metric file write"
-        )  # unbounded: never waits for the disk
+        self._writer = MetricFileWriter()  # a process of its own (metric_writer.py)
         # the open metric files by (metric name, epoch, split)
         self._paths: dict[tuple[str | None, int, Split], str] = {}
         self._steps: dict[tuple[int, Split], _StepRuns] = {}
@@ -466,7 +427,7 @@ class FileMetricLogger:
         ``steps`` is False: they wait for the next hand-off that is due)."""
         self._last_hand_off = self._clock()
         self._new_file = False
-        blocks = []
+        blocks: list[Block] = []
         for path, lines in self._pending.items():
             if lines:
                 blocks.append((path, "\n".join(lines) + "\n", path not in self._started))
@@ -485,4 +446,4 @@ class FileMetricLogger:
         self._started.difference_update(self._ended)  # ended splits: their last block is out
         self._ended.clear()
         if blocks:
-            self._writer.submit(functools.partial(_write_blocks, blocks))
+            self._writer.write(blocks)
