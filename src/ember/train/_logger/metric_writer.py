@@ -56,11 +56,15 @@ _DONE, _ERROR = 1, 2  # from the child
 def write_blocks(blocks: Sequence[Block]) -> None:
     """Write each block in order; a failed block does not keep the others from being written,
     and the first error is raised."""
+    _write_encoded([(path, text.encode("utf-8"), truncate) for path, text, truncate in blocks])
+
+
+def _write_encoded(blocks: Sequence[tuple[str, bytes, bool]]) -> None:
     failure: Exception | None = None
     made: set[str] = set()  # directories made here: each new file's is made once
-    for path, text, truncate in blocks:
+    for path, data, truncate in blocks:
         try:
-            _append(path, text.encode("utf-8"), truncate, made)
+            _append(path, data, truncate, made)
         except Exception as error:
             failure = failure or error
     if failure is not None:
@@ -80,9 +84,7 @@ def _append(path: str, data: bytes, truncate: bool, made: set[str]) -> None:
     flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if truncate else os.O_APPEND)
     fd = os.open(path, flags, 0o666)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        _write_all(fd, data)
     finally:
         os.close(fd)
 
@@ -96,15 +98,14 @@ def _encode(blocks: Sequence[Block]) -> bytes:
     return _FRAME.pack(_BLOCKS, len(payload)) + payload
 
 
-def _decode(payload: bytes) -> list[Block]:
+def _decode(payload: bytes) -> list[tuple[str, bytes, bool]]:
     blocks, at = [], 0
     while at < len(payload):
         name_size, data_size, truncate = _ENTRY.unpack_from(payload, at)
         at += _ENTRY.size
         path = os.fsdecode(payload[at : at + name_size])
-        text = payload[at + name_size : at + name_size + data_size].decode("utf-8")
+        blocks.append((path, payload[at + name_size : at + name_size + data_size], bool(truncate)))
         at += name_size + data_size
-        blocks.append((path, text, bool(truncate)))
     return blocks
 
 
@@ -135,6 +136,14 @@ def _read_exactly(fd: int, size: int) -> bytes | None:
     return data
 
 
+def _readable(fd: int) -> bool:
+    """Whether reading ``fd`` would not block (``poll``: ``select`` refuses descriptors above
+    1023, which a process with many open files reaches)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(0))
+
+
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -155,7 +164,7 @@ def _child(inbox: int, outbox: int) -> None:
             _write_all(outbox, _FRAME.pack(_DONE, 0))
             continue
         try:
-            write_blocks(_decode(payload))
+            _write_encoded(_decode(payload))
         except Exception as error:  # the parent raises it: the child goes on with later blocks
             message = _describe(error)
             _write_all(outbox, _FRAME.pack(_ERROR, len(message)) + message)
@@ -252,7 +261,7 @@ class MetricFileWriter:
             return
         assert process.stdout is not None
         fd = process.stdout.fileno()
-        while until_done or select.select([fd], [], [], 0)[0]:
+        while until_done or _readable(fd):
             header = _read_exactly(fd, _FRAME.size)
             if header is None:
                 raise self._gone(process)
