@@ -32,7 +32,7 @@ from ember.train import (
 )
 from ember.train._config import TrainingConfig
 from ember.train._counters import RunCounters
-from ember.train._logger import metric_writer
+from ember.train._logger import blocks
 from ember.train._logger.store import EventStore
 from ember.train._loop import LoopOutcome, TrainingLoop
 from ember.train._metric.values import MetricValue
@@ -208,7 +208,7 @@ def metric_writer_processes() -> list[int]:
             command = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:  # ended meanwhile
             continue
-        if command.split(b"\0")[-2:-1] == [os.fsencode(metric_writer.__file__)]:
+        if command.split(b"\0")[-2:-1] == [os.fsencode(blocks.__file__)]:
             writers.append(pid)
     return writers
 

@@ -49,7 +49,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ember.train._logger.metric_writer import Block, MetricFileWriter
+from ember.train._logger.blocks import Block
+from ember.train._logger.metric_writer import MetricFileWriter
 from ember.train._metric.base import NumericEntry
 from ember.train._metric.values import MetricText, MetricValue
 from ember.train._vocabulary import Split, as_vocabulary

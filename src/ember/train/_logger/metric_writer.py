@@ -1,173 +1,58 @@
 """The metric files' writer: a process of its own, so that making files never costs training.
 
 Making a directory and a file per metric and epoch takes tens of microseconds to over a
-millisecond; a short epoch's whole step budget. On a thread of the training process, each of
+millisecond, a short epoch's whole step budget. On a thread of the training process each of
 those system calls hands the GIL over and must win it back from the training thread, which then
-waits too: measured on the seed workload (100 epochs of 7 steps, two directories and two files an
-epoch), that convoy cost 5-7 % of the run, while another process making the same files at its
-pace costs under 1 % (``benchmarks/event_floor.py``'s file floor). So :class:`MetricFileWriter`
-starts a small Python process (``metric-writer``, this file run by path in isolated mode: it
-imports nothing but the standard library) and hands it the blocks through a pipe: one write per
-block of lines, in order, never pickled.
+waits too (130-200 voluntary context switches per 100 short epochs); another process making the
+same files costs training only the kernel's share (``benchmarks/event_floor.py``'s file floor).
+So :class:`MetricFileWriter` starts a small Python process, ``metric-writer`` (the program in
+``blocks.py``, run by path in isolated mode), with the first block and hands it the blocks
+through a pipe, in order, never pickled; a pipe of a MiB (Linux) holds what the disk has not
+written yet, and only a fuller one makes training wait.
 
-Blocks are ``(path, text, truncate)``: ``text`` is appended to ``path`` (``truncate``: the file
-starts anew, its directory made first). The child answers a sync with the errors of the blocks
-before it; an error is also reported as soon as it happens, and the parent raises it at its next
-:meth:`MetricFileWriter.raise_pending`, :meth:`~MetricFileWriter.flush` or
-:meth:`~MetricFileWriter.close` (once, the first one; a later one is added to it as a note), as
-:class:`~ember.train._background.BackgroundWorker` does for a thread's jobs. A failed block does
-not keep the later ones from being written.
+Errors: the child reports a failed block at once and goes on with the later ones; the parent
+raises the first at its next :meth:`~MetricFileWriter.raise_pending`,
+:meth:`~MetricFileWriter.flush` or :meth:`~MetricFileWriter.close`, once (a later one is added to
+it as a note), as :class:`~ember.train._background.BackgroundWorker` does for a thread's jobs. A
+child that dies is named with its exit code.
 
-The child ends when told to (:meth:`~MetricFileWriter.close`), or when its input ends because the
-training process died: it writes what it was handed first, so a crash loses no line that left
-the training process. It ignores the signals that stop training (Ctrl-C reaches a terminal's
-whole process group; SIGTERM and SIGUSR1 stop a run gracefully, whose last lines must still be
-written). Where a process cannot be started (no ``sys.executable``, or an OS without
-non-blocking pipes) the blocks go to a ``metric-writer`` thread instead, with the same rules.
+The child ends when told to (:meth:`~MetricFileWriter.close`, which waits for it: no process of
+ember's outlives ``launch``), or when its input ends because the training process died: it writes
+what it was handed first, so a crash loses no line that left the training process. It ignores
+the signals that stop training (Ctrl-C reaches a terminal's whole process group; SIGTERM and
+SIGUSR1 stop a run gracefully, whose last lines must still be written). Where no process can be
+started (no ``sys.executable``, not a POSIX system) the blocks go to a ``metric-writer`` thread
+instead, with the same rules.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import select
-import signal
-import struct
 import subprocess
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from ember.train._logger import blocks as _program
+from ember.train._logger.blocks import (
+    DONE,
+    END,
+    FRAME,
+    SYNC,
+    Block,
+    encode,
+    read_exactly,
+    revive,
+    write_all,
+    write_blocks,
+)
+
 if TYPE_CHECKING:
     from ember.train._background import BackgroundWorker
 
-__all__ = ["Block", "MetricFileWriter", "write_blocks"]
-
-Block = tuple[str, str, bool]
-"""``(path, text, truncate)``: append ``text`` to ``path``; ``truncate``: start the file anew."""
-
-_FRAME = struct.Struct("<BI")  # kind, payload length
-_ENTRY = struct.Struct("<IIB")  # path length, text length, truncate
-_BLOCKS, _SYNC, _END = 1, 2, 3  # to the child
-_DONE, _ERROR = 1, 2  # from the child
-
-
-def write_blocks(blocks: Sequence[Block]) -> None:
-    """Write each block in order; a failed block does not keep the others from being written,
-    and the first error is raised."""
-    _write_encoded([(path, text.encode("utf-8"), truncate) for path, text, truncate in blocks])
-
-
-def _write_encoded(blocks: Sequence[tuple[str, bytes, bool]]) -> None:
-    failure: Exception | None = None
-    made: set[str] = set()  # directories made here: each new file's is made once
-    for path, data, truncate in blocks:
-        try:
-            _append(path, data, truncate, made)
-        except Exception as error:
-            failure = failure or error
-    if failure is not None:
-        raise failure
-
-
-def _append(path: str, data: bytes, truncate: bool, made: set[str]) -> None:
-    directory = os.path.dirname(path)
-    if truncate and directory not in made:
-        try:
-            os.mkdir(directory)
-        except FileExistsError:
-            pass
-        except FileNotFoundError:  # the split's own directory is new too
-            os.makedirs(directory, exist_ok=True)
-        made.add(directory)
-    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if truncate else os.O_APPEND)
-    fd = os.open(path, flags, 0o666)
-    try:
-        _write_all(fd, data)
-    finally:
-        os.close(fd)
-
-
-def _encode(blocks: Sequence[Block]) -> bytes:
-    parts: list[bytes] = []
-    for path, text, truncate in blocks:
-        name, data = os.fsencode(path), text.encode("utf-8")
-        parts += (_ENTRY.pack(len(name), len(data), truncate), name, data)
-    payload = b"".join(parts)
-    return _FRAME.pack(_BLOCKS, len(payload)) + payload
-
-
-def _decode(payload: bytes) -> list[tuple[str, bytes, bool]]:
-    blocks, at = [], 0
-    while at < len(payload):
-        name_size, data_size, truncate = _ENTRY.unpack_from(payload, at)
-        at += _ENTRY.size
-        path = os.fsdecode(payload[at : at + name_size])
-        blocks.append((path, payload[at + name_size : at + name_size + data_size], bool(truncate)))
-        at += name_size + data_size
-    return blocks
-
-
-def _describe(error: Exception) -> bytes:
-    """An error as JSON the parent turns back into an exception of the same kind."""
-    if isinstance(error, OSError):
-        fields = {"errno": error.errno, "strerror": error.strerror, "filename": error.filename}
-        return json.dumps({"os": fields}).encode("utf-8")
-    return json.dumps({"type": type(error).__name__, "message": str(error)}).encode("utf-8")
-
-
-def _revive(payload: bytes) -> Exception:
-    fields = json.loads(payload)
-    if "os" in fields:  # OSError(errno, ...) makes the subclass errno names (PermissionError)
-        os_fields = fields["os"]
-        return OSError(os_fields["errno"], os_fields["strerror"], os_fields["filename"])
-    return RuntimeError(f"{fields['type']}: {fields['message']}")
-
-
-def _read_exactly(fd: int, size: int) -> bytes | None:
-    """``size`` bytes from ``fd``, or None at its end (the other side is gone)."""
-    data = b""
-    while len(data) < size:
-        chunk = os.read(fd, size - len(data))
-        if not chunk:
-            return None
-        data += chunk
-    return data
-
-
-def _readable(fd: int) -> bool:
-    """Whether reading ``fd`` would not block (``poll``: ``select`` refuses descriptors above
-    1023, which a process with many open files reaches)."""
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    return bool(poller.poll(0))
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _child(inbox: int, outbox: int) -> None:
-    """The writer process: frames from ``inbox`` until told to end or the input ends."""
-    for name in ("SIGINT", "SIGTERM", "SIGUSR1", "SIGHUP"):
-        if hasattr(signal, name):
-            signal.signal(getattr(signal, name), signal.SIG_IGN)
-    while (header := _read_exactly(inbox, _FRAME.size)) is not None:
-        kind, size = _FRAME.unpack(header)
-        payload = _read_exactly(inbox, size)
-        if payload is None or kind == _END:
-            os._exit(0)  # every block is written: nothing else to tidy up (a third as slow)
-        if kind == _SYNC:
-            _write_all(outbox, _FRAME.pack(_DONE, 0))
-            continue
-        try:
-            _write_encoded(_decode(payload))
-        except Exception as error:  # the parent raises it: the child goes on with later blocks
-            message = _describe(error)
-            _write_all(outbox, _FRAME.pack(_ERROR, len(message)) + message)
+__all__ = ["MetricFileWriter"]
 
 
 class MetricFileWriter:
@@ -185,9 +70,9 @@ class MetricFileWriter:
         if self._process is None and self._thread is None:
             self._start()
         if self._thread is not None:
-            self._thread.submit(lambda: write_blocks(blocks))
+            self._thread.submit(lambda: write_blocks(list(blocks)))
         else:
-            self._send(_encode(blocks))
+            self._send(encode(list(blocks)))
 
     def raise_pending(self) -> None:
         """Re-raise the first error of a failed write, once (without waiting for the writer)."""
@@ -205,7 +90,7 @@ class MetricFileWriter:
             self._thread.flush()
             return
         if self._process is not None:
-            self._send(_FRAME.pack(_SYNC, 0))
+            self._send(FRAME.pack(SYNC, 0))
             self._read_replies(until_done=True)
         self.raise_pending()
 
@@ -224,10 +109,10 @@ class MetricFileWriter:
                 _end(process)
 
     def _start(self) -> None:
-        if sys.executable and os.name == "posix" and os.path.isfile(__file__):
+        if sys.executable and os.name == "posix" and os.path.isfile(_program.__file__):
             try:
                 process = subprocess.Popen(
-                    [sys.executable, "-I", "-S", __file__],
+                    [sys.executable, "-I", "-S", _program.__file__],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                 )
@@ -249,7 +134,7 @@ class MetricFileWriter:
         process = self._process
         assert process is not None and process.stdin is not None
         try:
-            _write_all(process.stdin.fileno(), frame)
+            write_all(process.stdin.fileno(), frame)
         except BrokenPipeError:
             raise self._gone(process) from None
 
@@ -262,13 +147,13 @@ class MetricFileWriter:
         assert process.stdout is not None
         fd = process.stdout.fileno()
         while until_done or _readable(fd):
-            header = _read_exactly(fd, _FRAME.size)
+            header = read_exactly(fd, FRAME.size)
             if header is None:
                 raise self._gone(process)
-            kind, size = _FRAME.unpack(header)
-            if kind == _DONE:
+            kind, size = FRAME.unpack(header)
+            if kind == DONE:
                 return
-            self._keep(_revive(_read_exactly(fd, size) or b"{}"))
+            self._keep(revive(read_exactly(fd, size) or b"{}"))
 
     def _keep(self, error: Exception) -> None:
         if self._error is None:
@@ -294,11 +179,15 @@ def _end(process: subprocess.Popen[bytes]) -> None:
     wait for it."""
     assert process.stdin is not None and process.stdout is not None
     with contextlib.suppress(OSError):  # the child is gone already: nothing left to end
-        _write_all(process.stdin.fileno(), _FRAME.pack(_END, 0))
+        write_all(process.stdin.fileno(), FRAME.pack(END, 0))
     process.stdin.close()
     process.wait()
     process.stdout.close()
 
 
-if __name__ == "__main__":  # the child: run by path, isolated (nothing of ember imported)
-    _child(sys.stdin.fileno(), sys.stdout.fileno())
+def _readable(fd: int) -> bool:
+    """Whether reading ``fd`` would not block (``poll``: ``select`` refuses descriptors above
+    1023, which a process with many open files reaches)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(0))
