@@ -131,10 +131,14 @@ def _text(path: Path) -> str:
     return path.read_text() if path.exists() else ""
 
 
+@pytest.mark.parametrize("where", ["an embedded interpreter", "a frozen application"])
 def test_without_a_process_the_blocks_go_to_a_thread_with_the_same_rules(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
 ) -> None:
-    monkeypatch.setattr(sys, "executable", "")  # an embedded interpreter: nothing to start
+    if where == "an embedded interpreter":
+        monkeypatch.setattr(sys, "executable", "")  # nothing to start
+    else:  # sys.executable is the application, which would not run blocks.py
+        monkeypatch.setattr(sys, "frozen", True, raising=False)
     (tmp_path / "train").write_text("not a directory")
     writer = MetricFileWriter()
     log = tmp_path / "valid" / "Loss.log"

@@ -18,11 +18,11 @@ child that dies is named with its exit code.
 
 The child ends when told to (:meth:`~MetricFileWriter.close`, which waits for it: no process of
 ember's outlives ``launch``), or when its input ends because the training process died: it writes
-what it was handed first, so a crash loses no line that left the training process. It ignores
-the signals that stop training (Ctrl-C reaches a terminal's whole process group; SIGTERM and
-SIGUSR1 stop a run gracefully, whose last lines must still be written). Where no process can be
-started (no ``sys.executable``, not a POSIX system) the blocks go to a ``metric-writer`` thread
-instead, with the same rules.
+what it was handed first, so a crash loses no line that left the training process. It ignores the
+signals that stop training (Ctrl-C reaches a terminal's whole process group; SIGTERM and SIGUSR1
+stop a run gracefully, whose last lines must still be written). Where no process can be started (not
+a POSIX system, no ``sys.executable``, a frozen application) the blocks go to a ``metric-writer``
+thread instead, with the same rules.
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ class MetricFileWriter:
                 _end(process)
 
     def _start(self) -> None:
-        if sys.executable and os.name == "posix" and os.path.isfile(_program.__file__):
+        if _can_run_python_files():
             try:
                 process = subprocess.Popen(
                     [sys.executable, "-I", "-S", _program.__file__],
@@ -183,6 +183,17 @@ def _end(process: subprocess.Popen[bytes]) -> None:
     process.stdin.close()
     process.wait()
     process.stdout.close()
+
+
+def _can_run_python_files() -> bool:
+    """Whether this interpreter can run ``blocks.py`` as a program: POSIX, a ``sys.executable``
+    that is Python (not a frozen application's binary) and the module as a file."""
+    return (
+        os.name == "posix"
+        and bool(sys.executable)
+        and not getattr(sys, "frozen", False)
+        and os.path.isfile(_program.__file__)
+    )
 
 
 def _readable(fd: int) -> bool:
