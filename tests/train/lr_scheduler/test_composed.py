@@ -16,7 +16,9 @@ from ember.train import (
     NoamLr,
     SequentialLr,
     StepLr,
+    TorchLrScheduler,
 )
+from ember.train._lr_scheduler.torch_adapter import interval_notice
 from tests.train.lr_scheduler.helpers import first_lrs, torch_sequence
 
 
@@ -104,3 +106,71 @@ def test_reprs_show_configuration_and_step() -> None:
         "SequentialLr([ConstantLr(lr=0.5), StepLr(initial_lr=0.1, step_size=2, gamma=0.1, "
         "step=0)], milestones=[4], step=0)"
     )
+
+
+class _PerEpoch:
+    """A user's scheduler that advances at each epoch's end (an ``EpochLrScheduler``)."""
+
+    monitor = None
+
+    def step(self) -> float:
+        return 0.1
+
+    def end_epoch(self, value: float | None) -> None:
+        """Would advance here, but a composition never calls it."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Nothing to restore."""
+
+
+@pytest.mark.parametrize("owner", ["ComposedLr", "SequentialLr"])
+@pytest.mark.parametrize("child", ["StepLR per epoch", "ReduceLROnPlateau", "user's"])
+def test_a_child_that_advances_per_epoch_is_refused_naming_the_fix(owner: str, child: str) -> None:
+    """A composition steps its children per optimizer step and never ends their epochs: a
+    per-epoch child would keep its first lr for the whole run, so it is refused at once."""
+    optim = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+    per_epoch: Any
+    if child == "StepLR per epoch":
+        per_epoch = TorchLrScheduler(tl.StepLR(optim, step_size=1), interval="epoch")
+    elif child == "ReduceLROnPlateau":
+        per_epoch = TorchLrScheduler(tl.ReduceLROnPlateau(optim), monitor="Loss")
+    else:
+        per_epoch = _PerEpoch()
+    with pytest.raises(
+        ValueError, match=r"schedulers\[1\] \(.+\) advances once per epoch"
+    ) as raised:
+        _compose(owner, [ConstantLr(1.0), per_epoch])
+    assert f"{owner} steps its children once per optimizer step" in str(raised.value)
+    assert "hand a per-epoch scheduler to the Learner on its own" in str(raised.value)
+
+
+def _compose(owner: str, children: list[Any]) -> ComposedLr | SequentialLr:
+    if owner == "ComposedLr":
+        return ComposedLr(children)
+    return SequentialLr(children, milestones=[3])
+
+
+def test_a_torch_scheduler_stepped_per_step_is_a_child_like_any_other() -> None:
+    optim = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    bare = tl.StepLR(optim, step_size=1, gamma=0.5)
+    wrapped = TorchLrScheduler(tl.StepLR(optim, step_size=1, gamma=0.5), interval="step")
+    assert len(ComposedLr([bare, wrapped]).schedulers) == 2
+
+
+def test_a_bare_torch_scheduler_in_a_composition_is_named_at_launch() -> None:
+    """The launch's interval notice finds a bare torch scheduler inside a composition (at any
+    depth), names the composition and the way to step it per epoch; a chosen one is silent."""
+    optim = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    nested = SequentialLr([ConstantLr(0.1), ComposedLr([tl.StepLR(optim, 1)])], milestones=[5])
+    notice = interval_notice(nested)
+    assert notice is not None
+    assert notice.startswith("the torch scheduler StepLR in the ComposedLr is stepped after every")
+    assert (
+        'hand it to the Learner on its own as TorchLrScheduler(scheduler, interval="epoch")'
+        in notice
+    )
+    chosen = TorchLrScheduler(tl.StepLR(optim, 1), interval="step")
+    assert interval_notice(ComposedLr([ConstantLr(0.1), chosen])) is None

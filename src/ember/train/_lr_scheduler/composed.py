@@ -13,7 +13,13 @@ from collections.abc import Sequence
 from typing import Any, Literal, TypeAlias
 
 from ember._checks import check_int
-from ember.train._lr_scheduler.base import LrScheduler, LrSchedulerLike, as_scheduler
+from ember.train._lr_scheduler.base import (
+    EpochLrScheduler,
+    LrScheduler,
+    LrSchedulerLike,
+    as_scheduler,
+)
+from ember.train._lr_scheduler.torch_adapter import TorchLrScheduler
 from ember.train._lr_scheduler.validation import check_state, state_count
 
 __all__ = ["ComposedLr", "Reduction", "SequentialLr"]
@@ -42,7 +48,7 @@ class ComposedLr:
         if reduction not in _REDUCTIONS:
             raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")
         self._reduction: Reduction = reduction
-        self._schedulers = _children(schedulers)
+        self._schedulers = _children(schedulers, "ComposedLr")
 
     @property
     def schedulers(self) -> tuple[LrScheduler, ...]:
@@ -89,7 +95,7 @@ class SequentialLr:
     __slots__ = ("_milestones", "_schedulers", "_step")
 
     def __init__(self, schedulers: Sequence[LrSchedulerLike], milestones: Sequence[int]) -> None:
-        self._schedulers = _children(schedulers)
+        self._schedulers = _children(schedulers, "SequentialLr")
         checked = [check_int(f"milestones[{i}]", m, minimum=1) for i, m in enumerate(milestones)]
         if len(checked) != len(self._schedulers) - 1:
             raise ValueError(
@@ -137,8 +143,10 @@ class SequentialLr:
         )
 
 
-def _children(schedulers: Sequence[LrSchedulerLike]) -> tuple[LrScheduler, ...]:
-    """The children as schedulers: a non-empty list, no object twice."""
+def _children(schedulers: Sequence[LrSchedulerLike], owner: str) -> tuple[LrScheduler, ...]:
+    """The children as schedulers: a non-empty list, no object twice, none that advances per
+    epoch (``owner`` steps its children per optimizer step and never ends their epochs: such a
+    child would keep its first lr for the whole run)."""
     if isinstance(schedulers, str | bytes) or not isinstance(schedulers, Sequence):
         raise TypeError(
             f"schedulers must be a list of schedulers, got {type(schedulers).__qualname__}"
@@ -153,7 +161,23 @@ def _children(schedulers: Sequence[LrSchedulerLike]) -> tuple[LrScheduler, ...]:
                     f"schedulers[{i}] is the same object as schedulers[{j}]; it would be stepped "
                     "twice per call: pass separate instances"
                 )
+        if _per_epoch(child):
+            raise ValueError(
+                f"schedulers[{i}] ({child!r}) advances once per epoch, but {owner} steps its "
+                "children once per optimizer step and never ends their epochs, so it would keep "
+                "its first lr for the whole run: hand a per-epoch scheduler to the Learner on "
+                "its own, or wrap a torch scheduler as TorchLrScheduler(scheduler, "
+                'interval="step")'
+            )
     return children
+
+
+def _per_epoch(child: LrScheduler) -> bool:
+    """Whether ``child`` advances only when an epoch ends (``interval="epoch"``,
+    ``ReduceLROnPlateau``, or a user's :class:`EpochLrScheduler`)."""
+    if isinstance(child, TorchLrScheduler):
+        return child.interval == "epoch"
+    return isinstance(child, EpochLrScheduler)
 
 
 def _load_children(owner: object, children: tuple[LrScheduler, ...], states: object) -> None:

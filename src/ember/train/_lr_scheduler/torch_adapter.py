@@ -246,20 +246,28 @@ class TorchLrScheduler:
         )
 
 
-def interval_notice(scheduler: object) -> str | None:
+def interval_notice(scheduler: object, within: str | None = None) -> str | None:
     """What the launch says about a torch scheduler whose interval nobody chose (handed to the
-    Learner bare, or ``TorchLrScheduler(scheduler)``): it is stepped after every optimizer step,
-    and how to step it per epoch instead; None for any other scheduler."""
-    if not isinstance(scheduler, TorchLrScheduler) or scheduler._chosen:
+    Learner bare, or ``TorchLrScheduler(scheduler)``, also as a child of a ``ComposedLr`` or
+    ``SequentialLr``: ``within`` names it): it is stepped after every optimizer step, and how
+    to choose; None when there is no such scheduler."""
+    if not isinstance(scheduler, TorchLrScheduler):
+        for child in getattr(scheduler, "schedulers", ()):  # ComposedLr, SequentialLr
+            notice = interval_notice(child, type(scheduler).__name__)
+            if notice is not None:
+                return notice
         return None
-    if scheduler.interval != "step":  # ReduceLROnPlateau: always per epoch
+    if scheduler._chosen or scheduler.interval != "step":  # ReduceLROnPlateau: per epoch
         return None
     name = type(scheduler.scheduler).__qualname__
+    where = "handed to the Learner" if within is None else f"in the {within}"
+    how = "pass" if within is None else "hand it to the Learner on its own as"
     return (
-        f"the torch scheduler {name} handed to the Learner is stepped after every optimizer "
-        'step (interval="step", as Hugging Face does); to step it once per epoch, after '
-        "validation (as pytorch/examples and Lightning do), pass TorchLrScheduler(scheduler, "
-        'interval="epoch"); TorchLrScheduler(scheduler, interval="step") keeps this and is silent'
+        f"the torch scheduler {name} {where} is stepped after every optimizer step "
+        '(interval="step", as Hugging Face does); to step it once per epoch, after validation '
+        f"(as pytorch/examples and Lightning do), {how} TorchLrScheduler(scheduler, "
+        'interval="epoch"); TorchLrScheduler(scheduler, interval="step") keeps this and is '
+        "silent"
     )
 
 
