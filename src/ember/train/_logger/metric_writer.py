@@ -153,7 +153,10 @@ class MetricFileWriter:
             kind, size = FRAME.unpack(header)
             if kind == DONE:
                 return
-            self._keep(revive(read_exactly(fd, size) or b"{}"))
+            payload = read_exactly(fd, size)
+            if payload is None:
+                raise self._gone(process)
+            self._keep(revive(payload))
 
     def _keep(self, error: Exception) -> None:
         if self._error is None:
