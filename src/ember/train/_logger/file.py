@@ -27,14 +27,14 @@ Creating a directory and a file per metric and epoch takes from tens of microsec
 millisecond on a busy disk, more than a small model's whole epoch; so the files are written by a
 process of its own (``metric-writer``, ``metric_writer.py``; Burn's ``AsyncLogger`` uses a thread,
 whose every system call would hand the GIL over and back here): training waits for the disk only
-when over a MiB of lines waits for it. Lines are handed to it in blocks, at least every ``interval``
-seconds, so a file is at most that far behind training, and the writer opens, appends and closes
-each file per block (no file stays open); a steps file's lines go with a block at most once an
-interval (short epochs would append to it at each split's start and end). A new metric file is
-handed over with its first line: its directory and the file are made while training goes on, not all
-at the end of the run (holding short epochs' new files back to hand them over together measured no
-faster: the last ones are then made after training instead of beside it). Reading a value back and
-closing first write everything logged before them; a write error is raised by the next of those
+when the pipe to it is full (a MiB on Linux). Lines are handed to it in blocks, at least every
+``interval`` seconds, so a file is at most that far behind training, and the writer opens, appends
+and closes each file per block (no file stays open); a steps file's lines go with a block at most
+once an interval (short epochs would append to it at each split's start and end). A new metric file
+is handed over with its first line: its directory and the file are made while training goes on, not
+all at the end of the run (holding short epochs' new files back to hand them over together measured
+no faster: the last ones are then made after training instead of beside it). Reading a value back
+and closing first write everything logged before them; a write error is raised by the next of those
 calls or by the next ``log`` once the writer has reported it (so a logger that cannot write stops
 training at once, like any error of the metrics thread).
 """
