@@ -29,6 +29,9 @@ from ember._checks import check_directory, check_positive_int, check_real
 from ember._protocols import check_protocol, with_defaults
 from ember.data import DataLoader
 from ember.data._torch_loader import as_ember_loader
+from ember.train._callbacks.base import Callback
+from ember.train._callbacks.called import check_callback
+from ember.train._callbacks.time_limit import TimeLimit
 from ember.train._checkpoint.checkpointer import RunCheckpointer
 from ember.train._checkpoint.export import CheckpointEpoch, check_checkpoint_epoch
 from ember.train._checkpoint.strategy import CheckpointingStrategy
@@ -242,6 +245,22 @@ class SupervisedTraining:
             )
         return self._set(hooks=(*self._config.hooks, hooks))
 
+    def with_callbacks(self, *callbacks: Callback | object) -> SupervisedTraining:
+        """Call each of ``callbacks`` at every point of the loop it has a method for (subclass
+        ``Callback``: ``on_run_start``, ``on_train_batch_end``, ``on_after_optimizer_step``,
+        ``on_validation_end``, …; ``docs/callbacks.md``), in the order given. A callback with
+        ``state_dict()``/``load_state_dict()`` joins every checkpoint and is restored on
+        resume."""
+        for callback in callbacks:
+            check_callback(callback)
+        return self._set(callbacks=(*self._config.callbacks, *callbacks))
+
+    def max_time(self, seconds: float) -> SupervisedTraining:
+        """Stop after the first optimizer step (or round end) past ``seconds`` of training in
+        this launch, as a stop does: a mid-round checkpoint there when the run takes them,
+        ``result.stop_reason`` naming the budget; a resumed launch gets the budget anew."""
+        return self._set(max_time=TimeLimit(seconds).seconds)
+
     def with_stateful(self, name: str, state: Stateful) -> SupervisedTraining:
         """Keep ``state`` (``state_dict``/``load_state_dict``: a counter, an EMA of the weights)
         in every checkpoint under ``name``, restored on resume."""
@@ -267,9 +286,10 @@ class SupervisedTraining:
     ) -> SupervisedTraining:
         """Stop once ``metric`` reaches ``threshold``: a train batch's value (each validation
         epoch's value with ``split="valid"``), at or below it where lower is better (``Loss``),
-        at or above it where higher is better (``Accuracy``). The value is read on the metrics
-        thread and the stop goes through the interrupter, as Ctrl-C's does: the optimizer
-        window under way finishes, a mid-round checkpoint is taken (when the run takes them),
+        at or above it where higher is better (``Accuracy``). The run stops after the batch
+        (the round) whose value reached it, the same one in every run: the loop waits for the
+        metrics after every train batch (a host sync per step). The optimizer window under way
+        finishes, a mid-round checkpoint is taken (when the run takes them),
         ``result.stop_reason`` names the value, and ``resume_latest()`` goes on from there.
         The metric must be registered on the split (refused at launch otherwise)."""
         return self.with_metric_logger(ThresholdStop(metric, threshold, split))

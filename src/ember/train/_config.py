@@ -100,6 +100,12 @@ class TrainingConfig:
     compile_options: dict[str, Any] | None = None
     """``nn.Module.compile`` keyword arguments, or None: not compiled."""
     hooks: tuple[TrainingHooks, ...] = ()
+    """``with_hooks``' objects (0.2.0's four hooks): called, never checkpointed."""
+    callbacks: tuple[object, ...] = ()
+    """``with_callbacks``' callbacks: called at every point they have; their state joins the
+    checkpoints."""
+    max_time: float | None = None
+    """Seconds of training after which the run stops (``max_time``), or None."""
     stateful: tuple[tuple[str, Stateful], ...] = ()
     gradient_checkpointing: tuple[str, ...] | None = None
     """Dotted submodule names; ``()`` means the model's direct children; None: off."""

@@ -10,8 +10,8 @@ the configuration leaves implicit::
         summary, early stopping or a checkpointing strategy need them)
     the metrics, registered per split; the schedule of rounds (max_steps, validate_every,
         checkpoint_every) and why mid-round checkpoints cannot be taken, if they cannot
-    the submodules to checkpoint (gradient checkpointing), the hooks, whether the gradient norm
-        is measured
+    the submodules to checkpoint (gradient checkpointing), the callbacks (and hooks) called at
+        each point, whether the gradient norm is measured
     refusals: a metric-driven scheduler or strategy reading a metric nobody registered, a
         validation value in a run that trains only, tests without what they need, a schedule
         the checkpointer cannot follow
@@ -29,6 +29,8 @@ from typing import Any
 
 from ember._protocols import member
 from ember.data import DataLoader
+from ember.train._callbacks.called import CalledCallbacks
+from ember.train._callbacks.time_limit import TimeLimit
 from ember.train._checkpoint.checkpointer import MidRoundCheckpointer, RunCheckpointer
 from ember.train._checkpoint.learning import LearningCheckpointer
 from ember.train._checkpoint.strategy import (
@@ -40,7 +42,6 @@ from ember.train._checkpoint.strategy import (
 from ember.train._config import DEFAULT_CHECKPOINTERS, TrainingConfig
 from ember.train._early_stopping import MetricEarlyStoppingStrategy
 from ember.train._gradient_checkpointing import checkpointed_modules
-from ember.train._hooks import CalledHooks, has_hooks
 from ember.train._learner import Learner
 from ember.train._logger.base import MetricLogger
 from ember.train._metric.base import Metric
@@ -71,8 +72,10 @@ class RunPlan:
     """Why no mid-round checkpoint can be taken, or None: they can."""
     gradient_checkpointing: tuple[str, ...] | None
     """Dotted names of the submodules to checkpoint, or None: off."""
-    hooks: CalledHooks
-    """The model's hooks (those it has), then ``with_hooks``' objects': called in this order."""
+    callbacks: CalledCallbacks
+    """What the loop calls at each point: the model's hooks (those of the four it has), then
+    ``with_hooks``' objects, ``with_callbacks``' callbacks, and ``max_time``'s, in this
+    order."""
     measure_grad_norm: bool
 
     @property
@@ -123,7 +126,6 @@ def plan_run(config: TrainingConfig, learner: Learner[Any]) -> RunPlan:
     modules = config.gradient_checkpointing
     if modules is not None:
         modules = checkpointed_modules(learner.model, modules or None)
-    model_hooks = (learner.model,) if has_hooks(learner.model) else ()
     return RunPlan(
         config,
         strategy,
@@ -133,9 +135,16 @@ def plan_run(config: TrainingConfig, learner: Learner[Any]) -> RunPlan:
         schedule,
         blocker,
         modules,
-        CalledHooks.of((*model_hooks, *config.hooks)),
+        CalledCallbacks(_callbacks(config), model=learner.model),
         any(isinstance(metric, GradNormMetric) for _, metric in config.metrics),
     )
+
+
+def _callbacks(config: TrainingConfig) -> tuple[object, ...]:
+    """The run's callbacks after the model's hooks: the builder's, then the settings that are
+    callbacks (``max_time``)."""
+    made = () if config.max_time is None else (TimeLimit(config.max_time),)
+    return (*config.hooks, *config.callbacks, *made)
 
 
 def _checkpointer(config: TrainingConfig) -> RunCheckpointer | None:

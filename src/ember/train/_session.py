@@ -26,8 +26,8 @@
                                                          # every process takes the main one's
                                                          # summary, checkpoints and best epoch
     leaving, whatever happened (each step runs even if one before it failed):
-        drain train-worker; log the error; finish the checkpoint writes; End(summary); stop
-        train-worker; renderer.on_error(error); the artifacts the loggers asked for (the best
+        drain train-worker; after an error the callbacks' on_error(error); log the error;
+        finish the checkpoint writes; End(summary); stop train-worker; renderer.on_error(error); the artifacts the loggers asked for (the best
         checkpoint exported, the curves drawn); after an error the loggers' on_error(error)
         (a tracker marks the run failed); the loggers' end(summary, artifacts); close the
         loggers, the renderer and experiment.log
@@ -343,6 +343,7 @@ class TrainingSession(Generic[M]):
         outcome.add(worker.error)
         if outcome.error is not None:
             failure = outcome.error
+            outcome.run(lambda: plan.callbacks.call("on_error", failure))
             outcome.run(lambda: log.error("Training failed", exc_info=failure))
         if plan.checkpointer is not None and not self._checkpoints_closed:
             outcome.run(plan.checkpointer.close)  # a failed write is the run's error
