@@ -11,6 +11,11 @@ See ``docs/training.md``.
 from ember._errors import RunDirectoryError, TrainingError
 from ember._moved import moved_names
 from ember.train._builder import SupervisedTraining
+from ember.train._callbacks.base import Callback, RunView
+from ember.train._callbacks.ema import EMA
+from ember.train._callbacks.lr_find import LrFindResult, lr_find
+from ember.train._callbacks.profiler import Profiler
+from ember.train._callbacks.swa import SWA
 from ember.train._checkpoint.asynchronous import AsyncCheckpointer
 from ember.train._checkpoint.export import export_weights, load_checkpoint
 from ember.train._checkpoint.file import FileCheckpointer
@@ -101,10 +106,13 @@ from ember.train._summary import EvaluationSummary, LearnerSummary, MetricSummar
 from ember.train._vocabulary import Direction, Split
 
 __all__ = [
+    "EMA",
+    "SWA",
     "AccuracyMetric",
     "AsyncCheckpointer",
     "AsyncProcessorTraining",
     "AurocMetric",
+    "Callback",
     "CausalLMOutput",
     "CharErrorRate",
     "ClassReduction",
@@ -149,6 +157,7 @@ __all__ = [
     "LinearLr",
     "LossMetric",
     "LossOutput",
+    "LrFindResult",
     "LrScheduler",
     "MLflowLogger",
     "Metric",
@@ -163,9 +172,11 @@ __all__ = [
     "OptunaPruning",
     "PerplexityMetric",
     "PrecisionMetric",
+    "Profiler",
     "RecallMetric",
     "RegressionOutput",
     "RunDirectoryError",
+    "RunView",
     "SequenceOutput",
     "SequentialLr",
     "SingleDevice",
@@ -197,6 +208,7 @@ __all__ = [
     "export_weights",
     "iter_predictions",
     "load_checkpoint",
+    "lr_find",
     "predict",
 ]
 

@@ -36,6 +36,7 @@ from ember.train._checkpoint.checkpointer import RunCheckpointer
 from ember.train._checkpoint.export import CheckpointEpoch, check_checkpoint_epoch
 from ember.train._checkpoint.strategy import CheckpointingStrategy
 from ember.train._config import DEFAULT_CHECKPOINTERS, TrainingConfig, check_hparams
+from ember.train._debugging import debugging_run
 from ember.train._directory import versioned_run
 from ember.train._early_stopping import EarlyStoppingStrategy
 from ember.train._evaluation.evaluator import check_tests
@@ -261,6 +262,33 @@ class SupervisedTraining:
         ``result.stop_reason`` naming the budget; a resumed launch gets the budget anew."""
         return self._set(max_time=TimeLimit(seconds).seconds)
 
+    # debugging ---------------------------------------------------------------------------
+
+    def fast_dev_run(self, n: int = 1) -> SupervisedTraining:
+        """Check the whole run in seconds: one round of ``n`` train batches and ``n`` valid
+        batches through every metric, callback and the renderer, and nothing kept (no
+        checkpoint, log file, tracker run or lock: the run directory is not touched)."""
+        return self._set(fast_dev_run=check_positive_int("fast_dev_run", n))
+
+    def limit_batches(
+        self, *, train: int | None = None, valid: int | None = None
+    ) -> SupervisedTraining:
+        """Train on the first ``train`` batches of each train pass and validate on the first
+        ``valid`` batches of the valid loader (None: all), as Lightning's
+        ``limit_train_batches``/``limit_val_batches``."""
+        if train is None and valid is None:
+            raise ValueError("limit_batches needs train=N, valid=N or both")
+        limits = (
+            None if train is None else check_positive_int("limit_batches(train=...)", train),
+            None if valid is None else check_positive_int("limit_batches(valid=...)", valid),
+        )
+        return self._set(limit_batches=limits)
+
+    def overfit_batches(self, n: int) -> SupervisedTraining:
+        """Train and validate on the items of the train loader's first ``n`` batches, every
+        round: a model that cannot overfit them has a bug."""
+        return self._set(overfit_batches=check_positive_int("overfit_batches", n))
+
     def with_stateful(self, name: str, state: Stateful) -> SupervisedTraining:
         """Keep ``state`` (``state_dict``/``load_state_dict``: a counter, an EMA of the weights)
         in every checkpoint under ``name``, restored on resume."""
@@ -430,4 +458,5 @@ class SupervisedTraining:
 
         A failed training raises ``TrainingError`` (its ``.result`` is the run's result) once the
         run is finished, unless ``errors_in_result()``."""
-        return launch(versioned_run(self._config), learner)
+        config = debugging_run(self._config)
+        return launch(versioned_run(config) if config.keeps_files else config, learner)

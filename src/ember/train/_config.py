@@ -106,6 +106,14 @@ class TrainingConfig:
     checkpoints."""
     max_time: float | None = None
     """Seconds of training after which the run stops (``max_time``), or None."""
+    fast_dev_run: int | None = None
+    """``fast_dev_run(n)``: one round of n train and n valid batches, nothing kept."""
+    limit_batches: tuple[int | None, int | None] | None = None
+    """``limit_batches(train=, valid=)``: the batches of each pass, per split (None: all)."""
+    overfit_batches: int | None = None
+    """``overfit_batches(n)``: train and validate on the items of the first n train batches."""
+    keeps_files: bool = True
+    """False (``fast_dev_run``): nothing is written in the run directory, not even its lock."""
     stateful: tuple[tuple[str, Stateful], ...] = ()
     gradient_checkpointing: tuple[str, ...] | None = None
     """Dotted submodule names; ``()`` means the model's direct children; None: off."""
@@ -186,9 +194,22 @@ def run_configuration(config: TrainingConfig, learner: Learner[Any]) -> dict[str
         "metrics": metrics,
         "directions": _directions(config),
         "resume": config.resume,
+        "max_time": config.max_time,
+        "debugging": _debugging(config),
+        "callbacks": [repr(callback) for callback in config.callbacks],
         "hparams": dict(config.hparams),
         "cli": _cli_values(),
     }
+
+
+def _debugging(config: TrainingConfig) -> dict[str, Any] | None:
+    """The debugging modes the run was launched with, or None."""
+    modes = {
+        "fast_dev_run": config.fast_dev_run,
+        "limit_batches": _json(config.limit_batches),
+        "overfit_batches": config.overfit_batches,
+    }
+    return {key: value for key, value in modes.items() if value is not None} or None
 
 
 def _cli_values() -> dict[str, Any] | None:

@@ -126,7 +126,7 @@ def run_result(
         summary,
         stop_reason,
         last_epoch,
-        directory=config.directory,
+        directory=config.directory if config.keeps_files else None,
         best_epoch=best,
         checkpoints=checkpoints,
         strategy=config.strategy,

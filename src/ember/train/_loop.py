@@ -159,6 +159,7 @@ class TrainingLoop:
         self.view = RunView(
             learner,
             counters,
+            loaders=run.loaders,
             directory=config.directory,
             main=plan.main,
             rank=run.rank,
@@ -472,8 +473,8 @@ class TrainingLoop:
         """The valid metrics' epoch values of round ``epoch``, the main process's on every
         process (the metrics thread is flushed first: a host sync once a round)."""
         self.processor.flush()
-        values = self.store.epoch_values(Split.VALID, epoch) if self.plan.main else None
-        agreed: dict[str, float] = self.run.decide(values) or {}
+        values = self.store.epoch_values(Split.VALID, epoch) if self.plan.main else {}
+        agreed: dict[str, float] = self.run.decide(values)
         return agreed
 
     def _end_round(self, epoch: int) -> bool:

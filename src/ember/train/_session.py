@@ -27,10 +27,10 @@
                                                          # summary, checkpoints and best epoch
     leaving, whatever happened (each step runs even if one before it failed):
         drain train-worker; after an error the callbacks' on_error(error); log the error;
-        finish the checkpoint writes; End(summary); stop train-worker; renderer.on_error(error); the artifacts the loggers asked for (the best
-        checkpoint exported, the curves drawn); after an error the loggers' on_error(error)
-        (a tracker marks the run failed); the loggers' end(summary, artifacts); close the
-        loggers, the renderer and experiment.log
+        finish the checkpoint writes; End(summary); stop train-worker; renderer.on_error(error);
+        the artifacts the loggers asked for (the best checkpoint exported, the curves drawn);
+        after an error the loggers' on_error(error) (a tracker marks the run failed); the
+        loggers' end(summary, artifacts); close the loggers, the renderer and experiment.log
         session.result = LearningResult(model in eval mode, renderer, error, summary, stop
             reason, the checkpoints and the best epoch); with_test tests, if training succeeded
         release the run directory
@@ -143,7 +143,8 @@ class TrainingSession(Generic[M]):
     def _open(self) -> None:
         plan, config = self.plan, self.plan.config
         main = plan.main
-        self._claim.enter_context(claim_for_run(config))
+        if config.keeps_files:  # fast_dev_run: not even the lock
+            self._claim.enter_context(claim_for_run(config))
         if config.resume is not None and config.resume != "latest":
             self.start = self._requested_checkpoint(config.resume)
         if config.compile_options is not None:
@@ -214,11 +215,12 @@ class TrainingSession(Generic[M]):
         config = self.plan.config
         described = run_configuration(config, self.learner)
         try:
-            text = json.dumps(described, indent=2, sort_keys=True) + "\n"
-            # not flushed to disk: written again by every launch (a resume too), and two
-            # flushes cost a short run several percent of its time (benchmarks/precision.py)
-            atomic_write(config.directory / "config.json", text.encode("utf-8"), sync=False)
-            write_experiment_config(config.directory)  # ember.cli's config.yaml
+            if config.keeps_files:
+                text = json.dumps(described, indent=2, sort_keys=True) + "\n"
+                # not flushed to disk: written again by every launch (a resume too), and two
+                # flushes cost a short run several percent of its time (benchmarks/precision.py)
+                atomic_write(config.directory / "config.json", text.encode("utf-8"), sync=False)
+                write_experiment_config(config.directory)  # ember.cli's config.yaml
             self.store.start(described)
         except BaseException:
             self.store.close()

@@ -163,6 +163,7 @@ class RunView:
         "_counters",
         "_epoch",
         "_learner",
+        "_loaders",
         "_main",
         "_rank",
         "_stop",
@@ -175,12 +176,13 @@ class RunView:
         learner: Learner[Any],
         counters: Any,
         *,
+        loaders: Mapping[str, Any],
         directory: Path,
         main: bool,
         rank: int,
         stop: StopRequest,
     ) -> None:
-        self._learner, self._counters = learner, counters
+        self._learner, self._counters, self._loaders = learner, counters, loaders
         self._main, self._rank, self._stop = main, rank, stop
         self.directory = directory
         """The run directory."""
@@ -195,7 +197,8 @@ class RunView:
     @property
     def model(self) -> nn.Module:
         """The model being trained (the user's module, not a wrapper)."""
-        return self._learner.model
+        model: nn.Module = self._learner.model
+        return model
 
     @property
     def optimizer(self) -> torch.optim.Optimizer:
@@ -206,6 +209,13 @@ class RunView:
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         """Every optimizer by name."""
         return self._learner.optimizers
+
+    @property
+    def train_loader(self) -> Any:
+        """The run's train loader as placed (this process's share under a data-parallel
+        strategy). Iterating it starts a pass of the run's own loader: do it once training is
+        over (``on_run_end``), never during it, or the run's batches change."""
+        return self._loaders["train"]
 
     @property
     def is_main_process(self) -> bool:
@@ -246,7 +256,7 @@ class RunView:
         unit = self._unit
         if unit is None or unit[1] is None:
             return None
-        losses = [output.loss for output in unit[1] if output.loss is not None]
+        losses: list[torch.Tensor] = [o.loss for o in unit[1] if o.loss is not None]
         if not losses:
             return None
         if len(losses) == 1:
