@@ -13,7 +13,6 @@ from ember._moved import moved_names
 from ember.train._builder import SupervisedTraining
 from ember.train._callbacks.base import Callback, RunView
 from ember.train._callbacks.ema import EMA
-from ember.train._callbacks.lr_find import LrFindResult, lr_find
 from ember.train._callbacks.profiler import Profiler
 from ember.train._callbacks.swa import SWA
 from ember.train._checkpoint.asynchronous import AsyncCheckpointer
@@ -41,6 +40,7 @@ from ember.train._logger.mlflow import MLflowLogger
 from ember.train._logger.optuna import OptunaPruning
 from ember.train._logger.tensorboard import TensorBoardLogger
 from ember.train._logger.wandb import WandbLogger
+from ember.train._lr_find import LrFindResult, lr_find
 from ember.train._lr_scheduler.base import LrScheduler
 from ember.train._lr_scheduler.composed import ComposedLr, SequentialLr
 from ember.train._lr_scheduler.schedules import (

@@ -54,7 +54,8 @@ def pairs(count: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
 
 
 def torch_loader(count: int) -> torch.utils.data.DataLoader[Any]:
-    return torch.utils.data.DataLoader(pairs(count), batch_size=4)
+    data: Any = pairs(count)  # a list is a map-style dataset
+    return torch.utils.data.DataLoader(data, batch_size=4)
 
 
 def test_swa_equals_torchs_recipe(tmp_path: Path) -> None:
@@ -75,7 +76,7 @@ def test_swa_equals_torchs_recipe(tmp_path: Path) -> None:
         raw.train()
         for x, y in torch_loader(16):
             optim.zero_grad()
-            F.mse_loss(raw(x), y).backward()
+            F.mse_loss(raw(x), y).backward()  # type: ignore[no-untyped-call]  # torch\'s, untyped
             optim.step()
         if epoch >= 2:
             averaged.update_parameters(raw)
@@ -106,7 +107,9 @@ def test_swa_resumes_bit_identically(tmp_path: Path) -> None:
     straight = run(tmp_path / "a", 5, False)
     run(tmp_path / "b", 3, False)
     resumed = run(tmp_path / "b", 5, True)
-    for (name, a), b in zip(straight.state_dict().items(), resumed.state_dict().values(), strict=True):
+    for (name, a), b in zip(
+        straight.state_dict().items(), resumed.state_dict().values(), strict=True
+    ):
         assert torch.equal(a, b), name
 
 
@@ -220,13 +223,15 @@ def test_lr_find_leaves_everything_as_it_was_and_suggests_an_lr(tmp_path: Path) 
     training = quiet(tmp_path, torch_loader(400)).metrics(LossMetric())
     before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
     optim_before = json.dumps(optimizer.state_dict(), default=str)
-    rng = (torch.get_rng_state(), random.getstate(), np.random.get_state()[1].copy())
+    numpy_state: Any = np.random.get_state()
+    rng = (torch.get_rng_state(), random.getstate(), numpy_state[1].copy())
     found = lr_find(training, learner, min_lr=1e-5, max_lr=1.0, num_steps=60)
     for name, tensor in model.state_dict().items():
         assert torch.equal(tensor, before[name]), name
     assert json.dumps(optimizer.state_dict(), default=str) == optim_before
     assert torch.equal(torch.get_rng_state(), rng[0]) and random.getstate() == rng[1]
-    assert np.array_equal(np.random.get_state()[1], rng[2])
+    numpy_after: Any = np.random.get_state()
+    assert np.array_equal(numpy_after[1], rng[2])
     assert not (tmp_path / "config.json").exists()
     # a raw loop stepping with the same lrs sees the same losses
     torch.manual_seed(0)
@@ -238,7 +243,7 @@ def test_lr_find_leaves_everything_as_it_was_and_suggests_an_lr(tmp_path: Path) 
         x, y = next(batches)
         raw_optim.zero_grad()
         value = F.mse_loss(raw(x), y)
-        value.backward()
+        value.backward()  # type: ignore[no-untyped-call]  # torch\'s, untyped
         for group in raw_optim.param_groups:
             group["lr"] = lr
         raw_optim.step()

@@ -63,7 +63,7 @@ def hand_ema(decay: float) -> tuple[dict[str, torch.Tensor], Normed]:
         model.train()
         for batch in train:
             optim.zero_grad()
-            F.mse_loss(model(batch.x), batch.y).backward()
+            F.mse_loss(model(batch.x), batch.y).backward()  # type: ignore[no-untyped-call]  # torch\'s, untyped
             optim.step()
             current = {
                 **{n: p.detach().clone() for n, p in model.named_parameters()},
@@ -84,11 +84,13 @@ def test_ema_equals_a_hand_ema_of_a_raw_loop(tmp_path: Path) -> None:
     _, model = training(tmp_path, ema)
     expected, raw = hand_ema(0.9)
     assert ema.averaged is not None
-    averaged = dict(ema.averaged.module.named_parameters())
+    averaged: dict[str, torch.Tensor] = dict(ema.averaged.module.named_parameters())
     averaged.update(dict(ema.averaged.module.named_buffers()))
     for name, tensor in expected.items():
         torch.testing.assert_close(averaged[name], tensor, rtol=0, atol=1e-5)
-    for (name, mine), theirs in zip(model.state_dict().items(), raw.state_dict().values(), strict=True):
+    for (name, mine), theirs in zip(
+        model.state_dict().items(), raw.state_dict().values(), strict=True
+    ):
         assert torch.equal(mine, theirs), name
 
 

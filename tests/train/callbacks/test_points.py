@@ -227,7 +227,9 @@ def test_a_stop_at_step_10_ends_two_runs_at_step_10_with_the_same_weights(
     first, model_a = stopped_run(tmp_path / "a", StopAt(10))
     second, model_b = stopped_run(tmp_path / "b", StopAt(10))
     assert first.stop_reason == second.stop_reason == "enough at step 10"
-    assert torch.equal(weight(model_a), weight(model_b)) and torch.equal(bias(model_a), bias(model_b))
+    assert torch.equal(weight(model_a), weight(model_b)) and torch.equal(
+        bias(model_a), bias(model_b)
+    )
     torch.manual_seed(0)
     raw = TinyRegressor()
     optim = torch.optim.SGD(raw.parameters(), lr=0.1)
@@ -235,7 +237,7 @@ def test_a_stop_at_step_10_ends_two_runs_at_step_10_with_the_same_weights(
     for _ in range(10):
         batch = next(batches)
         optim.zero_grad()
-        torch.nn.functional.mse_loss(raw(batch.x), batch.y).backward()
+        torch.nn.functional.mse_loss(raw(batch.x), batch.y).backward()  # type: ignore[no-untyped-call]  # torch\'s, untyped
         optim.step()
     assert torch.equal(weight(raw), weight(model_a)) and torch.equal(bias(raw), bias(model_a))
     lines = read_lines(tmp_path / "a" / "train" / "epoch-1" / "Loss.log")
@@ -400,7 +402,10 @@ def test_a_run_without_per_step_callbacks_calls_nothing_per_step(tmp_path: Path)
         plan = plan_run(training.config, learner_of(model))
         callbacks = plan.callbacks
         assert not (
-            callbacks.batch_start or callbacks.before_step or callbacks.after_step or callbacks.batch_end
+            callbacks.batch_start
+            or callbacks.before_step
+            or callbacks.after_step
+            or callbacks.batch_end
         )
 
 

@@ -79,8 +79,10 @@ PER_STEP_POINTS = (
 
 
 class Callback:
-    """A callback that does nothing: subclass it and override the points you need (see the
-    module doc for the order). Any object with some of these methods is a callback too."""
+    """User code at the loop's points: every method does nothing; override the ones you need.
+
+    See the module doc for the order. Any object with some of these methods is a callback
+    too."""
 
     def on_run_start(self, run: RunView) -> None:
         """Training is about to start (or go on, for a resumed run)."""

@@ -62,9 +62,10 @@ def swap_in(model: nn.Module, source: nn.Module, *, buffers: bool) -> dict[str, 
 
 
 class EMA(Callback):
-    """An exponential moving average of the weights (see the module doc): ``decay`` in
-    ``[0, 1)``; ``use_buffers`` averages the buffers too; ``use_averaged`` validates,
-    checkpoints and returns the averaged weights."""
+    """An exponential moving average of the weights after every optimizer step (torch's).
+
+    ``decay`` in ``[0, 1)``; ``use_buffers`` averages the buffers too; ``use_averaged``
+    validates, checkpoints and returns the averaged weights (see the module doc)."""
 
     def __init__(
         self, decay: float = 0.999, *, use_buffers: bool = True, use_averaged: bool = False

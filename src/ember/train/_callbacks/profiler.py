@@ -26,10 +26,11 @@ __all__ = ["Profiler"]
 
 
 class Profiler(Callback):
-    """Traces of the train batches torch's schedule chooses (see the module doc), written to
-    ``directory`` (relative to the run directory; default ``profiler``); ``activities``
-    default to the CPU and, where there is one, CUDA; the other options are
-    ``torch.profiler.profile``'s."""
+    """``torch.profiler`` traces of the train batches its schedule chooses, in the run directory.
+
+    Written to ``directory`` (relative to the run directory; default ``profiler``); see the
+    module doc. ``activities`` default to the CPU and, where there is one, CUDA; the other
+    options are ``torch.profiler.profile``'s."""
 
     def __init__(
         self,

@@ -43,10 +43,11 @@ class _Forward(nn.Module):
 
 
 class SWA(Callback):
-    """Stochastic weight averaging (see the module doc): ``swa_lr`` (one lr, or one per param
-    group), averaging from round ``start_epoch`` (1-based), the lr annealed over
-    ``anneal_epochs`` rounds with ``anneal_strategy``; ``update_bn`` recomputes batch-norm
-    statistics at the end."""
+    """Stochastic weight averaging on torch's ``swa_utils`` (AveragedModel, SWALR, update_bn).
+
+    ``swa_lr`` (one lr, or one per param group), averaging from round ``start_epoch``
+    (1-based), the lr annealed over ``anneal_epochs`` rounds with ``anneal_strategy``;
+    ``update_bn`` recomputes batch-norm statistics at the end (see the module doc)."""
 
     def __init__(
         self,

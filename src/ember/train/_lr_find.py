@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 
 from ember._checks import check_positive_int, check_real
+from ember.train._builder import SupervisedTraining
 from ember.train._callbacks.base import Callback, RunView
 from ember.train._interrupter import Interrupter
 from ember.train._learner import Learner
@@ -36,8 +37,6 @@ from ember.train._renderer.cli import CliMetricsRenderer
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
-
-    from ember.train._builder import SupervisedTraining
 
 __all__ = ["LrFindResult", "lr_find"]
 
@@ -47,8 +46,10 @@ _SKIP_START, _SKIP_END = 10, 1  # steps the suggestion leaves out (Lightning's d
 
 @dataclass(frozen=True, slots=True)
 class LrFindResult:
-    """What :func:`lr_find` measured: each step's lr and loss, the smoothed losses, the
-    suggested lr (None when the test had too few steps to tell) and why it stopped."""
+    """What :func:`lr_find` measured: each step's lr and loss, and the suggested lr.
+
+    ``smoothed`` are the losses as the test smoothed them; ``suggestion`` is None when the test
+    had too few steps to tell; ``stop_reason`` says why it stopped early, if it did."""
 
     lrs: tuple[float, ...]
     losses: tuple[float, ...]
@@ -129,8 +130,10 @@ def lr_find(
     mode: Literal["exponential", "linear"] = "exponential",
     stop_factor: float = 4.0,
 ) -> LrFindResult:
-    """Run the learning-rate range test of ``learner`` on ``training``'s train loader (see the
-    module doc) and put everything back; the result has the suggestion and a plot."""
+    """The learning-rate range test of ``learner`` on ``training``'s train loader.
+
+    Everything it changes is put back (see the module doc); the result has the suggestion and
+    a plot."""
     low = check_real("min_lr", min_lr, minimum=0.0, strict=True)
     high = check_real("max_lr", max_lr, minimum=low, strict=True)
     steps = check_positive_int("num_steps", num_steps)
@@ -181,8 +184,6 @@ def _sweep(
 ) -> SupervisedTraining:
     """A builder of the sweep: ``training``'s train loader and how it steps (strategy,
     precision, accumulation, clipping), nothing else it keeps or shows."""
-    from ember.train._builder import SupervisedTraining
-
     config = dataclasses.replace(
         training.config,
         directory=directory,
