@@ -49,8 +49,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ember._checks import check_real
 from ember.train._logger.blocks import Block
-from ember.train._logger.metric_writer import MetricFileWriter
+from ember.train._logger.metric_writer import WRITER_TIMEOUT, MetricFileWriter
 from ember.train._metric.base import NumericEntry
 from ember.train._metric.values import MetricText, MetricValue
 from ember.train._vocabulary import Split, as_vocabulary
@@ -235,7 +236,12 @@ def _json_line(row: list[object]) -> str:
 
 
 class FileMetricLogger:
-    """Writes metric entries under ``directory``; see the module docstring for the layout."""
+    """Writes metric entries under ``directory``; see the module docstring for the layout.
+
+    ``writer_timeout``: the seconds training waits at most for the metric-writer to take a
+    block, answer a sync or end (120 by default); one that has not answered by then is killed
+    and the run ends with a ``TimeoutError`` naming it (``docs/training.md``, "The metric
+    files")."""
 
     def __init__(
         self,
@@ -244,13 +250,16 @@ class FileMetricLogger:
         interval: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
         flat: bool = False,
+        writer_timeout: float = WRITER_TIMEOUT,
     ) -> None:
         self.directory = Path(directory)
         self.flat = flat
         if self.directory.exists() and not self.directory.is_dir():
             raise ValueError(f"metric log directory is a file: {str(self.directory)!r}")
         self._root = str(self.directory)
-        self._writer = MetricFileWriter()  # a process of its own (metric_writer.py)
+        timeout = check_real("writer_timeout", writer_timeout, minimum=0.0, strict=True)
+        # a process of its own (metric_writer.py)
+        self._writer = MetricFileWriter(self._root, timeout=timeout)
         # the open metric files by (metric name, epoch, split)
         self._paths: dict[tuple[str | None, int, Split], str] = {}
         self._steps: dict[tuple[int, Split], _StepRuns] = {}
