@@ -44,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -54,6 +55,7 @@ from ember.train._logger.blocks import Block
 from ember.train._logger.metric_writer import WRITER_TIMEOUT, MetricFileWriter
 from ember.train._metric.base import NumericEntry
 from ember.train._metric.values import MetricText, MetricValue
+from ember.train._run_files import MAX_EPOCH, read_run_lines
 from ember.train._vocabulary import Split, as_vocabulary
 
 if TYPE_CHECKING:
@@ -62,8 +64,9 @@ if TYPE_CHECKING:
 __all__ = [
     "STEPS_FILE",
     "FileMetricLogger",
-    "complete_lines",
+    "StepRuns",
     "metric_file_name",
+    "metric_name",
     "read_metric_log",
     "read_steps",
 ]
@@ -72,29 +75,50 @@ STEPS_FILE = "steps.jsonl"
 """The file, in each ``{split}`` directory, of the global step of every metric line."""
 
 _EPOCH_MARK = b'["epoch",'  # how a section of the steps file begins
+_ESCAPED = re.compile(r"[/\\\0]|%(?=[0-9A-Fa-f]{2})")  # what a metric's file name escapes
+_ESCAPE = re.compile(r"%([0-9A-F]{2})")
+_MAX_FILE_NAME = 255  # bytes: NAME_MAX of Linux and macOS file systems
 
 
 def metric_file_name(name: str) -> str:
-    """The file name a metric's values are logged under."""
-    return name.replace(" ", "_") + ".log"
+    """The file name a metric's values are logged under: ``{Name}.log``, the name with spaces
+    as ``_`` (Burn's) and ``/``, ``\\``, NUL and a ``%`` before two hex digits as ``%XX``, so
+    that a name is never a path (``../../X`` stays in its directory, as ``..%2F..%2FX.log``) and
+    reads back as written (:func:`metric_name`); every other name keeps Burn's file name.
+    ValueError for an empty name or one whose file name is over 255 bytes (what file systems
+    hold)."""
+    if not name:
+        raise ValueError("a metric name must not be empty: it names the metric's log file")
+    stem = name
+    if _ESCAPED.search(stem) is not None:  # rare: the common names cost no substitution
+        stem = _ESCAPED.sub(lambda found: f"%{ord(found.group()):02X}", stem)
+    file_name = stem.replace(" ", "_") + ".log"
+    size = len(file_name.encode("utf-8", "surrogatepass"))
+    if size > _MAX_FILE_NAME:
+        raise ValueError(
+            f"the metric name {name[:40]!r}... is too long: its log file's name would be "
+            f"{size} bytes, more than the {_MAX_FILE_NAME} a file system holds; give the metric "
+            "a shorter name"
+        )
+    return file_name
 
 
-def complete_lines(path: str | os.PathLike[str]) -> list[str]:
-    """The lines of ``path`` that end with a newline (a line still being written is left out);
-    [] when there is no such file."""
-    try:
-        with open(path, "rb") as file:
-            data = file.read()
-    except FileNotFoundError:
-        return []
-    return data[: data.rfind(b"\n") + 1].decode("utf-8").splitlines()
+def metric_name(file_name: str) -> str:
+    """The metric name a log file's name stands for, where no steps file names it: the
+    reverse of :func:`metric_file_name`, with each ``_`` read as a space (a name holding ``_``
+    reads back as written only from the steps file)."""
+    stem = file_name.removesuffix(".log").replace("_", " ")
+    return _ESCAPE.sub(lambda found: chr(int(found.group(1), 16)), stem)
 
 
-def read_metric_log(path: str | os.PathLike[str]) -> list[NumericEntry]:
-    """The entries of one numeric metric log (complete lines only); a line that is not a numeric
+def read_metric_log(
+    path: str | os.PathLike[str], root: str | os.PathLike[str]
+) -> list[NumericEntry]:
+    """The entries of one numeric metric log of the run in ``root`` (complete lines only, read
+    under the run readers' guards: ``ember/train/_run_files.py``); a line that is not a numeric
     entry raises ``ValueError`` naming the file and the line."""
     entries = []
-    for number, line in enumerate(complete_lines(path), start=1):
+    for number, line in enumerate(read_run_lines(path, root), start=1):
         if not line.strip():
             continue
         try:
@@ -104,20 +128,26 @@ def read_metric_log(path: str | os.PathLike[str]) -> list[NumericEntry]:
     return entries
 
 
-def read_steps(directory: str | os.PathLike[str]) -> dict[int, dict[str, list[int]]]:
-    """The global step of each line of every metric logged in ``directory`` (a ``{split}``
-    directory), by epoch and metric name, read from its :data:`STEPS_FILE`; {} when the split
-    has none (written before ember kept steps). A line that is not what the logger writes
-    raises ``ValueError`` naming the file and the line."""
+StepRuns = list[tuple[int, int]]
+"""The global steps of a metric's lines in one epoch, run-length encoded: ``(step, lines)``."""
+
+
+def read_steps(
+    directory: str | os.PathLike[str], root: str | os.PathLike[str]
+) -> dict[int, dict[str, StepRuns]]:
+    """The global steps of the lines of every metric logged in ``directory`` (a ``{split}``
+    directory of the run in ``root``), by epoch and metric name, read from its
+    :data:`STEPS_FILE`; {} when the split has none (written before ember kept steps). A line
+    that is not what the logger writes raises ``ValueError`` naming the file and the line."""
     path = os.path.join(directory, STEPS_FILE)
-    epochs: dict[int, dict[str, list[int]]] = {}
-    steps: dict[str, list[int]] | None = None
+    epochs: dict[int, dict[str, StepRuns]] = {}
+    steps: dict[str, StepRuns] | None = None
     names: list[str] = []
-    for number, line in enumerate(complete_lines(path), start=1):
+    for number, line in enumerate(read_run_lines(path, root), start=1):
         try:
             row = json.loads(line)
             if row[0] == "epoch":
-                steps, names = epochs.setdefault(int(row[1]), {}), []
+                steps, names = epochs.setdefault(_epoch(row[1]), {}), []
                 continue
             if row[0] == "step":
                 names = [str(name) for name in row[1:]]
@@ -126,10 +156,18 @@ def read_steps(directory: str | os.PathLike[str]) -> dict[int, dict[str, list[in
                 raise ValueError("a step line before the first epoch line")
             step, counts = int(row[0]), row[1:]
             for name, count in zip(names, counts, strict=True):
-                steps.setdefault(name, []).extend([step] * int(count))
-        except (ValueError, TypeError, IndexError, KeyError) as error:
+                if int(count) > 0:
+                    steps.setdefault(name, []).append((step, int(count)))
+        except (ValueError, TypeError, IndexError, KeyError, RecursionError) as error:
             raise ValueError(f"{path}:{number}: not a step line ({error}): {line!r}") from None
     return epochs
+
+
+def _epoch(value: Any) -> int:
+    epoch = int(value)  # a JSON value: ValueError or TypeError if not a number
+    if not 1 <= epoch <= MAX_EPOCH:
+        raise ValueError(f"the epoch {value!r} is not between 1 and {MAX_EPOCH}")
+    return epoch
 
 
 def _cut_back(path: str, size: object) -> bool:
@@ -373,7 +411,8 @@ class FileMetricLogger:
         raises ``ValueError`` naming the file."""
         self._hand_off()
         self._writer.flush()
-        return read_metric_log(self._file(name, epoch, as_vocabulary(Split, split, "split")))
+        path = self._file(name, epoch, as_vocabulary(Split, split, "split"))
+        return read_metric_log(path, self._root)
 
     def sync(self) -> None:
         """Write every line logged so far to disk, raising a failed write's error (before a
