@@ -18,7 +18,9 @@ Every such read goes through this module:
 
 Anything else is a :class:`~ember.RunFileError` naming the file and the problem (a missing file
 is not an error: each reader says what its absence means). Only complete lines are read, so a
-run still being trained reads as far as its files got.
+run still being trained reads as far as its files got. A launch reading its own logs back
+(``FileMetricLogger.read_numeric``) keeps every guard but the first: its directory is its own,
+and its writer follows links too.
 """
 
 from __future__ import annotations
@@ -63,9 +65,10 @@ MAX_EPOCH = (1 << 31) - 1
 _NONBLOCKING = getattr(os, "O_NONBLOCK", 0)  # POSIX: a FIFO's open returns at once
 
 
-def read_run_lines(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> list[str]:
+def read_run_lines(path: str | os.PathLike[str], root: str | os.PathLike[str] | None) -> list[str]:
     """The complete lines of the log ``path`` of the run in ``root`` (a line still being written
-    is left out; lines end with ``\\n`` only); [] when there is no such file."""
+    is left out; lines end with ``\\n`` only); [] when there is no such file. ``root`` None: a
+    launch reading its own logs, which follows links anywhere, as its writer does."""
     with _open(path, root, MAX_LOG_SIZE) as file:
         if file is None:
             return []
@@ -143,11 +146,12 @@ def epoch_number(digits: str, path: str | os.PathLike[str]) -> int:
 
 @contextlib.contextmanager
 def _open(
-    path: str | os.PathLike[str], root: str | os.PathLike[str], limit: int | None
+    path: str | os.PathLike[str], root: str | os.PathLike[str] | None, limit: int | None
 ) -> Iterator[IO[bytes] | None]:
-    """The regular file ``path`` inside ``root``, open for reading (None when missing), of at
-    most ``limit`` bytes (None: any size)."""
-    real, top = os.path.realpath(path), os.path.realpath(root)
+    """The regular file ``path`` inside ``root`` (None: anywhere), open for reading (None when
+    missing), of at most ``limit`` bytes (None: any size)."""
+    real = os.path.realpath(path)
+    top = real if root is None else os.path.realpath(root)
     if real != top and not real.startswith(top.rstrip(os.sep) + os.sep):
         _refuse(path, f"it leads to {real}, outside the run directory {top}")
     try:

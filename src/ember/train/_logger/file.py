@@ -1,9 +1,10 @@
 """Metric logs as text files, one per metric, split and epoch (Burn's layout).
 
 ``{directory}/{train|valid}/epoch-{N}/{Name}.log`` where ``Name`` is the metric name with
-spaces replaced by ``_``; with ``flat=True`` the files are ``{directory}/{Name}.log`` (no split or
-epoch directory: an evaluation's logger for the test ``t`` is ``flat`` in ``{run}/test/t``, as
-Burn's ``FileMetricLogger::new_eval``). A numeric metric writes one ``value,weight`` line per
+spaces replaced by ``_`` (and what would make it a path escaped: :func:`metric_file_name`); with
+``flat=True`` the files are ``{directory}/{Name}.log`` (no split or epoch directory: an
+evaluation's logger for the test ``t`` is ``flat`` in ``{run}/test/t``, as Burn's
+``FileMetricLogger::new_eval``). A numeric metric writes one ``value,weight`` line per
 batch and a last ``value,final`` line with the epoch value. A re-run epoch (after a resume)
 starts its files anew; a split resumed from a mid-round checkpoint is cut back to the sizes the
 checkpoint recorded and continued (:meth:`FileMetricLogger.resume_split`).
@@ -21,7 +22,7 @@ mid-way, at the size its checkpoint recorded, with the open step's counts). One 
 not per epoch: a short epoch's cost is the files it makes (two directories and two metric
 files an epoch of Burn's layout), and the metric files keep Burn's format and names.
 :func:`read_metric_log` and :func:`read_steps` read both back (complete lines only, so a run
-still being written reads as far as it got).
+still being written reads as far as it got; under the run readers' guards, ``_run_files.py``).
 
 Creating a directory and a file per metric and epoch takes from tens of microseconds to over a
 millisecond on a busy disk, more than a small model's whole epoch; so the files are written by a
@@ -112,11 +113,12 @@ def metric_name(file_name: str) -> str:
 
 
 def read_metric_log(
-    path: str | os.PathLike[str], root: str | os.PathLike[str]
+    path: str | os.PathLike[str], root: str | os.PathLike[str] | None
 ) -> list[NumericEntry]:
     """The entries of one numeric metric log of the run in ``root`` (complete lines only, read
-    under the run readers' guards: ``ember/train/_run_files.py``); a line that is not a numeric
-    entry raises ``ValueError`` naming the file and the line."""
+    under the run readers' guards: ``ember/train/_run_files.py``; ``root`` None: this process's
+    own logs); a line that is not a numeric entry raises ``ValueError`` naming the file and the
+    line."""
     entries = []
     for number, line in enumerate(read_run_lines(path, root), start=1):
         if not line.strip():
@@ -412,7 +414,7 @@ class FileMetricLogger:
         self._hand_off()
         self._writer.flush()
         path = self._file(name, epoch, as_vocabulary(Split, split, "split"))
-        return read_metric_log(path, self._root)
+        return read_metric_log(path, None)  # its own logs: links followed, as when written
 
     def sync(self) -> None:
         """Write every line logged so far to disk, raising a failed write's error (before a
