@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import errno
+import math
 import os
 import signal
 import subprocess
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from ember.train import FileMetricLogger
 from ember.train._logger import blocks
 from ember.train._logger.metric_writer import MetricFileWriter
 from tests.train.fixtures import metric_writer_processes
@@ -277,3 +279,10 @@ def test_a_full_disk_is_named_with_its_file_and_the_directory(
         f"{tmp_path}: '{log}'"
     )
     writer.close()
+
+
+@pytest.mark.parametrize("timeout", [0, -1.0, math.inf, 1e7])
+def test_a_writer_timeout_out_of_range_is_refused_naming_it(tmp_path: Path, timeout: float) -> None:
+    """The timeout is a number of seconds > 0 that poll() can wait (at most 10**6)."""
+    with pytest.raises(ValueError, match="writer_timeout must be"):
+        FileMetricLogger(tmp_path, writer_timeout=timeout)

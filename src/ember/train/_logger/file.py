@@ -279,9 +279,9 @@ class FileMetricLogger:
     """Writes metric entries under ``directory``; see the module docstring for the layout.
 
     ``writer_timeout``: the seconds training waits at most for the metric-writer to take a
-    block, answer a sync or end (120 by default); one that has not answered by then is killed
-    and the run ends with a ``TimeoutError`` naming it (``docs/training.md``, "The metric
-    files")."""
+    block, answer a sync or end (120 by default, at most 10**6); one that has not answered by
+    then is killed and the run ends with a ``TimeoutError`` naming it (``docs/training.md``,
+    "The loop")."""
 
     def __init__(
         self,
@@ -297,7 +297,9 @@ class FileMetricLogger:
         if self.directory.exists() and not self.directory.is_dir():
             raise ValueError(f"metric log directory is a file: {str(self.directory)!r}")
         self._root = str(self.directory)
-        timeout = check_real("writer_timeout", writer_timeout, minimum=0.0, strict=True)
+        timeout = check_real(  # at most what poll() takes (24 days)
+            "writer_timeout", writer_timeout, minimum=0.0, strict=True, maximum=1e6
+        )
         # a process of its own (metric_writer.py)
         self._writer = MetricFileWriter(self._root, timeout=timeout)
         # the open metric files by (metric name, epoch, split)
