@@ -61,7 +61,11 @@ def test_a_bounded_wait_and_close_give_up_on_a_blocked_job_and_the_thread_ends_a
     close say False, and the thread left behind ends once the job is let go."""
     worker = BackgroundWorker("test-writer")
     release = threading.Event()
-    worker.submit(release.wait)
+
+    def blocked() -> None:
+        release.wait()
+
+    worker.submit(blocked)
     assert worker.wait(timeout=0.05) is False
     assert worker.close(timeout=0.05) is False
     (thread,) = [t for t in threading.enumerate() if t.name == "test-writer"]
