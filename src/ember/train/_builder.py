@@ -41,6 +41,7 @@ from ember.train._hooks import HOOKS, Stateful, TrainingHooks, has_hooks
 from ember.train._interrupter import Interrupter
 from ember.train._learner import Learner
 from ember.train._logger.base import MetricLogger
+from ember.train._logger.file import metric_file_name
 from ember.train._metric.base import Metric, NamedMetric, Numeric
 from ember.train._precision import Precision, check_precision
 from ember.train._renderer.base import MetricsRenderer
@@ -135,6 +136,10 @@ class SupervisedTraining:
                 f"{type(metric).__name__} is not a numeric metric (it needs attributes, value, "
                 "running_value and final_value); register it with metric_train/metric_valid"
             )
+        try:  # an empty name or one too long for a file name: refused here, not mid-run
+            metric_file_name(metric.name)
+        except ValueError as error:
+            raise ValueError(f"{type(metric).__name__} cannot be registered: {error}") from None
         if any(s is split and m.name == metric.name for s, m in self._config.metrics):
             raise ValueError(
                 f"a metric named {metric.name!r} is already registered for the {split.value} "

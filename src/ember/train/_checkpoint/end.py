@@ -17,7 +17,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from ember._errors import RunFileError
 from ember.train._files import atomic_write
+from ember.train._run_files import parse_json, read_run_bytes
 
 __all__ = ["RUN_END", "RunEnd", "clear_run_end", "read_run_end"]
 
@@ -59,10 +61,13 @@ class RunEnd:
 
 def read_run_end(directory: Path, latest: int | None) -> RunEnd | None:
     """The recorded end of the run whose newest complete checkpoint is ``latest``, or None (no
-    record, an unreadable one, or one of another epoch: the run went on after it)."""
+    record, a damaged one, or one of another epoch: the run went on after it). A record the run
+    readers refuse (not a regular file inside ``directory``, too big) is a RunFileError."""
+    path = directory / RUN_END
+    text = read_run_bytes(path, directory)
     try:
-        data = json.loads((directory / RUN_END).read_text(encoding="utf-8"))
-    except (OSError, ValueError):  # no record, or a damaged one: not known to be finished
+        data = None if text is None else parse_json(text, path)
+    except RunFileError:  # a damaged record: not known to be finished
         return None
     if not isinstance(data, dict) or data.get("format") != _FORMAT:
         return None
