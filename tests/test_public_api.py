@@ -93,11 +93,13 @@ ALL_NS = {
 
 
 def changelog_section(version: str) -> str:
-    """The text of ``CHANGELOG.md``'s section for ``version``."""
+    """The text of ``CHANGELOG.md``'s section for ``version``, after the ``## Unreleased``
+    section above it, if there is one (the changes made since ``version``, not yet released)."""
     text = CHANGELOG.read_text(encoding="utf-8")
     match = re.search(rf"^## \[{re.escape(version)}\].*?(?=^## \[|\Z)", text, re.M | re.S)
     assert match, f"CHANGELOG.md has no section ## [{version}]"
-    return match.group(0)
+    unreleased = re.search(r"^## Unreleased.*?(?=^## )", text, re.M | re.S)
+    return (unreleased.group(0) if unreleased else "") + match.group(0)
 
 
 def mentioned(name: str, section: str, classes: set[str]) -> bool:

@@ -3,11 +3,13 @@
 ::
 
     with TrainingSession(plan, learner) as session:      # entering, in order:
-        main process: the run directory claimed (its lock; a fresh run into another run's
-            directory refused, or that run's files removed with overwrite(): _directory.py)
+        main process: the run directory chosen and claimed (its lock; versioned(): a new
+            version; a fresh run into another run's directory goes to a free sibling, is
+            refused, or that run's files are removed with overwrite(): _directory.py); the plan
+            moved there (_plan.moved)
         checkpoint(epoch): that checkpoint must verify (refused before anything is written)
         compile(...): the model compiled in place
-        main process: experiment.log; the renderer
+        main process: experiment.log; the renderer; the run directory said in both
         resume_latest(): the newest usable checkpoint, skipped ones warned of in experiment.log
             and on the screen (none usable of several: CheckpointError, unless
             fresh_if_unusable); none at all: warned of (training starts from scratch), or a run
@@ -81,7 +83,7 @@ from ember.train._logger.store import EventStore
 from ember.train._loop import LoopOutcome
 from ember.train._lr_scheduler.torch_adapter import interval_notice
 from ember.train._metric.base import Numeric
-from ember.train._plan import RunPlan
+from ember.train._plan import RunPlan, moved
 from ember.train._processor import (
     AsyncProcessorTraining,
     EventProcessor,
@@ -142,9 +144,10 @@ class TrainingSession(Generic[M]):
         return self
 
     def _open(self) -> None:
-        plan, config = self.plan, self.plan.config
-        main = plan.main
-        self._claim.enter_context(claim_for_run(config))
+        asked = self.plan.config.directory
+        claimed = self._claim.enter_context(claim_for_run(self.plan.config))
+        plan = self.plan = moved(self.plan, claimed)  # a version, or a free sibling of asked
+        config, main = plan.config, plan.main
         if config.resume is not None and config.resume != "latest":
             self.start = self._requested_checkpoint(config.resume)
         if config.compile_options is not None:
@@ -154,12 +157,26 @@ class TrainingSession(Generic[M]):
         )
         if main:
             self.renderer = config.renderer or default_renderer(config.interrupter)
+            self._announce(asked)
         if config.resume == "latest":
             self._find_latest()
             if self.finished is not None:
                 return
         begin_attempt(self._application_log, self.start)  # its first line in experiment.log
         self._start_logs()
+
+    def _announce(self, asked: Path) -> None:
+        """Say which directory the run writes, in ``experiment.log`` and through the renderer
+        (a ``versioned()`` run's version, or a free sibling of ``asked``, which holds an earlier
+        run, are found there and in ``LearningResult.directory``)."""
+        config = self.plan.config
+        moved_from = config.directory != asked and not config.versioned
+        log.info(
+            "Run directory: %s%s",
+            config.directory,
+            f" ({asked} holds an earlier run, left as it is)" if moved_from else "",
+        )
+        member(self.renderer, Renderer, "on_run_directory")(config.directory)
 
     def _requested_checkpoint(self, epoch: int) -> ResumePoint:
         """``checkpoint(epoch)``: that checkpoint must verify, or nothing runs."""
