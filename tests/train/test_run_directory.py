@@ -73,6 +73,53 @@ def test_running_the_script_twice_puts_the_second_run_beside_the_first(run_dir: 
     assert tree(run_dir) == first
 
 
+SCRIPT = """
+import sys
+
+import torch
+from torch import nn
+
+from ember import DataLoaderBuilder, InMemDataset, Learner, LossMetric, SupervisedTraining
+
+torch.manual_seed(0)
+data = [(torch.randn(4), torch.randn(1)) for _ in range(24)]
+train = DataLoaderBuilder().batch_size(8).build(InMemDataset(data[:16]))
+valid = DataLoaderBuilder().batch_size(8).build(InMemDataset(data[16:]))
+model = nn.Linear(4, 1)
+learner = Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss=nn.MSELoss())
+result = SupervisedTraining(sys.argv[1], train, valid).metrics(LossMetric()).launch(learner)
+print("wrote", result.directory)
+"""
+
+
+def test_a_script_runs_twice_in_a_row_unchanged(tmp_path: Path) -> None:
+    """The quick start's case, as a newcomer runs it: the same script, twice, in two processes.
+    Both succeed; the second says where it wrote; the first run's files stay byte for byte."""
+    script, directory = tmp_path / "first.py", tmp_path / "artifacts" / "run"
+    script.write_text(SCRIPT)
+    env = {**os.environ, "EMBER_RENDERER": "cli"}
+
+    def run() -> str:
+        done = subprocess.run(
+            [sys.executable, str(script), str(directory)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=240,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert f"Run directory: {directory}\n" in run()
+    first = tree(directory)
+    second = directory.with_name("run-2")
+    output = run()
+    assert f"Run directory: {second}\n" in output and f"wrote {second}\n" in output
+    assert tree(directory) == first
+    assert (second / "valid" / "epoch-1" / "Loss.log").is_file()
+
+
 def test_exact_directory_refuses_a_second_fresh_run_into_a_used_directory(run_dir: Path) -> None:
     """exact_directory() keeps the strict refusal (a pipeline whose next step reads the
     directory): refused before anything is written, naming what is there and the choices."""
