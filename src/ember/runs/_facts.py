@@ -3,9 +3,11 @@ checkpoints and application log.
 
 * ``config.json``: the run's configuration (``ember/train/_config.py``);
 * ``summary.json``: the summary table, written at the end of a launch with ``.summary()``;
-* ``checkpoint/run-end.json``: written when a run finished (``num_epochs`` or ``max_steps``
-  reached, or early stopping) and trusted only when its epoch is the newest checkpoint's, so
-  that a run resumed and still training is never taken for finished;
+* ``run-end.json``: written when a run finished (``num_epochs`` or ``max_steps`` reached, or
+  early stopping), with checkpoints or without, and trusted only when its epoch is the newest
+  checkpoint's (when the run has some), so that a run resumed and still training is never taken
+  for finished; runs of 0.1.0 and 0.2.0 wrote it as ``checkpoint/run-end.json``, read there
+  too;
 * ``checkpoint/manifest-N.json`` and the state the checkpointing strategy saved: the best epoch,
   as ``LearningResult.best_epoch`` and ``ember export --epoch best`` read it;
 * ``experiment.log``: from the last ``Starting training`` line (the latest launch), the reason
@@ -82,7 +84,7 @@ def read_facts(
     """The facts of the run in ``directory``; ``epochs_logged`` is the newest epoch whose last
     split logged its epoch values."""
     checkpoints = directory / "checkpoint"
-    end = _run_end(checkpoints)
+    end = _run_end(directory, checkpoints)
     launch = _latest_launch(directory / "experiment.log", directory)
     if end is not None:
         last_epoch, reason = end.epoch, end.stop_reason
@@ -101,12 +103,11 @@ def read_facts(
     )
 
 
-def _run_end(checkpoints: Path) -> RunEnd | None:
-    """The end record when it is the newest checkpoint's (else the run went on after it)."""
-    if not checkpoints.is_dir():
-        return None
+def _run_end(directory: Path, checkpoints: Path) -> RunEnd | None:
+    """The end record, when it is the newest checkpoint's (else the run went on after it), or
+    as it is in a run without checkpoints."""
     epochs = manifest_epochs(checkpoints)
-    return read_run_end(checkpoints, max(epochs)) if epochs else None
+    return read_run_end(directory, checkpoints, max(epochs) if epochs else None)
 
 
 def _best_epoch(checkpoints: Path) -> int | None:

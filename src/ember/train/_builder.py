@@ -33,7 +33,6 @@ from ember.train._checkpoint.checkpointer import RunCheckpointer
 from ember.train._checkpoint.export import CheckpointEpoch, check_checkpoint_epoch
 from ember.train._checkpoint.strategy import CheckpointingStrategy
 from ember.train._config import DEFAULT_CHECKPOINTERS, TrainingConfig, check_hparams
-from ember.train._directory import versioned_run
 from ember.train._early_stopping import EarlyStoppingStrategy
 from ember.train._evaluation.evaluator import check_tests
 from ember.train._gradient_checkpointing import check_module_names
@@ -331,16 +330,25 @@ class SupervisedTraining:
 
     def versioned(self) -> SupervisedTraining:
         """Launch into a new ``directory/version_N`` each time (N one more than the highest
-        there, from 0), so that a notebook cell or a script runs again unchanged; with
-        ``resume_latest()``, into the newest version. ``LearningResult.directory`` says which."""
+        there, from 0; two launches at once take two versions), Lightning's layout; with
+        ``resume_latest()``, into the newest version. The run says which on the screen, and
+        ``LearningResult.directory``."""
         return self._set(versioned=True)
 
     def overwrite(self) -> SupervisedTraining:
         """Start afresh in a directory that holds an earlier run: remove what ember wrote there
         (its metric logs, checkpoints, ``experiment.log``, ``config.json``, ``summary.json``;
-        never other files, also inside ``train/``) at launch. Without it, such a fresh run is
-        refused (``RunDirectoryError``)."""
+        never other files, also inside ``train/``) at launch. Without it, such a fresh run goes
+        to the first free sibling directory (``DIR-2``, ``DIR-3``, ...), leaving the earlier run
+        as it is."""
         return self._set(overwrite=True)
+
+    def exact_directory(self) -> SupervisedTraining:
+        """Train in the directory given or not at all: a fresh run into a directory that holds
+        an earlier run is refused (``RunDirectoryError``, naming what is there and the choices)
+        instead of going to a free sibling directory ``DIR-N``. For a pipeline whose next step
+        reads that directory."""
+        return self._set(exact_directory=True)
 
     # output ------------------------------------------------------------------------------
 
@@ -415,4 +423,4 @@ class SupervisedTraining:
 
         A failed training raises ``TrainingError`` (its ``.result`` is the run's result) once the
         run is finished, unless ``errors_in_result()``."""
-        return launch(versioned_run(self._config), learner)
+        return launch(self._config, learner)

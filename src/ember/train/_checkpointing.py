@@ -68,9 +68,11 @@ class CheckpointSaver:
         was."""
         if start is not None:
             self._restore(start)
-        checkpointer = self.checkpointer
-        if self.plan.main and checkpointer is not None:
-            clear_run_end(checkpointer.directory)
+        if self.plan.main:
+            checkpointer = self.checkpointer
+            clear_run_end(
+                self.plan.config.directory, None if checkpointer is None else checkpointer.directory
+            )
         counters = self.counters
         self.marks = RoundMarks(counters.optimizer_steps, counters.passes, time.monotonic())
 
