@@ -11,6 +11,7 @@ from ember._errors import (
     EmberError,
     NonFiniteLossError,
     RunDirectoryError,
+    RunFileError,
     TrainingError,
 )
 from ember._experiment_cli import cli
@@ -49,6 +50,7 @@ __all__ = [
     "NonFiniteLossError",
     "RegressionOutput",
     "RunDirectoryError",
+    "RunFileError",
     "SupervisedTraining",
     "TrainOutput",
     "TrainingError",

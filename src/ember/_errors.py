@@ -8,6 +8,7 @@
     ├── NonFiniteLossError      a training loss became NaN or infinite ("finite only")
     ├── DistributedError        a rank of a data-parallel job failed or died ("data parallel")
     ├── RunDirectoryError       the run directory holds another run, or another process writes it
+    ├── RunFileError            a file of a run directory cannot be read back (also a ValueError)
     └── TrainingError           training failed (``launch``): chained to the error, ``.result``
 
 Bad arguments raise the built-in ``ValueError`` / ``TypeError``; errors raised by the user's
@@ -29,6 +30,7 @@ __all__ = [
     "EmberError",
     "NonFiniteLossError",
     "RunDirectoryError",
+    "RunFileError",
     "TrainingError",
 ]
 
@@ -67,6 +69,14 @@ class DistributedError(EmberError):
 
 class RunDirectoryError(EmberError):
     """The run directory cannot be written: it holds another run, or another process holds it."""
+
+
+class RunFileError(EmberError, ValueError):
+    """A file of a run directory cannot be read back: not a regular file inside the run, too big,
+    nested too deeply, or not UTF-8 (``docs/training.md``, "Runs as data").
+
+    Also a ``ValueError``, which ``ember.runs.load`` raised for an unreadable file before.
+    """
 
 
 class TrainingError(EmberError):

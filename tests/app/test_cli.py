@@ -101,7 +101,7 @@ def test_summary_with_a_broken_summary_json_exits_2(
     """A summary.json that cannot be read is reported, not a traceback."""
     (tmp_path / "summary.json").write_text("{not json", encoding="utf-8")
     assert main(["summary", str(tmp_path)]) == 2
-    assert "summary.json is not a learner summary" in capsys.readouterr().err
+    assert "summary.json cannot be read: it is not valid JSON" in capsys.readouterr().err
 
 
 def test_plot_writes_a_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

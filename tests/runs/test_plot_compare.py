@@ -8,12 +8,14 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
 from ember.app.cli import main
 from ember.runs import compare, load, plot
-from ember.train import IterationSpeedMetric
+from ember.train import IterationSpeedMetric, Learner, LossMetric
 from ember.train._summary import format_cell
 from tests.runs.test_run import train
+from tests.train.fixtures import TinyRegressor, loader, quiet
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -107,3 +109,19 @@ def test_cli_plot_and_compare(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert capsys.readouterr().out == compare(load([Path(d) for d in directories])) + "\n"
     assert main(["compare", str(tmp_path / "nothing")]) == 2
     assert "ember compare: no training run in" in capsys.readouterr().err
+
+
+def test_a_complete_run_without_checkpointers_reads_as_finished(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 38 item 4, the user's case: two epochs without checkpointers, complete. ember.runs
+    and `ember compare` say finished (they said "epoch 2 of 2, not finished")."""
+    torch.manual_seed(0)
+    model = TinyRegressor()
+    quiet(tmp_path / "run", loader(10), loader(6)).metrics(LossMetric()).num_epochs(2).launch(
+        Learner(model, torch.optim.SGD(model.parameters(), lr=0.05))
+    )
+    run = load(tmp_path / "run")
+    assert (run.last_epoch, run.finished, run.failed, run.stop_reason) == (2, True, False, None)
+    assert main(["compare", str(tmp_path / "run")]) == 0
+    assert "run: epoch 2 of 2, finished" in capsys.readouterr().out

@@ -54,3 +54,31 @@ def test_a_closed_worker_starts_again_with_the_next_job() -> None:
     worker.close()
     assert seen == [1, 2]
     assert not any(t.name == "test-writer" for t in threading.enumerate())
+
+
+def test_a_bounded_wait_and_close_give_up_on_a_blocked_job_and_the_thread_ends_after_it() -> None:
+    """A job blocked (as a write on a hung mount) is waited for at most the timeout: wait and
+    close say False, and the thread left behind ends once the job is let go."""
+    worker = BackgroundWorker("test-writer")
+    release = threading.Event()
+
+    def blocked() -> None:
+        release.wait()
+
+    worker.submit(blocked)
+    assert worker.wait(timeout=0.05) is False
+    assert worker.close(timeout=0.05) is False
+    (thread,) = [t for t in threading.enumerate() if t.name == "test-writer"]
+    release.set()
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+    assert worker.wait(timeout=0.05) is True  # closed: nothing to wait for
+
+
+def test_a_bounded_wait_returns_once_the_jobs_are_done() -> None:
+    worker = BackgroundWorker("test-writer")
+    done: list[int] = []
+    worker.submit(lambda: done.append(1))
+    assert worker.wait(timeout=30) is True
+    assert done == [1]
+    assert worker.close(timeout=30) is True

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ember import CheckpointError
+from ember import CheckpointError, RunDirectoryError
 from ember.extend import Direction, Split
 from ember.train import (
     CliMetricsRenderer,
@@ -107,9 +107,9 @@ def test_an_interrupted_run_is_not_complete(run_dir: Path) -> None:
 
     model.model.on_train_step = stop_in_epoch_2
     assert builder.launch(model).last_epoch == 1
-    assert not (run_dir / "checkpoint" / RUN_END).exists()
+    assert not (run_dir / RUN_END).exists()
     assert training(run_dir, 3, io.StringIO()).launch(learner()).last_epoch == 3
-    assert (run_dir / "checkpoint" / RUN_END).is_file()
+    assert (run_dir / RUN_END).is_file() and not (run_dir / "checkpoint" / RUN_END).exists()
 
 
 def tree(directory: Path) -> dict[str, bytes]:
@@ -175,3 +175,69 @@ def test_rerunning_a_finished_run_returns_its_learner_with_the_optimizer_and_sch
     assert first.lr_scheduler is not None and again.lr_scheduler is not None
     assert again.lr_scheduler.state_dict() == first.lr_scheduler.state_dict()
     assert again.lr_current == first.lr_current
+
+
+def test_a_0_2_0_run_s_end_record_beside_its_checkpoints_is_still_read(
+    run_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run finished by 0.2.0 recorded its end in checkpoint/run-end.json: resume_latest()
+    still finds it complete, and a resume asking for more clears that record while it
+    trains."""
+    training(run_dir, 2, io.StringIO()).launch(learner())
+    (run_dir / RUN_END).rename(run_dir / "checkpoint" / RUN_END)  # the 0.2.0 layout
+    with caplog.at_level(logging.WARNING, logger="ember"):
+        again = training(run_dir, 2, io.StringIO()).launch(learner(seed=1))
+    assert "is complete: it reached its last epoch after epoch 2" in caplog.text
+    assert again.last_epoch == 2
+    seen: list[bool] = []
+    model = learner()
+    model.model.on_train_step = lambda batch: seen.append(
+        (run_dir / "checkpoint" / RUN_END).exists()
+    )
+    assert training(run_dir, 3, io.StringIO()).launch(model).last_epoch == 3
+    assert seen and not any(seen)  # not taken for finished while it trains
+    assert (run_dir / RUN_END).is_file() and not (run_dir / "checkpoint" / RUN_END).exists()
+
+
+def test_resume_latest_into_a_directory_holding_no_run_warns_and_trains_from_scratch(
+    tmp_path: Path,
+) -> None:
+    """Issue 38 item 6, the user's case: resume_latest() into a mistyped directory. It trains
+    from scratch (a preemptible script's first launch does the same), and says so on the
+    screen and in experiment.log, naming the directory."""
+    SupervisedTraining(tmp_path / "runs" / "mnist", loader(8), loader(4)).renderer(
+        CliMetricsRenderer(io.StringIO())
+    ).metrics(LossMetric()).with_default_checkpointers().launch(learner())
+    typo = tmp_path / "runs" / "mnsit"
+    stream = io.StringIO()
+    result = training(typo, 2, stream).launch(learner())
+    assert result.last_epoch == 2 and result.directory == typo
+    warning = (
+        f"resume_latest(): no checkpoint in {typo / 'checkpoint'} to resume from: training "
+        "starts from scratch, at epoch 1 (if a run should be there, check the directory's name)"
+    )
+    screen = stream.getvalue().splitlines()
+    assert f"Warning: {warning}" in screen
+    assert screen.index(f"Warning: {warning}") < screen.index("Starting training for 2 epochs.")
+    assert f"WARNING ember.train: {warning}\n" in (typo / "experiment.log").read_text()
+
+
+def test_resume_latest_on_a_run_that_finished_without_checkpoints_is_refused(
+    run_dir: Path,
+) -> None:
+    """A run that kept no checkpoints has nothing to resume from or return, and training from
+    scratch in its directory would overwrite it: resume_latest() there is refused, naming the
+    run and what to do, and its files stay as they were."""
+    SupervisedTraining(run_dir, loader(8), loader(4)).renderer(
+        CliMetricsRenderer(io.StringIO())
+    ).metrics(LossMetric()).num_epochs(2).launch(learner())
+    before = tree(run_dir)
+    with pytest.raises(RunDirectoryError) as raised:
+        training(run_dir, 2, io.StringIO()).launch(learner())
+    message = str(raised.value)
+    finished = f"the run in {str(run_dir)!r} finished (epoch 2, num_epochs=2) without checkpoints"
+    assert finished in message
+    assert "drop resume_latest()" in message and "overwrite()" in message
+    after = tree(run_dir)
+    log = after.pop("experiment.log")  # the refused attempt is told there, after the run's
+    assert log.startswith(before.pop("experiment.log")) and after == before

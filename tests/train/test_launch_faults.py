@@ -8,7 +8,10 @@ import copy
 import errno
 import io
 import json
+import os
+import signal
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +34,7 @@ from tests.train.fixtures import (
     TinyRegressor,
     ember_threads,
     loader,
+    metric_writer_processes,
     read_only_directory,
     weight,
 )
@@ -212,6 +216,51 @@ def test_metric_logger_that_cannot_write_stops_training(
         assert result.stop_reason.startswith("metrics thread failed: ")
         assert result.last_epoch < 20  # the first blocks fail: it stops within an epoch or so
         assert ember_threads(since=threads_before) == []
+
+
+def test_a_stopped_metric_writer_ends_the_run_within_its_timeout_naming_it(
+    tmp_path: Path, threads_before: set[threading.Thread]
+) -> None:
+    """The metric-writer is stopped (SIGSTOP, as a hung NFS mount leaves it) mid-run: the run
+    ends within the writer's timeout with an error naming its pid, written to experiment.log,
+    and no process or thread of ember's is left."""
+    timeout, stopped = 1.0, list[tuple[int, float]]()
+    model = TinyRegressor()
+
+    def stop_the_writer(batch: Batch) -> None:
+        step = current_step()
+        if not stopped and step is not None and step.epoch == 2:  # epoch 1's sync started it
+            (pid,) = metric_writer_processes()
+            os.kill(pid, signal.SIGSTOP)
+            stopped.append((pid, time.monotonic()))
+
+    model.on_train_step = stop_the_writer
+    run = tmp_path / "run"
+    try:
+        result = (
+            quiet(run)
+            .metric_train_numeric(LossMetric())
+            .with_metric_logger(FileMetricLogger(run, writer_timeout=timeout))
+            .num_epochs(3)
+            .with_default_checkpointers()  # the first checkpoint syncs the logs: a flush
+            .errors_in_result()
+            .launch(Learner(model, torch.optim.SGD(model.parameters()), 1e-2))
+        )
+        (pid, since) = stopped[0]
+        elapsed = time.monotonic() - since
+    finally:
+        for pid, _ in stopped:
+            if pid in metric_writer_processes():  # not killed and reaped: never left stopped
+                os.kill(pid, signal.SIGKILL)
+    assert isinstance(result.error, TimeoutError)
+    message = str(result.error)
+    assert f"metric-writer process (pid {pid}) was asked for a flush of" in message
+    assert "has not answered within 1 s: it was killed" in message
+    assert str(run) in message
+    assert elapsed < timeout + 30  # the bound, and the run's own ending (one core, shared)
+    assert f"pid {pid}" in (run / "experiment.log").read_text()
+    assert result.checkpoints.keys() == {1}  # epoch 2's logs never reached the disk: not it
+    assert ember_threads(since=threads_before) == []
 
 
 def test_optimizer_over_another_models_parameters_is_refused(

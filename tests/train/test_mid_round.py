@@ -246,8 +246,9 @@ def test_a_resume_whose_logs_were_cut_short_or_whose_metrics_changed_is_refused(
 
 
 def test_mid_round_checkpoints_in_the_directory_and_for_export(tmp_path: Path) -> None:
-    """A stopped run's mid-round checkpoint counts as the run's (a fresh run is refused, and
-    overwrite() removes it); load_checkpoint and the result list round ends only."""
+    """A stopped run's mid-round checkpoint counts as the run's (a fresh run held to the
+    directory is refused, and overwrite() removes it); load_checkpoint and the result list
+    round ends only."""
     directory = tmp_path / "run"
     stopped, _ = launch(training(directory, checkpoint=5), stop_at=13)
     assert latest(directory) == ResumePoint(2, 14)
@@ -255,7 +256,7 @@ def test_mid_round_checkpoints_in_the_directory_and_for_export(tmp_path: Path) -
     loaded = load_checkpoint(directory, "last", into=TinyRegressor())
     assert same_weights(loaded, load_checkpoint(directory, 1, into=TinyRegressor()))
     with pytest.raises(Exception, match=r"checkpoint/ \(10 checkpoint files\)"):
-        launch(training(directory))
+        launch(training(directory).exact_directory())
     launch(training(directory).overwrite())
     assert not (directory / "checkpoint" / "step-14").exists()
 
@@ -271,13 +272,14 @@ def test_the_renderer_is_told_the_steps_and_where_a_resumed_split_starts(tmp_pat
     resumed = training(directory, max_steps=8).resume_latest()
     launch(resumed.renderer(CliMetricsRenderer(stream, interval=0.0)))
     lines = stream.getvalue().splitlines()
-    assert lines[:4] == [
+    assert lines[:5] == [
+        f"Run directory: {directory}",
         "Starting training for 1 epoch.",
         "Resuming at step 6 of 8.",
         "Starting split 'train' with 40 items.",
         "Resuming after 24 items.",
     ]
-    assert lines[4].startswith("[epoch 1/1] train step 7/8 (87%) · 28/40 items (70%)")
+    assert lines[5].startswith("[epoch 1/1] train step 7/8 (87%) · 28/40 items (70%)")
 
 
 @pytest.mark.parametrize(

@@ -3,9 +3,11 @@ checkpoints and application log.
 
 * ``config.json``: the run's configuration (``ember/train/_config.py``);
 * ``summary.json``: the summary table, written at the end of a launch with ``.summary()``;
-* ``checkpoint/run-end.json``: written when a run finished (``num_epochs`` or ``max_steps``
-  reached, or early stopping) and trusted only when its epoch is the newest checkpoint's, so
-  that a run resumed and still training is never taken for finished;
+* ``run-end.json``: written when a run finished (``num_epochs`` or ``max_steps`` reached, or
+  early stopping), with checkpoints or without, and trusted only when its epoch is the newest
+  checkpoint's (when the run has some), so that a run resumed and still training is never taken
+  for finished; runs of 0.1.0 and 0.2.0 wrote it as ``checkpoint/run-end.json``, read there
+  too;
 * ``checkpoint/manifest-N.json`` and the state the checkpointing strategy saved: the best epoch,
   as ``LearningResult.best_epoch`` and ``ember export --epoch best`` read it;
 * ``experiment.log``: from the last ``Starting training`` line (the latest launch), the reason
@@ -19,7 +21,6 @@ values. Nothing here imports the training loop; the files are read as JSON and t
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from ember._errors import CheckpointError
 from ember.train._checkpoint.end import RunEnd, read_run_end
 from ember.train._checkpoint.export import best_epoch
 from ember.train._checkpoint.manifest import manifest_epochs
+from ember.train._run_files import MAX_LOG_TAIL, read_run_json, read_run_tail
 from ember.train._summary import LearnerSummary
 
 __all__ = ["RunFacts", "describe", "read_config", "read_facts", "read_summary"]
@@ -53,8 +55,9 @@ class RunFacts:
 
 
 def read_config(directory: Path) -> dict[str, Any]:
-    """``config.json`` as a dict ({} without one); ValueError naming a file that is not one."""
-    data = _json(directory / "config.json")
+    """``config.json`` as a dict ({} without one); ValueError naming a file that is not one
+    (RunFileError, also a ValueError, for one the run readers refuse)."""
+    data = read_run_json(directory / "config.json", directory)
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -63,10 +66,11 @@ def read_config(directory: Path) -> dict[str, Any]:
 
 
 def read_summary(directory: Path) -> LearnerSummary | None:
-    """``summary.json`` (None without one); ValueError naming a file that is not a summary."""
+    """``summary.json`` (None without one); ValueError naming a file that is not a summary
+    (RunFileError, also a ValueError, for one the run readers refuse)."""
     path = directory / "summary.json"
+    data = read_run_json(path, directory)
     try:
-        data = _json(path)
         return None if data is None else LearnerSummary.from_json(data)
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         raise ValueError(f"{path} is not a learner summary: {error!r}") from None
@@ -80,8 +84,8 @@ def read_facts(
     """The facts of the run in ``directory``; ``epochs_logged`` is the newest epoch whose last
     split logged its epoch values."""
     checkpoints = directory / "checkpoint"
-    end = _run_end(checkpoints)
-    launch = _latest_launch(directory / "experiment.log")
+    end = _run_end(directory, checkpoints)
+    launch = _latest_launch(directory / "experiment.log", directory)
     if end is not None:
         last_epoch, reason = end.epoch, end.stop_reason
     else:
@@ -99,23 +103,11 @@ def read_facts(
     )
 
 
-def _json(path: Path) -> Any:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError as error:
-        raise ValueError(f"{path} is not valid JSON: {error}") from None
-
-
-def _run_end(checkpoints: Path) -> RunEnd | None:
-    """The end record when it is the newest checkpoint's (else the run went on after it)."""
-    if not checkpoints.is_dir():
-        return None
+def _run_end(directory: Path, checkpoints: Path) -> RunEnd | None:
+    """The end record, when it is the newest checkpoint's (else the run went on after it), or
+    as it is in a run without checkpoints."""
     epochs = manifest_epochs(checkpoints)
-    return read_run_end(checkpoints, max(epochs)) if epochs else None
+    return read_run_end(directory, checkpoints, max(epochs) if epochs else None)
 
 
 def _best_epoch(checkpoints: Path) -> int | None:
@@ -127,12 +119,13 @@ def _best_epoch(checkpoints: Path) -> int | None:
         return None
 
 
-def _latest_launch(path: Path) -> str | None:
-    """The application log from the latest launch's first line on; None without a log."""
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
+def _latest_launch(path: Path, root: Path) -> str | None:
+    """The application log from the latest launch's first line on (of its last
+    ``MAX_LOG_TAIL`` bytes: how a launch ended is at its end); None without a log."""
+    data = read_run_tail(path, root, MAX_LOG_TAIL)
+    if data is None:
         return None
+    text = data.decode("utf-8", errors="replace")
     starts = [match.start() for match in _LAUNCH.finditer(text)]
     return text[starts[-1] :] if starts else text
 

@@ -33,9 +33,8 @@ from ember.runs._logs import (
     has_epoch_values,
     read_split,
 )
-from ember.train._logger.file import FileMetricLogger, read_steps
-from ember.train._logger.store import EventStore
-from ember.train._summary import LearnerSummary
+from ember.train._logger.file import read_steps
+from ember.train._summary import LearnerSummary, MetricSummary
 from ember.train._vocabulary import Split
 
 __all__ = ["Level", "Many", "Run", "Runs", "load", "rows_to_pandas"]
@@ -77,9 +76,10 @@ class Run:
         """Every numeric metric's lines, per split and epoch, as the files hold them now."""
         logs = []
         for split, epochs in epoch_directories(self.directory).items():
-            steps = read_steps(self.directory / split.value)
+            steps = read_steps(self.directory / split.value, self.directory)
             for epoch, epoch_dir in epochs.items():
-                logs.extend(read_split(split, epoch, epoch_dir, steps.get(epoch, {})))
+                found = steps.get(epoch, {})
+                logs.extend(read_split(split, epoch, epoch_dir, found, self.directory))
         return logs
 
     def metrics(self, split: str | Split | None = None) -> list[str]:
@@ -120,8 +120,14 @@ class Run:
         """The summary table rebuilt from the logs (epochs 1 to ``last_epoch``; no model
         description, which is not logged): what ``ember summary`` prints without
         ``summary.json``."""
-        store = EventStore([FileMetricLogger(self.directory)])  # reads, never writes
-        return LearnerSummary.collect(store, self.metrics(), self.last_epoch)
+        values: dict[tuple[Split, str], list[tuple[int, float]]] = {}
+        for log in self.logs():  # the epochs logged only: an epoch-N far ahead costs nothing
+            row = log.epoch_row(self.name)
+            if row is not None and log.epoch <= self.last_epoch:
+                values.setdefault((log.split, log.metric), []).append((log.epoch, row.value))
+        order = sorted(values, key=lambda key: (SPLITS.index(key[0]), key[1]))
+        rows = tuple(MetricSummary.from_values(*key, values[key]) for key in order)
+        return LearnerSummary(self.last_epoch, rows)
 
     def describe(self) -> str:
         """One line: how far the run got and how it ended."""
@@ -236,7 +242,11 @@ def _load(directory: Path, name: str) -> Run:
         )
     validates = config.get("valid") is not None if config else Split.VALID in epochs
     last_split = Split.VALID if validates else Split.TRAIN
-    logged = [epoch for epoch, path in epochs.get(last_split, {}).items() if has_epoch_values(path)]
+    logged = [
+        epoch
+        for epoch, path in epochs.get(last_split, {}).items()
+        if has_epoch_values(path, directory)
+    ]
     facts = read_facts(directory, summary, max(logged, default=0))
     return Run(
         directory,

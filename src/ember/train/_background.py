@@ -45,10 +45,20 @@ class BackgroundWorker:
             self._thread.start()
         self._queue.put(job)
 
-    def wait(self) -> None:
-        """Block until every submitted job has finished (errors stay pending)."""
-        if self._thread is not None:
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until every submitted job has finished (errors stay pending), or at most
+        ``timeout`` seconds: whether they finished."""
+        if self._thread is None:
+            return True
+        if timeout is None:
             self._queue.join()
+            return True
+        done = threading.Event()  # a job after the others: set when they are done
+        try:
+            self._queue.put(done.set, timeout=timeout)
+        except queue.Full:
+            return False
+        return done.wait(timeout)
 
     def raise_pending(self) -> None:
         """Re-raise the error of a failed job, once."""
@@ -62,13 +72,18 @@ class BackgroundWorker:
         self.wait()
         self.raise_pending()
 
-    def close(self) -> None:
-        """Finish the submitted jobs, stop the thread, raise a pending error; idempotent."""
+    def close(self, timeout: float | None = None) -> bool:
+        """Finish the submitted jobs, stop the thread, raise a pending error; idempotent. With
+        a ``timeout``, wait at most that many seconds: False when the thread is still busy then
+        (left behind, it stops after its jobs; a thread cannot be killed)."""
         thread, self._thread = self._thread, None
         if thread is not None:
             self._queue.put(None)
-            thread.join()
+            thread.join(timeout)
+            if thread.is_alive():
+                return False
         self.raise_pending()
+        return True
 
     def _run(self) -> None:
         while True:

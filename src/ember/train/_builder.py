@@ -37,7 +37,6 @@ from ember.train._checkpoint.export import CheckpointEpoch, check_checkpoint_epo
 from ember.train._checkpoint.strategy import CheckpointingStrategy
 from ember.train._config import DEFAULT_CHECKPOINTERS, TrainingConfig, check_hparams
 from ember.train._debugging import debugging_run
-from ember.train._directory import versioned_run
 from ember.train._early_stopping import EarlyStoppingStrategy
 from ember.train._evaluation.evaluator import check_tests
 from ember.train._gradient_checkpointing import check_module_names
@@ -45,6 +44,7 @@ from ember.train._hooks import HOOKS, Stateful, TrainingHooks, has_hooks
 from ember.train._interrupter import Interrupter
 from ember.train._learner import Learner
 from ember.train._logger.base import MetricLogger
+from ember.train._logger.file import metric_file_name
 from ember.train._metric.base import Metric, NamedMetric, Numeric
 from ember.train._precision import Precision, check_precision
 from ember.train._renderer.base import MetricsRenderer
@@ -139,6 +139,10 @@ class SupervisedTraining:
                 f"{type(metric).__name__} is not a numeric metric (it needs attributes, value, "
                 "running_value and final_value); register it with metric_train/metric_valid"
             )
+        try:  # an empty name or one too long for a file name: refused here, not mid-run
+            metric_file_name(metric.name)
+        except ValueError as error:
+            raise ValueError(f"{type(metric).__name__} cannot be registered: {error}") from None
         if any(s is split and m.name == metric.name for s, m in self._config.metrics):
             raise ValueError(
                 f"a metric named {metric.name!r} is already registered for the {split.value} "
@@ -374,16 +378,25 @@ class SupervisedTraining:
 
     def versioned(self) -> SupervisedTraining:
         """Launch into a new ``directory/version_N`` each time (N one more than the highest
-        there, from 0), so that a notebook cell or a script runs again unchanged; with
-        ``resume_latest()``, into the newest version. ``LearningResult.directory`` says which."""
+        there, from 0; two launches at once take two versions), Lightning's layout; with
+        ``resume_latest()``, into the newest version. The run says which on the screen, and
+        ``LearningResult.directory``."""
         return self._set(versioned=True)
 
     def overwrite(self) -> SupervisedTraining:
         """Start afresh in a directory that holds an earlier run: remove what ember wrote there
         (its metric logs, checkpoints, ``experiment.log``, ``config.json``, ``summary.json``;
-        never other files, also inside ``train/``) at launch. Without it, such a fresh run is
-        refused (``RunDirectoryError``)."""
+        never other files, also inside ``train/``) at launch. Without it, such a fresh run goes
+        to the first free sibling directory (``DIR-2``, ``DIR-3``, ...), leaving the earlier run
+        as it is."""
         return self._set(overwrite=True)
+
+    def exact_directory(self) -> SupervisedTraining:
+        """Train in the directory given or not at all: a fresh run into a directory that holds
+        an earlier run is refused (``RunDirectoryError``, naming what is there and the choices)
+        instead of going to a free sibling directory ``DIR-N``. For a pipeline whose next step
+        reads that directory."""
+        return self._set(exact_directory=True)
 
     # output ------------------------------------------------------------------------------
 
@@ -458,5 +471,4 @@ class SupervisedTraining:
 
         A failed training raises ``TrainingError`` (its ``.result`` is the run's result) once the
         run is finished, unless ``errors_in_result()``."""
-        config = debugging_run(self._config)
-        return launch(versioned_run(config) if config.keeps_files else config, learner)
+        return launch(debugging_run(self._config), learner)

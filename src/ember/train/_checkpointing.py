@@ -69,9 +69,11 @@ class CheckpointSaver:
         ``checkpoint_every`` counted from here. Returns where the loop goes on. A refused
         restore leaves the directory as it was."""
         resumed = Resumed(1) if start is None else self._restore(start)
-        checkpointer = self.checkpointer
-        if self.plan.main and checkpointer is not None:
-            clear_run_end(checkpointer.directory)
+        if self.plan.writes_files:
+            checkpointer = self.checkpointer
+            clear_run_end(
+                self.plan.config.directory, None if checkpointer is None else checkpointer.directory
+            )
         counters = self.counters
         self.marks = RoundMarks(counters.optimizer_steps, counters.passes, time.monotonic())
         return resumed

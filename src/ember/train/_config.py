@@ -137,9 +137,13 @@ class TrainingConfig:
     fresh_if_unusable: bool = False
     """With ``resume="latest"``: train from epoch 1 when every checkpoint is unusable."""
     overwrite: bool = False
-    """A fresh run removes what an earlier run wrote in the directory (else it is refused)."""
+    """A fresh run removes what an earlier run wrote in the directory (else it goes to a free
+    sibling directory, or is refused with ``exact_directory``)."""
     versioned: bool = False
-    """The run goes into ``directory/version_N`` (``_directory.versioned_run``)."""
+    """The run goes into ``directory/version_N`` (``_directory.py``)."""
+    exact_directory: bool = False
+    """A fresh run into a directory holding an earlier run is refused (``RunDirectoryError``)
+    instead of going to a free sibling directory ``DIR-N`` (``_directory.py``)."""
     errors_in_result: bool = False
     """A failed training is returned in ``LearningResult.error``, not raised (Burn's way)."""
 

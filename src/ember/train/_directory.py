@@ -1,20 +1,32 @@
-"""The run directory a launch writes: held by one process at a time, never mixed with another run.
+"""The run directory a launch writes: chosen and claimed in one step, held by one process at a
+time, never mixed with another run.
 
 ::
 
-    versioned_run(config):                   (builder.versioned(), before the launch)
-        a fresh run: DIR/version_N, N one more than the highest version there (0 for the first)
-        a resume:    the highest version (version_0 when there is none yet)
-
-    claim_directory(directory, fresh, overwrite, checkpoints):   (the main process only)
-        make the directory
+    claim_for_run(config):             (yields config with the directory its run writes)
+        refused on every process: overwrite() with a resume; versioned() with overwrite(),
+            exact_directory(), a checkpointer with a directory of its own, or in a job of several
+            processes (each would pick its own version)
+        the processes that do not write the directory (DDP ranks other than 0): config as it is
+        versioned(), a fresh run:  DIR/version_N, N one more than the highest version there (0
+            for the first), claimed by making it (os.mkdir: one made meanwhile by another launch
+            is taken, and the next N is tried)
+        versioned(), a resume:     the highest version (version_0 when there is none yet)
+        otherwise:                 DIR (made when missing)
         take its lock: LOCK, created with O_EXCL, holding {"pid", "host", "started"}
             held by a live process, or by another host:  RunDirectoryError naming pid and host
+                                                        (a directory in use is never left for
+                                                        another: the second launch is refused)
             left by a dead process of this host:         taken over, with a warning
-        a fresh run (no resume) into a directory with another run's logs or checkpoints:
+        a fresh run (no resume) into a directory that holds an earlier run (used_by_a_run: its
+        logs, checkpoints, config.json, summary.json or run-end.json):
             overwrite():  remove what ember wrote (OWNED, the split logs, the checkpoint files),
                           nothing else: a file of the user's inside train/ stays
-            otherwise:    RunDirectoryError naming what is there and the three choices
+            exact_directory(), a checkpointer with a directory of its own (every run writes it),
+            a job of several processes (each would choose its own directory):
+                          RunDirectoryError naming what is there and the choices
+            otherwise:    DIR released, untouched; the run goes to the first free sibling
+                          DIR-2, DIR-3, ..., claimed by making it as a version is
         ... the run ...
         release the lock (also after an error); the directories the claim made and nothing was
         written to are removed again (a launch refused before training leaves nothing behind)
@@ -22,25 +34,29 @@
 What ember writes in a run directory: the split logs ``{train,valid}/epoch-N/*.log``,
 ``test/{name}/*.log`` and ``test/summary.json``, the checkpoints (``checkpoint/`` by default),
 ``experiment.log``, ``evaluation.log``, ``config.json``, ``config.yaml`` (``ember.cli``),
-``summary.json``, ``metrics.png`` (``ember plot``) and ``model.safetensors`` (an export).
+``summary.json``, ``run-end.json``, ``metrics.png`` (``ember plot``) and ``model.safetensors``
+(an export).
 
-Two runs never share a directory, so running the same training twice needs a new directory
-each time: ``versioned()`` picks ``version_N`` (Lightning's habit), and ``resume_latest()`` with
-it goes on in the newest version. Two processes that start at the same moment may pick the same
-``N``: the lock refuses the second (``RunDirectoryError``), never mixes them.
+Two runs never share a directory, so running the same training twice puts the second beside the
+first (Lightning's ``version_N`` habit, for a directory the user named): a script or a notebook
+cell runs again unchanged, and the first run's files are never touched. ``versioned()`` puts
+every run in ``DIR/version_N`` from the first on, and ``resume_latest()`` with it goes on in the
+newest version. Making a directory is atomic, so two launches that start at the same moment never
+pick the same one.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import itertools
 import json
 import os
 import re
 import socket
 import warnings
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Iterable, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from ember._errors import RunDirectoryError
@@ -57,10 +73,11 @@ __all__ = [
     "LOCK",
     "OWNED",
     "VERSION",
-    "claim_directory",
     "claim_for_run",
+    "claim_new",
+    "siblings",
     "used_by_a_run",
-    "versioned_run",
+    "versions",
 ]
 
 LOCK = ".ember.lock"
@@ -75,10 +92,15 @@ OWNED = (
     "config.json",
     CONFIG_YAML,
     "summary.json",
+    RUN_END,
     "metrics.png",
     "model.safetensors",  # the best epoch's export, when a logger asks for it
 )
 """The files ember writes directly in a run directory (beside the split logs and checkpoints)."""
+
+RUN_FILES = ("config.json", "summary.json", RUN_END)
+"""The files of ``OWNED`` that mean a run was launched here (what ``ember.runs`` reads): not the
+application log, which accumulates across launches, nor the exports of a run read later."""
 
 VERSION = "version_{}"
 """The name of a version of a ``versioned()`` run directory."""
@@ -93,50 +115,113 @@ _CHECKPOINT_FILE = re.compile(
 )
 
 
-def claim_for_run(config: TrainingConfig) -> AbstractContextManager[None]:
-    """The claim of ``config``'s run directory; nothing on the processes that do not write it
-    (DDP ranks other than 0)."""
+@contextmanager
+def claim_for_run(config: TrainingConfig) -> Iterator[TrainingConfig]:
+    """Choose and hold the directory of ``config``'s run for the block (see the module doc);
+    yields ``config`` with that directory (and its ``experiment.log``, when that is the
+    default)."""
+    _check_choices(config)
     if not (config.strategy or SingleDevice()).is_main:
-        return nullcontext()
-    checkpointer = config.checkpointer
-    checkpoints = None
-    if isinstance(checkpointer, str):  # DEFAULT_CHECKPOINTERS
-        checkpoints = config.directory / "checkpoint"
-    elif checkpointer is not None:
-        checkpoints = checkpointer.directory
-    return claim_directory(
-        config.directory,
-        fresh=config.resume is None,
-        overwrite=config.overwrite,
-        checkpoints=checkpoints,
+        yield config
+        return
+    with ExitStack() as held:
+        yield _moved(config, _claim(config, held))
+
+
+def _claim(config: TrainingConfig, held: ExitStack) -> Path:
+    """The directory the run writes, held (made, locked) until ``held`` closes."""
+    if config.versioned and config.resume is None:
+        return claim_new(versions(config.directory), held)
+    directory = _newest_version(config.directory) if config.versioned else config.directory
+    with ExitStack() as claim:
+        claim.enter_context(_held(directory))
+        checkpoints = _checkpoints(config, directory)
+        found = used_by_a_run(directory, checkpoints) if config.resume is None else []
+        if not found or config.overwrite:
+            if found:
+                _remove_run(directory, checkpoints)
+            held.enter_context(claim.pop_all())  # held for the run
+            return directory
+        _check_movable(config, directory, checkpoints, found)  # refused where it cannot move
+    return claim_new(siblings(directory), held)  # the earlier run's directory released
+
+
+def claim_new(candidates: Iterable[Path], held: ExitStack) -> Path:
+    """The first of ``candidates`` this process makes, held until ``held`` closes: making the
+    directory is the claim (``os.mkdir`` is atomic), so one another launch made between the
+    scan that listed it and the claim is passed over for the next."""
+    for candidate in candidates:
+        try:
+            return held.enter_context(_held(candidate, new=True))
+        except FileExistsError:  # taken since the scan (or a file of that name)
+            continue
+    raise RunDirectoryError("every candidate run directory was taken by other launches")
+
+
+def versions(directory: Path) -> Iterator[Path]:
+    """``directory/version_N`` from N one more than the highest version there now (0 for the
+    first) on: where a fresh ``versioned()`` run goes."""
+    return (directory / VERSION.format(n) for n in itertools.count(_highest(directory) + 1))
+
+
+def siblings(directory: Path) -> Iterator[Path]:
+    """``DIR-2``, ``DIR-3``, ... beside ``directory``: where a fresh run goes when the directory
+    holds an earlier run (``.`` and ``..`` are named by their absolute path)."""
+    if directory.name in ("", ".."):
+        directory = directory.resolve()
+    return (directory.with_name(f"{directory.name}-{n}") for n in itertools.count(2))
+
+
+def _highest(directory: Path) -> int:
+    """The highest N of the ``version_N`` directories in ``directory``; -1 without any."""
+    return max(
+        (
+            int(found[1])
+            for path in (directory.iterdir() if directory.is_dir() else ())
+            if (found := _VERSION.fullmatch(path.name)) and path.is_dir()
+        ),
+        default=-1,
     )
 
 
+def _newest_version(directory: Path) -> Path:
+    """The version a ``versioned()`` resume goes on in: the highest, or version_0."""
+    return directory / VERSION.format(max(_highest(directory), 0))
+
+
+def _moved(config: TrainingConfig, directory: Path) -> TrainingConfig:
+    """``config`` with its run in ``directory``, and its ``experiment.log`` when that is the
+    default (the run's own)."""
+    if directory == config.directory:
+        return config
+    log = config.application_log
+    if log == config.directory / "experiment.log":
+        log = directory / "experiment.log"
+    return dataclasses.replace(config, directory=directory, application_log=log)
+
+
+def _checkpoints(config: TrainingConfig, directory: Path) -> Path | None:
+    """The checkpoint directory of the run in ``directory``, if it has checkpointers."""
+    checkpointer = config.checkpointer
+    if isinstance(checkpointer, str):  # DEFAULT_CHECKPOINTERS
+        return directory / "checkpoint"
+    return None if checkpointer is None else checkpointer.directory
+
+
 @contextmanager
-def claim_directory(
-    directory: Path, *, fresh: bool, overwrite: bool, checkpoints: Path | None
-) -> Iterator[None]:
-    """Hold ``directory`` for one run (see the module doc); ``checkpoints`` is the checkpoint
-    directory, if any; ``fresh``: the run starts at epoch 1 (no resume was asked for)."""
-    if overwrite and not fresh:
-        raise ValueError(
-            "overwrite() starts the run afresh and removes the earlier run's files, but a "
-            "resume was asked for too (checkpoint(epoch) or resume_latest()): drop one of them"
-        )
+def _held(directory: Path, *, new: bool = False) -> Iterator[Path]:
+    """``directory`` made (``new``: it must not exist, else FileExistsError) and locked for the
+    block; then the lock released, and what was made removed again if nothing was written."""
     made = _outermost_missing(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    lock = directory / LOCK
-    mine = _acquire(lock)
+    directory.mkdir(parents=True, exist_ok=not new)
     try:
-        if fresh:
-            found = used_by_a_run(directory, checkpoints)
-            if found and not overwrite:
-                raise RunDirectoryError(_used_message(directory, found))
-            if found:
-                _remove_run(directory, checkpoints)
-        yield
+        lock = directory / LOCK
+        mine = _acquire(lock)
+        try:
+            yield directory
+        finally:
+            _release(lock, mine)
     finally:
-        _release(lock, mine)
         if made is not None:
             _remove_empty(directory, made)
 
@@ -162,21 +247,45 @@ def _remove_empty(directory: Path, up_to: Path) -> None:
 
 
 def used_by_a_run(directory: Path, checkpoints: Path | None) -> list[str]:
-    """What of another run's logs and checkpoints ``directory`` holds (names, sorted)."""
+    """What of another run ``directory`` holds: its logs, checkpoints, and the files of
+    ``RUN_FILES`` (names, sorted)."""
     found = [name for name in RUNS if _split_logs(directory / name)]
+    found += [name for name in RUN_FILES if (directory / name).is_file()]
     files = _checkpoint_files(checkpoints)
     if checkpoints is not None and files:
         found.append(f"{_shown(directory, checkpoints)} ({len(files)} checkpoint files)")
     return sorted(found)
 
 
-def _used_message(directory: Path, found: list[str]) -> str:
-    return (
-        f"{str(directory)!r} holds another run's logs or checkpoints ({', '.join(found)}); a "
-        "fresh run there would mix its epochs with that run's. Choose one: resume that run "
-        "with resume_latest(), give this run a new directory (versioned() picks a new "
-        "version_N each time), or call overwrite() to remove what ember wrote there (its logs, "
-        "checkpoints, experiment.log, config.json, summary.json; nothing else) and start afresh"
+def _check_movable(
+    config: TrainingConfig, directory: Path, checkpoints: Path | None, found: list[str]
+) -> None:
+    """Refuse a fresh run into ``directory``, which holds an earlier run (``found``), when it
+    cannot go to a free sibling directory instead (see the module doc)."""
+    processes = _processes()
+    if config.exact_directory:
+        why = "exact_directory() keeps this run there"
+        new = "drop exact_directory() (a fresh run then goes to a free sibling directory)"
+    elif checkpoints is not None and not isinstance(config.checkpointer, str):
+        why = (
+            f"the checkpointer given to with_checkpointers() writes {str(checkpoints)!r} for "
+            "every run, so this run cannot go to a free sibling directory"
+        )
+        new = "give this run (and its checkpointer) a new directory"
+    elif processes > 1:
+        why = (
+            f"this job has {processes} processes (WORLD_SIZE), which would each choose their "
+            "own free sibling directory"
+        )
+        new = "give every process a new directory, chosen before they start"
+    else:
+        return
+    raise RunDirectoryError(
+        f"{str(directory)!r} holds another run's logs or checkpoints ({', '.join(found)}), and "
+        f"{why}: a fresh run there would mix its epochs with that run's. Choose one: resume "
+        f"that run with resume_latest(), {new}, or call overwrite() to remove what ember "
+        "wrote there (its logs, checkpoints, experiment.log, config.json, summary.json; "
+        "nothing else) and start afresh"
     )
 
 
@@ -237,33 +346,25 @@ def _checkpoint_files(checkpoints: Path | None) -> list[Path]:
     ]
 
 
-def versioned_run(config: TrainingConfig) -> TrainingConfig:
-    """``config`` with its run directory in the version of ``config.directory`` a
-    ``versioned()`` run takes (see the module doc); ``config`` itself when not versioned."""
-    if not config.versioned:
-        return config
-    _check_versioned(config)
-    versions = [
-        int(found[1])
-        for path in (config.directory.iterdir() if config.directory.is_dir() else ())
-        if (found := _VERSION.fullmatch(path.name)) and path.is_dir()
-    ]
-    newest = max(versions, default=-1)
-    number = max(newest, 0) if config.resume is not None else newest + 1
-    directory = config.directory / VERSION.format(number)
-    log = config.application_log
-    if log == config.directory / "experiment.log":  # the default: the run's own
-        log = directory / "experiment.log"
-    return dataclasses.replace(config, directory=directory, application_log=log)
-
-
-def _check_versioned(config: TrainingConfig) -> None:
-    """Refuse what a new directory per launch contradicts: ``overwrite()``, a checkpointer with
-    a directory of its own, and a job of several processes (each would pick its own)."""
-    if config.overwrite:
+def _check_choices(config: TrainingConfig) -> None:
+    """Refuse what contradicts itself: overwrite() with a resume, and what a new directory per
+    launch contradicts (``versioned()`` with overwrite(), exact_directory(), a checkpointer with
+    a directory of its own, or several processes: each would pick its own)."""
+    if config.overwrite and config.resume is not None:
         raise ValueError(
-            "versioned() gives every fresh run a new directory, so overwrite() has nothing to "
-            "remove: drop one of them"
+            "overwrite() starts the run afresh and removes the earlier run's files, but a "
+            "resume was asked for too (checkpoint(epoch) or resume_latest()): drop one of them"
+        )
+    if not config.versioned:
+        return
+    if config.overwrite or config.exact_directory:
+        which = (
+            "overwrite() has nothing to remove"
+            if config.overwrite
+            else "exact_directory() keeps it in the one given"
+        )
+        raise ValueError(
+            f"versioned() gives every fresh run a new directory, so {which}: drop one of them"
         )
     checkpointer = config.checkpointer
     if checkpointer is not None and checkpointer != DEFAULT_CHECKPOINTERS:
@@ -273,13 +374,20 @@ def _check_versioned(config: TrainingConfig) -> None:
             "all of them: use with_default_checkpointers() (and with_checkpointing_strategy() "
             "for which epochs to keep), or give each run its directory yourself"
         )
-    world = os.environ.get("WORLD_SIZE", "1")
-    if world.isdigit() and int(world) > 1:
+    processes = _processes()
+    if processes > 1:
         raise ValueError(
-            f"versioned() picks the version in each process, and this job has {world} "
+            f"versioned() picks the version in each process, and this job has {processes} "
             "(WORLD_SIZE): they could pick different ones. Give the run directory itself, "
             "chosen once before the processes start"
         )
+
+
+def _processes() -> int:
+    """The number of processes of this job, as torchrun (and ember.distributed.spawn) tell it
+    in ``WORLD_SIZE``: a directory chosen here would be chosen by each of them."""
+    world = os.environ.get("WORLD_SIZE", "1")
+    return int(world) if world.isdigit() else 1
 
 
 def _shown(directory: Path, path: Path) -> str:

@@ -1,12 +1,18 @@
 """A run that already finished: what ``resume_latest()`` says and returns instead of training.
 
-A run that reached ``num_epochs`` or was stopped by early stopping records its end beside its
-checkpoints (``run-end.json``, ``_checkpoint/end.py``). ``resume_latest()`` on it, asking
+A run that reached ``num_epochs`` or was stopped by early stopping records its end in its
+directory (``run-end.json``, ``_checkpoint/end.py``). ``resume_latest()`` on it, asking
 for no more epochs than that run was, warns that the run is complete (in ``experiment.log`` and
 through the renderer's warnings) and returns its result: its learner as the last epoch left it
 (weights, optimizer state, scheduler), its summary (``summary.json``), its stop reason and
 checkpoints; nothing is trained or written. Asking for more epochs (or, for a run bounded by
 ``max_steps``, more steps) trains on from the last one.
+
+With no checkpoint to resume from, ``resume_latest()`` trains from scratch, and says so (a
+warning naming the directory: a mistyped path is seen at once, while a preemptible script's
+first launch, which has no checkpoint yet, still runs). Only a run that finished without
+checkpoints is refused: there is nothing of it to resume or return, and training from scratch
+in its directory would overwrite it.
 """
 
 from __future__ import annotations
@@ -18,8 +24,10 @@ from typing import TypeVar
 
 from torch import nn
 
+from ember._errors import RunDirectoryError
 from ember.train._checkpoint.checkpointer import RunCheckpointer
 from ember.train._checkpoint.end import RunEnd, read_run_end
+from ember.train._checkpoint.manifest import manifest_epochs
 from ember.train._checkpoint.mid_round import ResumePoint
 from ember.train._config import TrainingConfig
 from ember.train._counters import RunCounters
@@ -31,21 +39,25 @@ from ember.train._state import CountersPart, RunState, SchedulerPart, WeightsPar
 from ember.train._summary import LearnerSummary
 from ember.train._tracking import run_loggers
 
-__all__ = ["finished_result", "finished_run", "restore_learner", "run_result"]
+__all__ = [
+    "finished_result",
+    "finished_run",
+    "nothing_to_resume",
+    "restore_learner",
+    "run_result",
+]
 
 M = TypeVar("M", bound=nn.Module)
 log = logging.getLogger("ember.train")
 
 
 def finished_run(
-    config: TrainingConfig, checkpointer: RunCheckpointer | None, starting_epoch: int
+    config: TrainingConfig, checkpointer: RunCheckpointer, latest: int
 ) -> RunEnd | None:
-    """The recorded end of the run ``resume_latest()`` would resume at ``starting_epoch``, when
-    it has nothing left to train for ``config.num_epochs`` and ``config.max_steps`` (the warning
-    is logged); else None."""
-    if checkpointer is None or starting_epoch == 1:
-        return None
-    end = read_run_end(checkpointer.directory, starting_epoch - 1)
+    """The recorded end of the run whose newest complete checkpoint ``resume_latest()`` found
+    is of epoch ``latest``, when it has nothing left to train for ``config.num_epochs`` and
+    ``config.max_steps`` (the warning is logged); else None."""
+    end = read_run_end(config.directory, checkpointer.directory, latest)
     if end is None or not end.complete_for(config.num_epochs, config.max_steps):
         return None
     how = f"stopped early ({end.stop_reason})" if end.stop_reason else "reached its last epoch"
@@ -65,6 +77,29 @@ def finished_run(
         more,
     )
     return end
+
+
+def nothing_to_resume(config: TrainingConfig, checkpointer: RunCheckpointer) -> None:
+    """``resume_latest()`` found no checkpoint to resume from (see the module doc): refuse a
+    run that finished without checkpoints; else warn that training starts from scratch."""
+    checkpoints = checkpointer.directory
+    if manifest_epochs(checkpoints):  # unusable ones, and fresh_if_unusable: warned of already
+        return
+    end = read_run_end(config.directory, None, None)
+    if end is not None:
+        raise RunDirectoryError(
+            f"resume_latest(): the run in {str(config.directory)!r} finished (epoch "
+            f"{end.epoch}, num_epochs={end.num_epochs}) without checkpoints, so there is "
+            "nothing to resume from, and training from scratch there would overwrite it. For a "
+            "new run, drop resume_latest() (a fresh run goes to a free sibling directory) or "
+            "call overwrite() instead; a run that is to be resumed keeps checkpoints "
+            "(with_default_checkpointers())"
+        )
+    log.warning(
+        "resume_latest(): no checkpoint in %s to resume from: training starts from scratch, "
+        "at epoch 1 (if a run should be there, check the directory's name)",
+        checkpoints,
+    )
 
 
 def finished_result(

@@ -18,11 +18,15 @@ the configuration leaves implicit::
 
 The loop (``_loop.py``) reads the configuration through the plan (``plan.config``); nothing of
 it is copied. Where training starts (a checkpoint to resume from) is read from disk by the
-session (``_session.py``), not here.
+session (``_session.py``), not here; so is the directory the run writes, when it is another
+than the one given (a ``versioned()`` run's version, or a free sibling of a directory that holds
+an earlier run: ``_directory.py``): :func:`moved` then takes the default checkpointer and the
+file logs there.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -55,7 +59,7 @@ from ember.train._tracking import run_loggers
 from ember.train._vocabulary import Split
 from ember.train._window import check_optimizer_step
 
-__all__ = ["RunPlan", "plan_run", "same_training_facts"]
+__all__ = ["RunPlan", "moved", "plan_run", "same_training_facts"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +86,12 @@ class RunPlan:
     def main(self) -> bool:
         """Whether this process writes the run's files and renders (the only one, or rank 0)."""
         return self.strategy.is_main
+
+    @property
+    def writes_files(self) -> bool:
+        """Whether this process writes the run directory's files: the main process, unless the
+        run keeps nothing (``fast_dev_run``)."""
+        return self.strategy.is_main and self.config.keeps_files
 
     @property
     def validates(self) -> bool:
@@ -137,6 +147,16 @@ def plan_run(config: TrainingConfig, learner: Learner[Any]) -> RunPlan:
         modules,
         CalledCallbacks(_callbacks(config), model=learner.model),
         any(isinstance(metric, GradNormMetric) for _, metric in config.metrics),
+    )
+
+
+def moved(plan: RunPlan, config: TrainingConfig) -> RunPlan:
+    """``plan`` for ``config``, its run in the directory the session claimed (see the module
+    doc): the default checkpointer and the file logs go there with it."""
+    if config is plan.config:
+        return plan
+    return dataclasses.replace(
+        plan, config=config, checkpointer=_checkpointer(config), loggers=tuple(run_loggers(config))
     )
 
 

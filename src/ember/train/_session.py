@@ -3,15 +3,18 @@
 ::
 
     with TrainingSession(plan, learner) as session:      # entering, in order:
-        main process: the run directory claimed (its lock; a fresh run into another run's
-            directory refused, or that run's files removed with overwrite(): _directory.py)
+        main process: the run directory chosen and claimed (its lock; versioned(): a new
+            version; a fresh run into another run's directory goes to a free sibling, is
+            refused, or that run's files are removed with overwrite(): _directory.py); the plan
+            moved there (_plan.moved)
         checkpoint(epoch): that checkpoint must verify (refused before anything is written)
         compile(...): the model compiled in place
-        main process: experiment.log; the renderer
+        main process: experiment.log; the renderer; the run directory said in both
         resume_latest(): the newest usable checkpoint, skipped ones warned of in experiment.log
             and on the screen (none usable of several: CheckpointError, unless
-            fresh_if_unusable); a run complete already for what is asked: warned of, and its
-            result is the session's without training (_finished.py)
+            fresh_if_unusable); none at all: warned of (training starts from scratch), or a run
+            that finished without checkpoints refused; a run complete already for what is
+            asked: warned of, and its result is the session's without training (_finished.py)
         main process: config.json (and ember.cli's config.yaml), every logger's start(config)
             (an error there ends the launch, before training); the metrics thread (train-worker)
         other processes: no files, no output (their events are dropped)
@@ -21,7 +24,7 @@
                                                          # the placed parameters
             session.ended(loop.execute())                # the loop (_loop.py), then: flush;
                                                          # summary.json and the table; the run's
-                                                         # end recorded beside its checkpoints;
+                                                         # end recorded (run-end.json);
                                                          # the checkpoint writes finished, and
                                                          # every process takes the main one's
                                                          # summary, checkpoints and best epoch
@@ -74,13 +77,13 @@ from ember.train._directory import claim_for_run
 from ember.train._events import End
 from ember.train._experiment import write_experiment_config
 from ember.train._files import atomic_write
-from ember.train._finished import finished_result, finished_run, run_result
+from ember.train._finished import finished_result, finished_run, nothing_to_resume, run_result
 from ember.train._learner import Learner
 from ember.train._logger.store import EventStore
 from ember.train._loop import LoopOutcome
 from ember.train._lr_scheduler.torch_adapter import interval_notice
 from ember.train._metric.base import Numeric
-from ember.train._plan import RunPlan
+from ember.train._plan import RunPlan, moved
 from ember.train._processor import (
     AsyncProcessorTraining,
     EventProcessor,
@@ -141,10 +144,12 @@ class TrainingSession(Generic[M]):
         return self
 
     def _open(self) -> None:
-        plan, config = self.plan, self.plan.config
-        main = plan.main
-        if config.keeps_files:  # fast_dev_run: not even the lock
-            self._claim.enter_context(claim_for_run(config))
+        asked = self.plan.config.directory
+        if self.plan.config.keeps_files:  # fast_dev_run: not even the lock
+            claimed = self._claim.enter_context(claim_for_run(self.plan.config))
+            self.plan = moved(self.plan, claimed)  # a version, or a free sibling of asked
+        plan = self.plan
+        config, main = plan.config, plan.main
         if config.resume is not None and config.resume != "latest":
             self.start = self._requested_checkpoint(config.resume)
         if config.compile_options is not None:
@@ -154,12 +159,26 @@ class TrainingSession(Generic[M]):
         )
         if main:
             self.renderer = config.renderer or default_renderer(config.interrupter)
+            self._announce(asked)
         if config.resume == "latest":
             self._find_latest()
             if self.finished is not None:
                 return
         begin_attempt(self._application_log, self.start)  # its first line in experiment.log
         self._start_logs()
+
+    def _announce(self, asked: Path) -> None:
+        """Say which directory the run writes, in ``experiment.log`` and through the renderer
+        (a ``versioned()`` run's version, or a free sibling of ``asked``, which holds an earlier
+        run, are found there and in ``LearningResult.directory``)."""
+        config = self.plan.config
+        moved_from = config.directory != asked and not config.versioned
+        log.info(
+            "Run directory: %s%s",
+            config.directory,
+            f" ({asked} holds an earlier run, left as it is)" if moved_from else "",
+        )
+        member(self.renderer, Renderer, "on_run_directory")(config.directory)
 
     def _requested_checkpoint(self, epoch: int) -> ResumePoint:
         """``checkpoint(epoch)``: that checkpoint must verify, or nothing runs."""
@@ -176,9 +195,12 @@ class TrainingSession(Generic[M]):
                 checkpointer, fresh_if_unusable=config.fresh_if_unusable
             )
             start = self.start
-            if start is not None and start.step is not None:
+            if start is None:
+                nothing_to_resume(config, checkpointer)  # a warning, or a finished run refused
+                return
+            if start.step is not None:
                 return  # a run that stopped inside a round is never a finished one
-            end = finished_run(config, checkpointer, 1 if start is None else start.epoch + 1)
+            end = finished_run(config, checkpointer, start.epoch)
         if end is not None:
             renderer.close()
             self.finished = finished_result(
@@ -259,8 +281,8 @@ class TrainingSession(Generic[M]):
         run.close()
 
     def ended(self, outcome: LoopOutcome) -> None:
-        """Training ended without an error: flush; the summary; the run's end recorded beside its
-        checkpoints when it is complete."""
+        """Training ended without an error: flush; the summary; the run's end recorded in its
+        directory when it is complete."""
         self._outcome = outcome
         plan, config = self.plan, self.plan.config
         worker = self._worker
@@ -268,12 +290,11 @@ class TrainingSession(Generic[M]):
         worker.flush()
         if config.summary and worker.error is None and plan.main:
             self._summary = self._write_summary()
-        checkpointer = plan.checkpointer
-        if plan.main and checkpointer is not None and outcome.complete and worker.error is None:
+        if plan.writes_files and outcome.complete and worker.error is None:
             end = RunEnd(
                 outcome.last_round, config.num_epochs, outcome.stop_reason, config.max_steps
             )
-            end.write(checkpointer.directory)
+            end.write(config.directory)  # with checkpoints or without (ember.runs reads it)
         self._agree_on_facts()
 
     def _agree_on_facts(self) -> None:

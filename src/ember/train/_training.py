@@ -5,7 +5,8 @@
     launch(config, learner):
         plan = plan_run(config, learner)       # pure: what will run, or a refusal (_plan.py)
         with Ctrl-C, SIGTERM, SIGUSR1 routed to the interrupter (_signals.py):
-            with TrainingSession(plan, learner):   # the directory's lock, experiment.log
+            with TrainingSession(plan, learner):   # the directory chosen and locked (the
+                                                   # plan moved there), experiment.log
                                                    # (an attempt's lines), the renderer, the
                                                    # loggers and config.json, the metrics
                                                    # thread, where training starts; and the
@@ -50,6 +51,7 @@ def launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
     plan = plan_run(config, learner)
     with graceful_stop(config.interrupter) as signals:  # the whole launch, its ending too
         with TrainingSession(plan, learner) as session:
+            plan = session.plan  # in the directory the session claimed
             if session.finished is None:
                 with session.placed() as run:
                     loop = TrainingLoop(
@@ -70,7 +72,7 @@ def launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
     raise TrainingError(
         f"training failed after {result.last_epoch} complete epoch(s): "
         f"{type(result.error).__name__}: {result.error} (the run's log: "
-        f"{config.application_log}). The result is on this error's `.result`; call "
+        f"{plan.config.application_log}). The result is on this error's `.result`; call "
         "errors_in_result() on the builder to have launch return it instead",
         result,
     ) from result.error

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import errno
+import math
 import os
 import signal
 import subprocess
@@ -13,17 +14,19 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from ember.train import FileMetricLogger
 from ember.train._logger import blocks
 from ember.train._logger.metric_writer import MetricFileWriter
 from tests.train.fixtures import metric_writer_processes
 
 
 def test_blocks_are_written_in_order_and_the_process_ends_with_close(tmp_path: Path) -> None:
-    writer = MetricFileWriter()
+    writer = MetricFileWriter(str(tmp_path))
     log = tmp_path / "train" / "epoch-1" / "Loss.log"  # neither directory exists yet
     writer.write([(str(log), "1.0,32\n", True)])
     writer.write([(str(log), "0.5,32\n", False), (str(tmp_path / "steps.jsonl"), "[1,1]\n", False)])
@@ -44,7 +47,7 @@ def test_a_failed_write_is_raised_once_with_its_errno_and_path_and_later_blocks_
     (tmp_path / "train").write_text("a file where the split's directory belongs")
     blocked = tmp_path / "train" / "epoch-1" / "Loss.log"
     fine = tmp_path / "valid" / "epoch-1" / "Loss.log"
-    writer = MetricFileWriter()
+    writer = MetricFileWriter(str(tmp_path))
     writer.write([(str(blocked), "1.0,1\n", True), (str(fine), "2.0,1\n", True)])
     writer.write([(str(blocked), "3.0,1\n", True)])
     with pytest.raises(NotADirectoryError) as raised:
@@ -59,7 +62,7 @@ def test_a_failed_write_is_raised_once_with_its_errno_and_path_and_later_blocks_
 
 def test_an_error_is_raised_by_the_next_call_without_waiting_for_a_sync(tmp_path: Path) -> None:
     (tmp_path / "train").write_text("not a directory")
-    writer = MetricFileWriter()
+    writer = MetricFileWriter(str(tmp_path))
     writer.write([(str(tmp_path / "train" / "epoch-1" / "Loss.log"), "1.0,1\n", True)])
     with pytest.raises(NotADirectoryError):
         _raised_without_a_sync(writer)
@@ -74,7 +77,7 @@ def _raised_without_a_sync(writer: MetricFileWriter) -> None:
 
 
 def test_the_signals_that_stop_training_leave_the_writer_writing(tmp_path: Path) -> None:
-    writer = MetricFileWriter()
+    writer = MetricFileWriter(str(tmp_path))
     log = tmp_path / "Loss.log"
     writer.write([(str(log), "1\n", True)])
     writer.flush()
@@ -88,7 +91,7 @@ def test_the_signals_that_stop_training_leave_the_writer_writing(tmp_path: Path)
 
 
 def test_a_writer_process_that_died_is_named_with_its_exit_code(tmp_path: Path) -> None:
-    writer = MetricFileWriter()
+    writer = MetricFileWriter(str(tmp_path))
     writer.write([(str(tmp_path / "Loss.log"), "1\n", True)])
     writer.flush()
     (pid,) = metric_writer_processes()
@@ -112,7 +115,7 @@ def test_what_left_a_training_process_that_died_is_still_written(tmp_path: Path)
         f"""
         import os
         from ember.train._logger.metric_writer import MetricFileWriter
-        writer = MetricFileWriter()
+        writer = MetricFileWriter({str(tmp_path)!r})
         for i in range(200):
             writer.write([({str(log)!r}, f"{{i}}\\n", i == 0)])
         os._exit(0)
@@ -140,7 +143,7 @@ def test_without_a_process_the_blocks_go_to_a_thread_with_the_same_rules(
     else:  # sys.executable is the application, which would not run blocks.py
         monkeypatch.setattr(sys, "frozen", True, raising=False)
     (tmp_path / "train").write_text("not a directory")
-    writer = MetricFileWriter()
+    writer = MetricFileWriter(str(tmp_path))
     log = tmp_path / "valid" / "Loss.log"
     writer.write([(str(log), "1\n", True), (str(tmp_path / "train" / "x" / "Loss.log"), "", True)])
     writer.write([(str(log), "2\n", False)])
@@ -164,3 +167,122 @@ def test_the_writer_program_imports_only_what_starts_fast() -> None:
         elif isinstance(node, ast.ImportFrom):
             imported.add(node.module or "")
     assert imported == {"__future__", "os", "signal", "struct", "sys"}
+
+
+@pytest.fixture
+def no_writer_left() -> Iterator[list[int]]:
+    """The pids a test stopped: each one still running at the end is killed (never left
+    stopped), then no metric-writer process may remain."""
+    stopped: list[int] = []
+    yield stopped
+    for pid in stopped:
+        if pid in metric_writer_processes():
+            os.kill(pid, signal.SIGKILL)
+    assert metric_writer_processes() == []
+
+
+def _stopped_writer(writer: MetricFileWriter, path: Path, stopped: list[int]) -> int:
+    """Start ``writer``'s process and stop it (SIGSTOP); its pid."""
+    writer.write([(str(path), "1\n", True)])
+    writer.flush()
+    (pid,) = metric_writer_processes()
+    os.kill(pid, signal.SIGSTOP)
+    stopped.append(pid)
+    return pid
+
+
+def test_a_stopped_writer_is_named_at_a_flush_killed_and_replaced(
+    tmp_path: Path, no_writer_left: list[int]
+) -> None:
+    """A stopped writer (as a hung NFS mount leaves it) does not answer a sync: the flush raises
+    within the timeout naming its pid and what it was asked, the process is killed, and a later
+    block starts a new writer, as after a writer that died."""
+    writer = MetricFileWriter(str(tmp_path), timeout=0.5)
+    log = tmp_path / "Loss.log"
+    pid = _stopped_writer(writer, log, no_writer_left)
+    writer.write([(str(log), "2\n", False), (str(log), "3\n", False)])
+    started = time.monotonic()
+    with pytest.raises(TimeoutError) as raised:
+        writer.flush()
+    assert time.monotonic() - started < 10  # the bound (0.5 s), the kill and a busy machine
+    message = str(raised.value)
+    assert f"metric-writer process (pid {pid}) was asked for a flush of 2 block(s)" in message
+    assert "not answered within 0.5 s: it was killed" in message
+    assert f"writing the metric logs under {tmp_path}" in message
+    assert metric_writer_processes() == []
+    writer.write([(str(log), "4\n", False)])
+    writer.close()
+    assert log.read_text() == "1\n4\n"  # the lines the stopped writer held are lost, named
+
+
+def test_a_write_into_the_full_pipe_of_a_stopped_writer_is_bounded(
+    tmp_path: Path, no_writer_left: list[int]
+) -> None:
+    """Training hands a stopped writer more than its pipe holds: the write waits at most the
+    timeout, then names the writer and what it was handed."""
+    writer = MetricFileWriter(str(tmp_path), timeout=0.5)
+    pid = _stopped_writer(writer, tmp_path / "Loss.log", no_writer_left)
+    text = "0.5,32\n" * (1 << 20)  # 7 MiB: more than any pipe holds
+    with pytest.raises(TimeoutError, match=rf"\(pid {pid}\) was asked to take 1 block\(s\)"):
+        writer.write([(str(tmp_path / "Loss.log"), text, False)])
+    assert metric_writer_processes() == []
+    writer.close()
+
+
+@pytest.mark.parametrize("where", ["process", "thread"])
+def test_a_writer_blocked_in_a_file_system_call_is_named_at_the_flush(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """A metric file that blocks its writer (a FIFO no one reads, as a hung mount blocks an
+    open) is named at the flush, within the timeout: the process killed, the thread (which
+    cannot be killed) left behind until the file lets it go."""
+    if where == "thread":
+        monkeypatch.setattr(sys, "executable", "")  # no process can be started
+    fifo = tmp_path / "Loss.log"
+    os.mkfifo(fifo)
+    writer = MetricFileWriter(str(tmp_path), timeout=0.5)
+    writer.write([(str(fifo), "1\n", False)])
+    with pytest.raises(TimeoutError, match=f"the metric-writer {where}.* was asked for a flush"):
+        writer.flush()
+    assert metric_writer_processes() == []
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # let a thread left behind go on
+    try:
+        for thread in threading.enumerate():
+            if thread.name == "metric-writer":
+                thread.join(timeout=30)
+        assert "metric-writer" not in [thread.name for thread in threading.enumerate()]
+    finally:
+        os.close(reader)
+    writer.close()
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+@pytest.mark.parametrize("where", ["process", "thread"])
+def test_a_full_disk_is_named_with_its_file_and_the_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """A write that finds the disk full (``/dev/full`` behind the metric file: a real ENOSPC
+    from the writer's write) is raised with its errno, the file and the directory written."""
+    if where == "thread":
+        monkeypatch.setattr(sys, "executable", "")
+    log = tmp_path / "train" / "epoch-1" / "Loss.log"
+    log.parent.mkdir(parents=True)
+    log.symlink_to("/dev/full")
+    writer = MetricFileWriter(str(tmp_path))
+    writer.write([(str(log), "1.0,32\n", True)])
+    with pytest.raises(OSError, match="No space left on device") as raised:
+        writer.flush()
+    assert raised.value.errno == errno.ENOSPC
+    assert raised.value.filename == str(log)
+    assert str(raised.value) == (
+        f"[Errno {errno.ENOSPC}] No space left on device, writing the metric logs under "
+        f"{tmp_path}: '{log}'"
+    )
+    writer.close()
+
+
+@pytest.mark.parametrize("timeout", [0, -1.0, math.inf, 1e7])
+def test_a_writer_timeout_out_of_range_is_refused_naming_it(tmp_path: Path, timeout: float) -> None:
+    """The timeout is a number of seconds > 0 that poll() can wait (at most 10**6)."""
+    with pytest.raises(ValueError, match="writer_timeout must be"):
+        FileMetricLogger(tmp_path, writer_timeout=timeout)

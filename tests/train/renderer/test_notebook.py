@@ -89,7 +89,9 @@ def test_a_run_is_one_display_updated_in_place_then_its_ending(tmp_path: Path) -
         "<pre" in screen.updates[-1]["text/html"] and "Finished" in screen.updates[-1]["text/html"]
     )
     lines = printed.getvalue()
-    assert lines.startswith("Training ended after 2 of 2 epochs.\n  train  Loss ")
+    assert lines.startswith(
+        f"Run directory: {tmp_path / 'run'}\nTraining ended after 2 of 2 epochs.\n  train  Loss "
+    )
     assert "Learner Summary" in lines
 
 
@@ -121,7 +123,9 @@ def test_a_stop_shows_its_reason(tmp_path: Path) -> None:
     result = train(tmp_path / "run", renderer, stop_in_epoch_two, interrupter)
     assert result.stop_reason == "the stop button" and result.last_epoch == 1
     assert "Stopping : the stop button" in screen.last
-    assert printed.getvalue().startswith("Training stopped after 1 of 2 epochs: the stop button")
+    assert printed.getvalue().splitlines()[1] == (
+        "Training stopped after 1 of 2 epochs: the stop button"
+    )
 
 
 def test_a_display_that_fails_is_closed_and_training_goes_on(tmp_path: Path) -> None:

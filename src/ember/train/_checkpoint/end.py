@@ -1,14 +1,17 @@
-"""How a finished run ended, recorded beside its checkpoints (``run-end.json``).
+"""How a finished run ended, recorded in its run directory (``run-end.json``).
 
 ::
 
     {"format": "ember.run-end", "epoch": e, "num_epochs": n, "stop_reason": reason | null,
      "max_steps": m | null}
 
-written when a run finished (``num_epochs`` or ``max_steps`` reached, or early stopping) and
-removed when a run starts training (after its checkpoint was restored), so ``resume_latest()``
-can tell a complete run from an interrupted one: it trusts the record only when its epoch is the
-newest complete checkpoint (``_finished.py``).
+written when a run finished (``num_epochs`` or ``max_steps`` reached, or early stopping),
+whether or not it keeps checkpoints, and removed when a run starts training (after its
+checkpoint was restored), so ``resume_latest()`` and ``ember.runs`` can tell a complete run from
+an interrupted one: they trust the record only when its epoch is the run's newest (the newest
+complete checkpoint, or, without checkpoints, the newest epoch logged; ``_finished.py``,
+``ember/runs/_facts.py``). Runs of 0.1.0 and 0.2.0 wrote it beside their checkpoints: it is
+still read there, after the run directory.
 """
 
 from __future__ import annotations
@@ -17,13 +20,16 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from ember._errors import RunFileError
 from ember.train._files import atomic_write
+from ember.train._run_files import parse_json, read_run_bytes
 
 __all__ = ["RUN_END", "RunEnd", "clear_run_end", "read_run_end"]
 
 _FORMAT = "ember.run-end"
 RUN_END = "run-end.json"
-"""The file, in the checkpoint directory, that records how a finished run ended."""
+"""The file, in the run directory (before 0.3.0: the checkpoint directory), that records how a
+finished run ended."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +43,7 @@ class RunEnd:
     max_steps: int | None = None
 
     def write(self, directory: Path) -> None:
-        """Record this end in ``directory`` (the checkpoint directory), atomically."""
+        """Record this end in ``directory`` (the run directory), atomically."""
         data = {
             "format": _FORMAT,
             "epoch": self.epoch,
@@ -45,7 +51,6 @@ class RunEnd:
             "stop_reason": self.stop_reason,
             "max_steps": self.max_steps,
         }
-        directory.mkdir(parents=True, exist_ok=True)  # the last checkpoint may still be queued
         atomic_write(directory / RUN_END, (json.dumps(data, indent=2) + "\n").encode("utf-8"))
 
     def complete_for(self, num_epochs: int, max_steps: int | None = None) -> bool:
@@ -57,12 +62,25 @@ class RunEnd:
         return num_epochs <= self.num_epochs and not more_steps
 
 
-def read_run_end(directory: Path, latest: int | None) -> RunEnd | None:
-    """The recorded end of the run whose newest complete checkpoint is ``latest``, or None (no
-    record, an unreadable one, or one of another epoch: the run went on after it)."""
+def read_run_end(directory: Path, checkpoints: Path | None, latest: int | None) -> RunEnd | None:
+    """The recorded end of the run in ``directory`` whose newest epoch is ``latest`` (its newest
+    complete checkpoint; None: a run without checkpoints, whose record is taken as it is), or
+    None (no record, an unreadable one, or one of another epoch: the run went on after it); a
+    run of 0.1.0 or 0.2.0 recorded it beside its ``checkpoints``. A record the run readers
+    refuse (not a regular file inside its directory, too big) is a RunFileError."""
+    for where in (directory, checkpoints):
+        end = None if where is None else _read(where, latest)
+        if end is not None:
+            return end
+    return None
+
+
+def _read(where: Path, latest: int | None) -> RunEnd | None:
+    path = where / RUN_END
+    text = read_run_bytes(path, where)
     try:
-        data = json.loads((directory / RUN_END).read_text(encoding="utf-8"))
-    except (OSError, ValueError):  # no record, or a damaged one: not known to be finished
+        data = None if text is None else parse_json(text, path)
+    except RunFileError:  # a damaged record: not known to be finished
         return None
     if not isinstance(data, dict) or data.get("format") != _FORMAT:
         return None
@@ -70,7 +88,7 @@ def read_run_end(directory: Path, latest: int | None) -> RunEnd | None:
     max_steps = data.get("max_steps")  # absent in records of runs without max_steps
     if (
         not isinstance(epoch, int)
-        or epoch != latest
+        or (latest is not None and epoch != latest)
         or not isinstance(num_epochs, int)
         or not isinstance(reason, str | None)
         or not isinstance(max_steps, int | None)
@@ -79,6 +97,9 @@ def read_run_end(directory: Path, latest: int | None) -> RunEnd | None:
     return RunEnd(epoch, num_epochs, reason, max_steps)
 
 
-def clear_run_end(directory: Path) -> None:
-    """Forget a recorded end: this run trains, so the directory's run is not finished."""
+def clear_run_end(directory: Path, checkpoints: Path | None) -> None:
+    """Forget a recorded end (in the run ``directory``, and beside the ``checkpoints`` of a run
+    of 0.1.0 or 0.2.0): this run trains, so the directory's run is not finished."""
     (directory / RUN_END).unlink(missing_ok=True)
+    if checkpoints is not None:
+        (checkpoints / RUN_END).unlink(missing_ok=True)

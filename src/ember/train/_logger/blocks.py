@@ -102,9 +102,13 @@ def _append(path: str, data: bytes, truncate: bool, made: set[str]) -> None:
     flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if truncate else os.O_APPEND)
     fd = os.open(path, flags, 0o666)
     try:
-        write_all(fd, data)
-    finally:
-        os.close(fd)
+        try:
+            write_all(fd, data)
+        finally:
+            os.close(fd)
+    except OSError as error:  # a write or a close names no file (a full disk): name it
+        error.filename = path
+        raise
 
 
 def _decode(payload: bytes) -> list[tuple[str, bytes, bool]]:

@@ -1,9 +1,10 @@
 """Metric logs as text files, one per metric, split and epoch (Burn's layout).
 
 ``{directory}/{train|valid}/epoch-{N}/{Name}.log`` where ``Name`` is the metric name with
-spaces replaced by ``_``; with ``flat=True`` the files are ``{directory}/{Name}.log`` (no split or
-epoch directory: an evaluation's logger for the test ``t`` is ``flat`` in ``{run}/test/t``, as
-Burn's ``FileMetricLogger::new_eval``). A numeric metric writes one ``value,weight`` line per
+spaces replaced by ``_`` (and what would make it a path escaped: :func:`metric_file_name`); with
+``flat=True`` the files are ``{directory}/{Name}.log`` (no split or epoch directory: an
+evaluation's logger for the test ``t`` is ``flat`` in ``{run}/test/t``, as Burn's
+``FileMetricLogger::new_eval``). A numeric metric writes one ``value,weight`` line per
 batch and a last ``value,final`` line with the epoch value. A re-run epoch (after a resume)
 starts its files anew; a split resumed from a mid-round checkpoint is cut back to the sizes the
 checkpoint recorded and continued (:meth:`FileMetricLogger.resume_split`).
@@ -21,7 +22,7 @@ mid-way, at the size its checkpoint recorded, with the open step's counts). One 
 not per epoch: a short epoch's cost is the files it makes (two directories and two metric
 files an epoch of Burn's layout), and the metric files keep Burn's format and names.
 :func:`read_metric_log` and :func:`read_steps` read both back (complete lines only, so a run
-still being written reads as far as it got).
+still being written reads as far as it got; under the run readers' guards, ``_run_files.py``).
 
 Creating a directory and a file per metric and epoch takes from tens of microseconds to over a
 millisecond on a busy disk, more than a small model's whole epoch; so the files are written by a
@@ -44,15 +45,18 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ember._checks import check_real
 from ember.train._logger.blocks import Block
-from ember.train._logger.metric_writer import MetricFileWriter
+from ember.train._logger.metric_writer import WRITER_TIMEOUT, MetricFileWriter
 from ember.train._metric.base import NumericEntry
 from ember.train._metric.values import MetricText, MetricValue
+from ember.train._run_files import MAX_EPOCH, read_run_lines
 from ember.train._vocabulary import Split, as_vocabulary
 
 if TYPE_CHECKING:
@@ -61,8 +65,9 @@ if TYPE_CHECKING:
 __all__ = [
     "STEPS_FILE",
     "FileMetricLogger",
-    "complete_lines",
+    "StepRuns",
     "metric_file_name",
+    "metric_name",
     "read_metric_log",
     "read_steps",
 ]
@@ -71,29 +76,51 @@ STEPS_FILE = "steps.jsonl"
 """The file, in each ``{split}`` directory, of the global step of every metric line."""
 
 _EPOCH_MARK = b'["epoch",'  # how a section of the steps file begins
+_ESCAPED = re.compile(r"[/\\\0]|%(?=[0-9A-Fa-f]{2})")  # what a metric's file name escapes
+_ESCAPE = re.compile(r"%([0-9A-F]{2})")
+_MAX_FILE_NAME = 255  # bytes: NAME_MAX of Linux and macOS file systems
 
 
 def metric_file_name(name: str) -> str:
-    """The file name a metric's values are logged under."""
-    return name.replace(" ", "_") + ".log"
+    """The file name a metric's values are logged under: ``{Name}.log``, the name with spaces
+    as ``_`` (Burn's) and ``/``, ``\\``, NUL and a ``%`` before two hex digits as ``%XX``, so
+    that a name is never a path (``../../X`` stays in its directory, as ``..%2F..%2FX.log``) and
+    reads back as written (:func:`metric_name`); every other name keeps Burn's file name.
+    ValueError for an empty name or one whose file name is over 255 bytes (what file systems
+    hold)."""
+    if not name:
+        raise ValueError("a metric name must not be empty: it names the metric's log file")
+    stem = name
+    if _ESCAPED.search(stem) is not None:  # rare: the common names cost no substitution
+        stem = _ESCAPED.sub(lambda found: f"%{ord(found.group()):02X}", stem)
+    file_name = stem.replace(" ", "_") + ".log"
+    size = len(file_name.encode("utf-8", "surrogatepass"))
+    if size > _MAX_FILE_NAME:
+        raise ValueError(
+            f"the metric name {name[:40]!r}... is too long: its log file's name would be "
+            f"{size} bytes, more than the {_MAX_FILE_NAME} a file system holds; give the metric "
+            "a shorter name"
+        )
+    return file_name
 
 
-def complete_lines(path: str | os.PathLike[str]) -> list[str]:
-    """The lines of ``path`` that end with a newline (a line still being written is left out);
-    [] when there is no such file."""
-    try:
-        with open(path, "rb") as file:
-            data = file.read()
-    except FileNotFoundError:
-        return []
-    return data[: data.rfind(b"\n") + 1].decode("utf-8").splitlines()
+def metric_name(file_name: str) -> str:
+    """The metric name a log file's name stands for, where no steps file names it: the
+    reverse of :func:`metric_file_name`, with each ``_`` read as a space (a name holding ``_``
+    reads back as written only from the steps file)."""
+    stem = file_name.removesuffix(".log").replace("_", " ")
+    return _ESCAPE.sub(lambda found: chr(int(found.group(1), 16)), stem)
 
 
-def read_metric_log(path: str | os.PathLike[str]) -> list[NumericEntry]:
-    """The entries of one numeric metric log (complete lines only); a line that is not a numeric
-    entry raises ``ValueError`` naming the file and the line."""
+def read_metric_log(
+    path: str | os.PathLike[str], root: str | os.PathLike[str] | None
+) -> list[NumericEntry]:
+    """The entries of one numeric metric log of the run in ``root`` (complete lines only, read
+    under the run readers' guards: ``ember/train/_run_files.py``; ``root`` None: this process's
+    own logs); a line that is not a numeric entry raises ``ValueError`` naming the file and the
+    line."""
     entries = []
-    for number, line in enumerate(complete_lines(path), start=1):
+    for number, line in enumerate(read_run_lines(path, root), start=1):
         if not line.strip():
             continue
         try:
@@ -103,20 +130,26 @@ def read_metric_log(path: str | os.PathLike[str]) -> list[NumericEntry]:
     return entries
 
 
-def read_steps(directory: str | os.PathLike[str]) -> dict[int, dict[str, list[int]]]:
-    """The global step of each line of every metric logged in ``directory`` (a ``{split}``
-    directory), by epoch and metric name, read from its :data:`STEPS_FILE`; {} when the split
-    has none (written before ember kept steps). A line that is not what the logger writes
-    raises ``ValueError`` naming the file and the line."""
+StepRuns = list[tuple[int, int]]
+"""The global steps of a metric's lines in one epoch, run-length encoded: ``(step, lines)``."""
+
+
+def read_steps(
+    directory: str | os.PathLike[str], root: str | os.PathLike[str]
+) -> dict[int, dict[str, StepRuns]]:
+    """The global steps of the lines of every metric logged in ``directory`` (a ``{split}``
+    directory of the run in ``root``), by epoch and metric name, read from its
+    :data:`STEPS_FILE`; {} when the split has none (written before ember kept steps). A line
+    that is not what the logger writes raises ``ValueError`` naming the file and the line."""
     path = os.path.join(directory, STEPS_FILE)
-    epochs: dict[int, dict[str, list[int]]] = {}
-    steps: dict[str, list[int]] | None = None
+    epochs: dict[int, dict[str, StepRuns]] = {}
+    steps: dict[str, StepRuns] | None = None
     names: list[str] = []
-    for number, line in enumerate(complete_lines(path), start=1):
+    for number, line in enumerate(read_run_lines(path, root), start=1):
         try:
             row = json.loads(line)
             if row[0] == "epoch":
-                steps, names = epochs.setdefault(int(row[1]), {}), []
+                steps, names = epochs.setdefault(_epoch(row[1]), {}), []
                 continue
             if row[0] == "step":
                 names = [str(name) for name in row[1:]]
@@ -125,10 +158,18 @@ def read_steps(directory: str | os.PathLike[str]) -> dict[int, dict[str, list[in
                 raise ValueError("a step line before the first epoch line")
             step, counts = int(row[0]), row[1:]
             for name, count in zip(names, counts, strict=True):
-                steps.setdefault(name, []).extend([step] * int(count))
-        except (ValueError, TypeError, IndexError, KeyError) as error:
+                if int(count) > 0:
+                    steps.setdefault(name, []).append((step, int(count)))
+        except (ValueError, TypeError, IndexError, KeyError, RecursionError) as error:
             raise ValueError(f"{path}:{number}: not a step line ({error}): {line!r}") from None
     return epochs
+
+
+def _epoch(value: Any) -> int:
+    epoch = int(value)  # a JSON value: ValueError or TypeError if not a number
+    if not 1 <= epoch <= MAX_EPOCH:
+        raise ValueError(f"the epoch {value!r} is not between 1 and {MAX_EPOCH}")
+    return epoch
 
 
 def _cut_back(path: str, size: object) -> bool:
@@ -235,7 +276,12 @@ def _json_line(row: list[object]) -> str:
 
 
 class FileMetricLogger:
-    """Writes metric entries under ``directory``; see the module docstring for the layout."""
+    """Writes metric entries under ``directory``; see the module docstring for the layout.
+
+    ``writer_timeout``: the seconds training waits at most for the metric-writer to take a
+    block, answer a sync or end (120 by default, at most 10**6); one that has not answered by
+    then is killed and the run ends with a ``TimeoutError`` naming it (``docs/training.md``,
+    "The loop")."""
 
     def __init__(
         self,
@@ -244,13 +290,18 @@ class FileMetricLogger:
         interval: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
         flat: bool = False,
+        writer_timeout: float = WRITER_TIMEOUT,
     ) -> None:
         self.directory = Path(directory)
         self.flat = flat
         if self.directory.exists() and not self.directory.is_dir():
             raise ValueError(f"metric log directory is a file: {str(self.directory)!r}")
         self._root = str(self.directory)
-        self._writer = MetricFileWriter()  # a process of its own (metric_writer.py)
+        timeout = check_real(  # at most what poll() takes (24 days)
+            "writer_timeout", writer_timeout, minimum=0.0, strict=True, maximum=1e6
+        )
+        # a process of its own (metric_writer.py)
+        self._writer = MetricFileWriter(self._root, timeout=timeout)
         # the open metric files by (metric name, epoch, split)
         self._paths: dict[tuple[str | None, int, Split], str] = {}
         self._steps: dict[tuple[int, Split], _StepRuns] = {}
@@ -364,7 +415,8 @@ class FileMetricLogger:
         raises ``ValueError`` naming the file."""
         self._hand_off()
         self._writer.flush()
-        return read_metric_log(self._file(name, epoch, as_vocabulary(Split, split, "split")))
+        path = self._file(name, epoch, as_vocabulary(Split, split, "split"))
+        return read_metric_log(path, None)  # its own logs: links followed, as when written
 
     def sync(self) -> None:
         """Write every line logged so far to disk, raising a failed write's error (before a

@@ -23,6 +23,17 @@ signals that stop training (Ctrl-C reaches a terminal's whole process group; SIG
 stop a run gracefully, whose last lines must still be written). Where no process can be started (not
 a POSIX system, no ``sys.executable``, a frozen application) the blocks go to a ``metric-writer``
 thread instead, with the same rules.
+
+Every wait on the writer is bounded by ``timeout`` seconds (:data:`WRITER_TIMEOUT` unless the
+logger says otherwise, ``FileMetricLogger(writer_timeout=...)``): room in a full pipe for a block,
+the answer to a sync, the end of the process. A writer that has not answered by then (a stopped
+process; a disk that hangs, as a hung NFS or FUSE mount does) is named in a ``TimeoutError`` with
+its pid and what it was asked, and killed: the run ends with that error as with a writer that
+died, and a later block starts a new writer. A thread cannot be killed: one that has not answered
+is named the same way and left behind (a daemon thread: it keeps no process alive).
+
+An error names the directory the files are written under (``where``): an ``OSError`` the child
+reports carries its errno, the file and that directory.
 """
 
 from __future__ import annotations
@@ -43,55 +54,67 @@ from ember.train._logger.blocks import (
     SYNC,
     Block,
     encode,
-    read_exactly,
     revive,
-    write_all,
     write_blocks,
 )
 
 if TYPE_CHECKING:
     from ember.train._background import BackgroundWorker
 
-__all__ = ["MetricFileWriter"]
+__all__ = ["WRITER_TIMEOUT", "MetricFileWriter"]
+
+WRITER_TIMEOUT = 120.0
+"""How long, in seconds, training waits for the metric-writer to take a block, answer a sync or
+end before it is taken for hung: a flush hands over at most a MiB of lines, which the slowest
+disk that still works writes in far less."""
 
 
 class MetricFileWriter:
     """Writes blocks of metric lines on ``metric-writer``: a process, started by the first
-    block, or a thread where no process can be started; see the module doc."""
+    block, or a thread where no process can be started; see the module doc. ``where`` names the
+    directory the files are under in errors; ``timeout`` bounds every wait on the writer."""
 
-    def __init__(self) -> None:
+    def __init__(self, where: str, *, timeout: float = WRITER_TIMEOUT) -> None:
+        self._where = where
+        self._timeout = timeout
         self._process: subprocess.Popen[bytes] | None = None
         self._thread: BackgroundWorker | None = None
         self._error: Exception | None = None
+        self._unsynced = 0  # blocks handed over since the last answered sync
 
     def write(self, blocks: Sequence[Block]) -> None:
         """Hand ``blocks`` over, in order after the earlier ones (a pending error is not raised
         here: callers call :meth:`raise_pending` first)."""
         if self._process is None and self._thread is None:
             self._start()
+        self._unsynced += len(blocks)
         if self._thread is not None:
-            self._thread.submit(lambda: write_blocks(list(blocks)))
+            self._thread.submit(lambda: self._write_here(list(blocks)))
         else:
-            self._send(encode(list(blocks)))
+            frame = encode(list(blocks))
+            self._send(frame, f"to take {len(blocks)} block(s) of lines ({len(frame)} bytes)")
 
     def raise_pending(self) -> None:
         """Re-raise the first error of a failed write, once (without waiting for the writer)."""
         if self._thread is not None:
             self._thread.raise_pending()
             return
-        self._read_replies(until_done=False)
+        self._read_replies(None)
         error, self._error = self._error, None
         if error is not None:
             raise error
 
     def flush(self) -> None:
         """Wait until every block handed over is written, then raise a pending error."""
-        if self._thread is not None:
-            self._thread.flush()
-            return
+        asked = f"for a flush of {self._unsynced} block(s) of lines"
+        if self._thread is not None and not self._thread.wait(self._timeout):
+            thread, self._thread = self._thread, None
+            thread.close(timeout=0.0)  # it stops once the file system lets it go
+            raise self._thread_hung(asked)
         if self._process is not None:
-            self._send(FRAME.pack(SYNC, 0))
-            self._read_replies(until_done=True)
+            self._send(FRAME.pack(SYNC, 0), asked)
+            self._read_replies(asked)
+        self._unsynced = 0
         self.raise_pending()
 
     def close(self) -> None:
@@ -99,14 +122,14 @@ class MetricFileWriter:
         idempotent."""
         thread, self._thread = self._thread, None
         if thread is not None:
-            thread.close()
+            if not thread.close(self._timeout):
+                raise self._thread_hung("to close")
             return
         try:
             self.flush()
         finally:
-            process, self._process = self._process, None
-            if process is not None:
-                _end(process)
+            if self._process is not None:
+                self._end(self._process)
 
     def _start(self) -> None:
         if _can_run_python_files():
@@ -124,39 +147,63 @@ class MetricFileWriter:
 
                 with contextlib.suppress(OSError, AttributeError):  # a larger pipe: Linux
                     fcntl.fcntl(process.stdin.fileno(), fcntl.F_SETPIPE_SZ, 1 << 20)
+                os.set_blocking(process.stdin.fileno(), False)  # a full pipe: wait in poll
                 self._process = process
                 return
         from ember.train._background import BackgroundWorker
 
         self._thread = BackgroundWorker("metric-writer", job="metric file write")
 
-    def _send(self, frame: bytes) -> None:
+    def _write_here(self, blocks: list[Block]) -> None:
+        """The thread's job: the blocks written, an error naming the directory."""
+        try:
+            write_blocks(blocks)
+        except OSError as error:
+            raise self._placed(error) from None
+
+    def _send(self, frame: bytes, asked: str) -> None:
+        """Write ``frame`` to the child; each wait for room in the pipe at most ``timeout``
+        (a child that writes slowly but goes on is waited for)."""
         process = self._process
         assert process is not None and process.stdin is not None
+        fd, view = process.stdin.fileno(), memoryview(frame)
         try:
-            write_all(process.stdin.fileno(), frame)
+            while view:
+                if not _ready(fd, select.POLLOUT, self._timeout):
+                    raise self._hung(process, asked)
+                with contextlib.suppress(BlockingIOError):  # less room than a small frame
+                    view = view[os.write(fd, view) :]
         except BrokenPipeError:
             raise self._gone(process) from None
 
-    def _read_replies(self, *, until_done: bool) -> None:
-        """Take the errors the child reported so far and, ``until_done``, wait for its answer
-        to the last sync."""
+    def _read_replies(self, asked: str | None) -> None:
+        """Take the errors the child reported so far and, given what it was ``asked`` (a
+        flush), wait for its answer to the last sync."""
         process = self._process
         if process is None:
             return
         assert process.stdout is not None
         fd = process.stdout.fileno()
-        while until_done or _readable(fd):
-            header = read_exactly(fd, FRAME.size)
-            if header is None:
-                raise self._gone(process)
+        while asked is not None or _ready(fd, select.POLLIN, 0.0):
+            header = self._receive(process, FRAME.size, asked or "to finish an error report")
             kind, size = FRAME.unpack(header)
             if kind == DONE:
                 return
-            payload = read_exactly(fd, size)
-            if payload is None:
+            payload = self._receive(process, size, "to finish an error report")
+            self._keep(self._placed(revive(payload)))
+
+    def _receive(self, process: subprocess.Popen[bytes], size: int, asked: str) -> bytes:
+        """``size`` bytes from the child, each wait for them at most ``timeout``."""
+        assert process.stdout is not None
+        fd, data = process.stdout.fileno(), b""
+        while len(data) < size:
+            if not _ready(fd, select.POLLIN, self._timeout):
+                raise self._hung(process, asked)
+            chunk = os.read(fd, size - len(data))
+            if not chunk:  # its end: the child is gone
                 raise self._gone(process)
-            self._keep(revive(payload))
+            data += chunk
+        return data
 
     def _keep(self, error: Exception) -> None:
         if self._error is None:
@@ -164,28 +211,76 @@ class MetricFileWriter:
         else:
             self._error.add_note(f"a later metric file write failed too: {error}")
 
+    def _placed(self, error: Exception) -> Exception:
+        """``error`` naming the directory written under (an ``OSError`` keeps its errno and
+        file; the child names the file of every write it reports)."""
+        if isinstance(error, OSError) and error.errno is not None:
+            message = f"{error.strerror}, writing the metric logs under {self._where}"
+            return OSError(error.errno, message, error.filename)
+        return error
+
+    def _end(self, process: subprocess.Popen[bytes]) -> None:
+        """Tell the child to end (explicitly: a process forked since holds its input open too)
+        and wait, at most ``timeout``, for it."""
+        assert process.stdin is not None and process.stdout is not None
+        with contextlib.suppress(RuntimeError):  # the child is gone already: nothing to end
+            self._send(FRAME.pack(END, 0), "to end")
+        self._process = None
+        process.stdin.close()
+        try:
+            process.wait(self._timeout)
+        except subprocess.TimeoutExpired:
+            raise self._hung(process, "to end") from None
+        process.stdout.close()
+
     def _gone(self, process: subprocess.Popen[bytes]) -> RuntimeError:
         """The error for a child that died (reported once: a later block starts a new one)."""
-        self._process = None
-        code = process.wait()
+        code = self._discard(process)
+        return RuntimeError(
+            f"the metric-writer process (pid {process.pid}) ended with exit code {code} before "
+            f"the run did: the metric lines handed to it since its last sync may be missing "
+            f"(writing the metric logs under {self._where})"
+        )
+
+    def _hung(self, process: subprocess.Popen[bytes], asked: str) -> TimeoutError:
+        """The error for a child that has not answered in time, killed (a later block starts a
+        new one)."""
+        code = self._discard(process)
+        ended = "it was killed" if code is not None else "it could not be killed either"
+        return TimeoutError(
+            f"the metric-writer process (pid {process.pid}) was asked {asked} and has not "
+            f"answered within {self._timeout:g} s: {ended}, and the metric lines handed to it "
+            f"since its last sync may be missing (writing the metric logs under {self._where}). "
+            f"A stopped process or a disk that hangs (a hung NFS or FUSE mount) does this; for "
+            f"a disk this slow, give FileMetricLogger(writer_timeout=...) more seconds"
+        )
+
+    def _discard(self, process: subprocess.Popen[bytes]) -> int | None:
+        """Kill the child (a dead one is left as it is), wait at most ``timeout`` for it and
+        close its pipes; its exit code, or None when it did not end."""
+        self._process, self._unsynced = None, 0
+        process.kill()
+        try:
+            code: int | None = process.wait(self._timeout)
+        except subprocess.TimeoutExpired:  # blocked in the kernel: reaped when it ends
+            code = None
         assert process.stdin is not None and process.stdout is not None
         process.stdin.close()
         process.stdout.close()
-        return RuntimeError(
-            f"the metric-writer process (pid {process.pid}) ended with exit code {code} before "
-            "the run did: the metric lines handed to it since its last sync may be missing"
+        return code
+
+    def _thread_hung(self, asked: str) -> TimeoutError:
+        """The error for a thread that has not answered in time, left behind (a later block
+        starts a new one)."""
+        self._unsynced = 0
+        return TimeoutError(
+            f"the metric-writer thread was asked {asked} and has not answered within "
+            f"{self._timeout:g} s: it is left behind (a thread cannot be killed; it ends once "
+            f"the file system lets it go), and the metric lines handed to it may be missing "
+            f"(writing the metric logs under {self._where}). A disk that hangs (a hung NFS or "
+            f"FUSE mount) does this; for a disk this slow, give "
+            f"FileMetricLogger(writer_timeout=...) more seconds"
         )
-
-
-def _end(process: subprocess.Popen[bytes]) -> None:
-    """Tell the child to end (explicitly: a process forked since holds its input open too) and
-    wait for it."""
-    assert process.stdin is not None and process.stdout is not None
-    with contextlib.suppress(OSError):  # the child is gone already: nothing left to end
-        write_all(process.stdin.fileno(), FRAME.pack(END, 0))
-    process.stdin.close()
-    process.wait()
-    process.stdout.close()
 
 
 def _can_run_python_files() -> bool:
@@ -199,9 +294,10 @@ def _can_run_python_files() -> bool:
     )
 
 
-def _readable(fd: int) -> bool:
-    """Whether reading ``fd`` would not block (``poll``: ``select`` refuses descriptors above
-    1023, which a process with many open files reaches)."""
+def _ready(fd: int, event: int, timeout: float) -> bool:
+    """Whether ``fd`` is ready for ``event`` (or at its end) within ``timeout`` seconds
+    (``poll``: ``select`` refuses descriptors above 1023, which a process with many open files
+    reaches)."""
     poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    return bool(poller.poll(0))
+    poller.register(fd, event)
+    return bool(poller.poll(timeout * 1000))

@@ -5,7 +5,8 @@ event order: the metric values (``update_train``, ``update_valid``, ``on_train_e
 ``MetricsRendererTraining``), the progress (``start``, ``start_split``, ``update_split``,
 ``end_split``, ``update_epoch``, ``end``, Burn's progress logger), the metrics' registration and
 the errors. Its optional members (progress in optimizer steps, a split resumed mid-pass,
-whether a stop keeps a step checkpoint, ember's warnings) have defaults that show nothing. A
+whether a stop keeps a step checkpoint, ember's warnings, the run directory) have defaults that
+show nothing. A
 plain class with the required methods is a renderer (``examples/custom_renderer.py``); or
 subclass :class:`Renderer`, whose every method does nothing, and override what you show (Keras'
 ``Callback`` pattern).
@@ -24,6 +25,8 @@ from ember.train._metric.values import MetricState
 from ember.train._vocabulary import Split
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from ember.train._summary import EvaluationSummary, LearnerSummary
 
 __all__ = ["EvaluationRenderer", "MetricsRenderer", "Renderer"]
@@ -33,7 +36,7 @@ __all__ = ["EvaluationRenderer", "MetricsRenderer", "Renderer"]
 class MetricsRenderer(Protocol):
     """Shows training to a person (see the module doc). Optional members a renderer may add
     (their defaults, :class:`Renderer`'s, show nothing): ``start_steps``, ``update_step``,
-    ``resume_split``, ``stop_checkpoints``, ``on_warning``."""
+    ``resume_split``, ``stop_checkpoints``, ``on_warning``, ``on_run_directory``."""
 
     def register_metric(self, definition: MetricDefinition) -> None:
         """A metric was registered (called before :meth:`start`)."""
@@ -118,7 +121,7 @@ class Renderer:
     """A renderer that shows nothing: subclass it and override what you show. It is an
     :class:`EvaluationRenderer`; its methods are also the defaults of a renderer's optional
     members (``start_steps``, ``update_step``, ``resume_split``, ``stop_checkpoints``,
-    ``on_warning``), which a plain class may leave out."""
+    ``on_warning``, ``on_run_directory``), which a plain class may leave out."""
 
     def register_metric(self, definition: MetricDefinition) -> None:
         """A metric was registered."""
@@ -179,6 +182,11 @@ class Renderer:
         """Optional: show one of ember's warnings (a damaged checkpoint skipped, a metric not
         found) to the person watching, besides ``experiment.log``; called on whichever thread
         logged it."""
+
+    def on_run_directory(self, directory: Path) -> None:
+        """Optional: the directory the run writes (a ``versioned()`` run's ``version_N``, or
+        the free sibling ``DIR-N`` of a directory that holds an earlier run); called once,
+        before ``start``, on the thread that launched the run."""
 
     def start_evaluation(self, total_tests: int) -> None:
         """An evaluation begins."""

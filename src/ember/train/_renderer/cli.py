@@ -35,6 +35,8 @@ from ember.train._metric.values import MetricState
 from ember.train._vocabulary import Split
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from ember.train._summary import EvaluationSummary, LearnerSummary
 
 __all__ = ["CliMetricsRenderer"]
@@ -215,6 +217,10 @@ class CliMetricsRenderer:
     def on_warning(self, message: str) -> None:
         """Print the warning on a line of its own."""
         self._print(f"Warning: {message}", flush=True)
+
+    def on_run_directory(self, directory: Path) -> None:
+        """Print the directory the run writes (an optional renderer member)."""
+        self._print(f"Run directory: {directory}")
 
     def close(self) -> None:
         """Flush what was written."""

@@ -275,6 +275,15 @@ def test_close_restores_the_terminal_then_prints_the_summary(screen: Screen) -> 
     assert screen.after_exit() == after
 
 
+def test_the_run_directory_is_printed_before_the_screen_is_taken(screen: Screen) -> None:
+    """on_run_directory prints on the normal screen, so the line stays once the TUI leaves."""
+    screen.tui.on_run_directory(Path("runs/digits/version_3"))
+    screen.tui.start(1, 1)
+    screen.tui.poll()
+    before, entered, _ = screen.raw.partition("\x1b[?1049h")
+    assert entered and strip_ansi(before).strip() == "Run directory: runs/digits/version_3"
+
+
 def test_on_error_restores_the_terminal_and_prints_the_error(screen: Screen) -> None:
     """on_error leaves the alternate screen first, then prints the error and its traceback."""
     screen.tui.start(1, 1)

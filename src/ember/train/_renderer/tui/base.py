@@ -23,6 +23,8 @@ from ember.train._renderer.tui.state import RunState
 from ember.train._vocabulary import Split
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from ember.train._summary import EvaluationSummary, LearnerSummary
 
 __all__ = ["StateRenderer"]
@@ -76,6 +78,10 @@ class StateRenderer:
         now = self._clock()
         self._update(lambda state: state.begin(total_epochs, starting_epoch, now))
         self._open()
+
+    def on_run_directory(self, directory: Path) -> None:
+        """Print the directory the run writes, before the run is shown (it stays visible)."""
+        self._print(f"Run directory: {directory}")
 
     def stop_checkpoints(self, kept: bool) -> None:
         """Whether a stop inside an epoch writes a step checkpoint: what the stop's epilogue
