@@ -73,6 +73,7 @@ from ember.train._metric.loss import LossMetric
 from ember.train._metric.perplexity import PerplexityMetric
 from ember.train._metric.top_k import TopKAccuracyMetric
 from ember.train._metric.torchmetric import TorchMetric
+from ember.train._options import EarlyStoppingOptions, Every, Limits, TrainingOptions
 from ember.train._outputs import (
     CausalLMOutput,
     ClassificationOutput,
@@ -128,9 +129,11 @@ __all__ = [
     "CudaMetric",
     "Direction",
     "DistributedDataParallel",
+    "EarlyStoppingOptions",
     "EvaluationSummary",
     "Evaluator",
     "EvaluatorBuilder",
+    "Every",
     "ExponentialLr",
     "FBetaScoreMetric",
     "FileCheckpointer",
@@ -154,6 +157,7 @@ __all__ = [
     "LearningCheckpointer",
     "LearningRateMetric",
     "LearningResult",
+    "Limits",
     "LinearLr",
     "LossMetric",
     "LossOutput",
@@ -197,6 +201,7 @@ __all__ = [
     "TrainingError",
     "TrainingHooks",
     "TrainingItem",
+    "TrainingOptions",
     "TuiMetricsRenderer",
     "ValueMetric",
     "WandbLogger",

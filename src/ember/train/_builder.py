@@ -28,6 +28,7 @@ from torch.utils.data import DataLoader as TorchLoader
 from ember._checks import check_directory, check_positive_int, check_real
 from ember._protocols import check_protocol, with_defaults
 from ember.data import DataLoader
+from ember.data._module import DataModule
 from ember.data._torch_loader import as_ember_loader
 from ember.train._callbacks.base import Callback
 from ember.train._callbacks.called import check_callback
@@ -36,7 +37,6 @@ from ember.train._checkpoint.checkpointer import RunCheckpointer
 from ember.train._checkpoint.export import CheckpointEpoch, check_checkpoint_epoch
 from ember.train._checkpoint.strategy import CheckpointingStrategy
 from ember.train._config import DEFAULT_CHECKPOINTERS, TrainingConfig, check_hparams
-from ember.train._debugging import debugging_run
 from ember.train._early_stopping import EarlyStoppingStrategy
 from ember.train._evaluation.evaluator import check_tests
 from ember.train._gradient_checkpointing import check_module_names
@@ -46,6 +46,7 @@ from ember.train._learner import Learner
 from ember.train._logger.base import MetricLogger
 from ember.train._logger.file import metric_file_name
 from ember.train._metric.base import Metric, NamedMetric, Numeric
+from ember.train._options import TrainingOptions, apply_options
 from ember.train._precision import Precision, check_precision
 from ember.train._renderer.base import MetricsRenderer
 from ember.train._result import LearningResult
@@ -76,13 +77,22 @@ class SupervisedTraining:
     def __init__(
         self,
         directory: str | os.PathLike[str],
-        train: DataLoader[Any] | TorchLoader[Any],
+        train: DataLoader[Any] | TorchLoader[Any] | DataModule,
         valid: DataLoader[Any] | TorchLoader[Any] | None = None,
     ) -> None:
         path = check_directory(directory, "the run directory")
+        log = path / "experiment.log"
+        if isinstance(train, DataModule):
+            if valid is not None:
+                raise TypeError(
+                    f"{type(train).__name__} is a data module: it gives the valid loader itself "
+                    "(valid_loader()); drop the valid argument, or pass two loaders"
+                )
+            self._config = TrainingConfig(path, None, None, data_module=train, application_log=log)
+            return
         train = as_ember_loader(train, "the train loader")
         valid = None if valid is None else as_ember_loader(valid, "the valid loader")
-        self._config = TrainingConfig(path, train, valid, application_log=path / "experiment.log")
+        self._config = TrainingConfig(path, train, valid, application_log=log)
 
     @property
     def config(self) -> TrainingConfig:
@@ -121,13 +131,13 @@ class SupervisedTraining:
         only)."""
         for metric in metrics:
             self.metric_train_numeric(metric)
-            if self._config.valid is not None:
+            if self._config.validates:
                 self.metric_valid_numeric(metric)
         return self
 
     def _register(self, split: Split, metric: Metric, *, summarised: bool) -> SupervisedTraining:
         check_protocol(metric, Metric, "metric")
-        if split is Split.VALID and self._config.valid is None:
+        if split is Split.VALID and not self._config.validates:
             raise ValueError(
                 f"{type(metric).__name__} is registered on the valid split, and this run has "
                 "no valid loader (SupervisedTraining(directory, train) trains only): give one, "
@@ -249,6 +259,19 @@ class SupervisedTraining:
                 f"({', '.join(HOOKS)}); define at least one of them (subclass ember.train.Hooks)"
             )
         return self._set(hooks=(*self._config.hooks, hooks))
+
+    def seed(self, seed: int) -> SupervisedTraining:
+        """Seed torch (every device), numpy and Python's ``random`` with ``seed`` when the run
+        launches, on every process, before anything random the run does (a data module's
+        ``setup`` included); ``config.json`` records it, so the run can be trained again."""
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+            raise ValueError(f"seed must be an int in [0, 2**63), got {seed!r}")
+        return self._set(seed=seed)
+
+    def with_options(self, options: TrainingOptions) -> SupervisedTraining:
+        """Apply ``options`` (a config file's trainer section, ``TrainingOptions``): each field
+        that differs from its default calls the builder method it is named after."""
+        return apply_options(self, options)
 
     def with_callbacks(self, *callbacks: Callback | object) -> SupervisedTraining:
         """Call each of ``callbacks`` at every point of the loop it has a method for (subclass
@@ -471,4 +494,4 @@ class SupervisedTraining:
 
         A failed training raises ``TrainingError`` (its ``.result`` is the run's result) once the
         run is finished, unless ``errors_in_result()``."""
-        return launch(debugging_run(self._config), learner)
+        return launch(self._config, learner)

@@ -24,6 +24,7 @@ from ember.train._checkpoint.checkpointer import (
 from ember.train._checkpoint.end import clear_run_end
 from ember.train._checkpoint.mid_round import ResumePoint, point_directory
 from ember.train._counters import RunCounters
+from ember.train._hooks import Stateful
 from ember.train._learner import Learner
 from ember.train._logger.store import EventStore
 from ember.train._plan import RunPlan
@@ -174,6 +175,9 @@ def _run_state(
     callbacks = stateful_callbacks(config.callbacks)
     if callbacks:
         state.register("callbacks", UserPart(callbacks, key="callbacks"))
+    module = config.data_module
+    if isinstance(module, Stateful):  # a data module with state_dict()/load_state_dict()
+        state.register("data_module", UserPart({type(module).__qualname__: module}, "data_module"))
     state.register("scheduler", SchedulerPart(learner))
     directory = plan.checkpointer.directory if plan.checkpointer is not None else None
     if directory is not None:

@@ -39,6 +39,7 @@ import torch
 
 from ember._version import __version__
 from ember.data import DataLoader
+from ember.data._module import DataModule, defines_valid
 from ember.train._checkpoint.checkpointer import RunCheckpointer
 from ember.train._checkpoint.export import CheckpointEpoch
 from ember.train._checkpoint.strategy import CheckpointingStrategy
@@ -81,9 +82,14 @@ class TrainingConfig:
     """Everything a run is configured with (see the builder's methods for each field)."""
 
     directory: Path
-    train: DataLoader[Any]
+    train: DataLoader[Any] | None
+    """None only with a data module, until launch takes its loaders (``train_loader``)."""
     valid: DataLoader[Any] | None
-    """None: train only (no valid split)."""
+    """None: train only (no valid split), or a data module's, until launch."""
+    data_module: DataModule | None = None
+    """A data module that gives the loaders at launch (``_data_module.py``), or None."""
+    seed: int | None = None
+    """The seed of torch, numpy and Python's random at launch (``seed``), or None."""
     metrics: tuple[tuple[Split, Metric], ...] = ()
     summary_metrics: frozenset[str] = frozenset()
     num_epochs: int = 1
@@ -147,6 +153,20 @@ class TrainingConfig:
     errors_in_result: bool = False
     """A failed training is returned in ``LearningResult.error``, not raised (Burn's way)."""
 
+    @property
+    def train_loader(self) -> DataLoader[Any]:
+        """The train loader (a data module's, once launch took its loaders)."""
+        if self.train is None:
+            raise RuntimeError("the data module's loaders are taken when the run launches")
+        return self.train
+
+    @property
+    def validates(self) -> bool:
+        """Whether the run has a valid split: a valid loader, or a data module that gives one."""
+        if self.data_module is not None and self.train is None:
+            return defines_valid(self.data_module)
+        return self.valid is not None
+
 
 def check_hparams(entries: Mapping[str, Any]) -> dict[str, Any]:
     """``entries`` as a dict, refusing a key that is not a string or a value that is not JSON
@@ -191,19 +211,33 @@ def run_configuration(config: TrainingConfig, learner: Learner[Any]) -> dict[str
         "compile": _json(config.compile_options),
         "gradient_checkpointing": _json(config.gradient_checkpointing),
         "strategy": type(strategy).__name__,
-        "train": _loader(config.train),
+        "train": _loader(config.train_loader),
         "valid": None if config.valid is None else _loader(config.valid),
         "optimizer": _optimizer(learner.optimizer_or_factory),
         "lr_scheduler": _scheduler(learner.lr_scheduler),
         "metrics": metrics,
         "directions": _directions(config),
         "resume": config.resume,
+        "seed": config.seed,
+        "data_module": None if config.data_module is None else _data_module(config),
         "max_time": config.max_time,
         "debugging": _debugging(config),
         "callbacks": [repr(callback) for callback in config.callbacks],
         "hparams": dict(config.hparams),
         "cli": _cli_values(),
     }
+
+
+def _data_module(config: TrainingConfig) -> dict[str, Any]:
+    """The data module's class and its plain attributes (what its constructor was given)."""
+    module = config.data_module
+    plain = {
+        key: _json(value)
+        for key, value in getattr(module, "__dict__", {}).items()
+        if not key.startswith("_")
+        and (value is None or isinstance(value, bool | int | float | str))
+    }
+    return {"class": _qualified(type(module)), "attributes": plain}
 
 
 def _debugging(config: TrainingConfig) -> dict[str, Any] | None:

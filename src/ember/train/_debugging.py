@@ -33,9 +33,11 @@ def debugging_run(config: TrainingConfig) -> TrainingConfig:
     """``config`` as the run its debugging modes stand for (see the module doc); ``config``
     itself when it asks for none."""
     if config.overfit_batches is not None:
-        train = overfit_slice(config.train, config.overfit_batches)
+        train = overfit_slice(config.train_loader, config.overfit_batches)
         valid = (
-            None if config.valid is None else overfit_slice(config.train, config.overfit_batches)
+            None
+            if config.valid is None
+            else overfit_slice(config.train_loader, config.overfit_batches)
         )
         config = dataclasses.replace(config, train=train, valid=valid)
     limits = config.limit_batches
@@ -45,7 +47,7 @@ def debugging_run(config: TrainingConfig) -> TrainingConfig:
         train_limit, valid_limit = limits
         config = dataclasses.replace(
             config,
-            train=_limited(config.train, train_limit),
+            train=_limited(config.train_loader, train_limit),
             valid=None if config.valid is None else _limited(config.valid, valid_limit),
         )
     if config.fast_dev_run is None:

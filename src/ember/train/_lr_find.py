@@ -215,7 +215,7 @@ def _sweep(
         versioned=False,
         errors_in_result=False,
     )
-    sweep = SupervisedTraining(directory, config.train)
+    sweep = SupervisedTraining(directory, config.train_loader)
     sweep._config = config  # the builder's config, as its methods would have made it
     return sweep
 

@@ -131,7 +131,7 @@ def plan_run(config: TrainingConfig, learner: Learner[Any]) -> RunPlan:
         config.checkpoint_every,
     )
     blocker = _mid_round_blocker(checkpointer, metrics.metrics(Split.TRAIN))
-    per_pass = steps_per_pass(config.train, config.grads_accumulation)
+    per_pass = steps_per_pass(config.train_loader, config.grads_accumulation)
     check_schedule(schedule, config.valid, checkpointer is not None, blocker, per_pass)
     modules = config.gradient_checkpointing
     if modules is not None:

@@ -266,7 +266,7 @@ class TrainingSession(Generic[M]):
                 log.warning(notice)
         use_precision = member(plan.strategy, StrategyDefaults, "use_precision")
         use_precision(config.precision)  # e.g. FSDP's mixed-precision policy
-        loaders = {"train": config.train}
+        loaders = {"train": config.train_loader}
         if config.valid is not None:
             loaders["valid"] = config.valid
         run = self._run = plan.strategy.start(self.learner.model, loaders)

@@ -29,7 +29,8 @@ checkpoints is one part and one :meth:`RunState.register`. The keys on disk::
                "metrics": {name: <each train metric's state_dict()>},   (tensors in the record)
                "logs": [{"logger": kind, "position": <its log_position()>}, ...]},
      "user": {name: <state_dict() of with_stateful(name, ...)>},               "user"
-     "callbacks": {name: <a callback's state_dict()>}}                        "callbacks"
+     "callbacks": {name: <a callback's state_dict()>},                        "callbacks"
+     "data_module": {class name: <the data module's state_dict()>}}           "data_module"
 
 A part marked ``everywhere`` takes part in every process's snapshot (gathering the ranks' RNG
 states, writing a sharded model's shards); the others run on the main process, which alone
