@@ -35,7 +35,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any
 
-__all__ = ["DataModule", "defines_valid"]
+__all__ = ["DataModule"]
 
 
 class DataModule(ABC):
@@ -67,8 +67,3 @@ class DataModule(ABC):
     def predict_loader(self) -> Any:
         """The loader to predict over after training, or None."""
         return None
-
-
-def defines_valid(module: DataModule) -> bool:
-    """Whether ``module``'s class gives a valid loader (a run over it validates)."""
-    return type(module).valid_loader is not DataModule.valid_loader

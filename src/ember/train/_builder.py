@@ -27,8 +27,7 @@ from torch.utils.data import DataLoader as TorchLoader
 
 from ember._checks import check_directory, check_positive_int, check_real
 from ember._protocols import check_protocol, with_defaults
-from ember.data import DataLoader
-from ember.data._module import DataModule
+from ember.data import DataLoader, DataModule
 from ember.data._torch_loader import as_ember_loader
 from ember.train._callbacks.base import Callback
 from ember.train._callbacks.called import check_callback
@@ -46,7 +45,7 @@ from ember.train._learner import Learner
 from ember.train._logger.base import MetricLogger
 from ember.train._logger.file import metric_file_name
 from ember.train._metric.base import Metric, NamedMetric, Numeric
-from ember.train._options import TrainingOptions, apply_options
+from ember.train._options import TrainingOptions, option_calls
 from ember.train._precision import Precision, check_precision
 from ember.train._renderer.base import MetricsRenderer
 from ember.train._result import LearningResult
@@ -271,7 +270,10 @@ class SupervisedTraining:
     def with_options(self, options: TrainingOptions) -> SupervisedTraining:
         """Apply ``options`` (a config file's trainer section, ``TrainingOptions``): each field
         that differs from its default calls the builder method it is named after."""
-        return apply_options(self, options)
+        builder = self
+        for method, args, keywords in option_calls(options):
+            builder = getattr(builder, method)(*args, **keywords)
+        return builder
 
     def with_callbacks(self, *callbacks: Callback | object) -> SupervisedTraining:
         """Call each of ``callbacks`` at every point of the loop it has a method for (subclass

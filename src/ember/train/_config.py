@@ -38,8 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 
 from ember._version import __version__
-from ember.data import DataLoader
-from ember.data._module import DataModule, defines_valid
+from ember.data import DataLoader, DataModule
 from ember.train._checkpoint.checkpointer import RunCheckpointer
 from ember.train._checkpoint.export import CheckpointEpoch
 from ember.train._checkpoint.strategy import CheckpointingStrategy
@@ -66,6 +65,7 @@ __all__ = [
     "Resume",
     "TrainingConfig",
     "check_hparams",
+    "defines_valid",
     "run_configuration",
 ]
 
@@ -166,6 +166,11 @@ class TrainingConfig:
         if self.data_module is not None and self.train is None:
             return defines_valid(self.data_module)
         return self.valid is not None
+
+
+def defines_valid(module: DataModule) -> bool:
+    """Whether ``module``'s class gives a valid loader (a run over it validates)."""
+    return type(module).valid_loader is not DataModule.valid_loader
 
 
 def check_hparams(entries: Mapping[str, Any]) -> dict[str, Any]:

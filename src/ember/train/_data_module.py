@@ -20,10 +20,9 @@ import os
 from typing import Any
 
 from ember._protocols import member
-from ember.data import DataLoader
-from ember.data._module import DataModule, defines_valid
+from ember.data import DataLoader, DataModule
 from ember.data._torch_loader import as_ember_loader
-from ember.train._config import TrainingConfig
+from ember.train._config import TrainingConfig, defines_valid
 from ember.train._strategy.base import StrategyDefaults
 
 __all__ = ["with_data"]

@@ -22,15 +22,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-if TYPE_CHECKING:
-    from ember.train._builder import SupervisedTraining
-
-__all__ = ["EarlyStoppingOptions", "Every", "Limits", "TrainingOptions", "apply_options"]
+__all__ = ["Call", "EarlyStoppingOptions", "Every", "Limits", "TrainingOptions", "option_calls"]
 
 StrategyName = Literal["single", "ddp", "fsdp"]
-_Apply = Callable[["SupervisedTraining", Any], "SupervisedTraining"]
 
 
 @dataclass(frozen=True)
@@ -129,48 +125,49 @@ class TrainingOptions:
     """Return a failed training's error in the result instead of raising TrainingError."""
 
 
-def apply_options(builder: SupervisedTraining, options: TrainingOptions) -> SupervisedTraining:
-    """Call ``builder``'s method of each field of ``options`` that differs from its default
-    (the builder validates each value as its method always does)."""
+Call = tuple[str, tuple[Any, ...], dict[str, Any]]
+"""A builder method's name and its arguments."""
+
+
+def option_calls(options: TrainingOptions) -> list[Call]:
+    """The builder calls ``options`` stands for: the method of each field that differs from
+    its default, in field order (``SupervisedTraining.with_options`` makes them, so each value
+    is checked as its method always checks it)."""
     if not isinstance(options, TrainingOptions):
         raise TypeError(
             f"with_options takes a TrainingOptions, got {type(options).__name__}: build one, "
             "TrainingOptions(num_epochs=..., ...), or take it as a parameter of ember.cli's main"
         )
     default = TrainingOptions()
-    changed = {
-        f.name: getattr(options, f.name)
-        for f in dataclasses.fields(options)
-        if getattr(options, f.name) != getattr(default, f.name)
-    }
-    for name, value in changed.items():
-        builder = _APPLY[name](builder, value)
-    return builder
+    calls: list[Call] = []
+    for f in dataclasses.fields(options):
+        value = getattr(options, f.name)
+        if value != getattr(default, f.name):
+            calls.extend(_CALLS[f.name](value, options))
+    return calls
 
 
-def _every(method: str, value: Every) -> dict[str, Any]:
+def _every(method: str, value: Every) -> list[Call]:
     given = {key: v for key, v in dataclasses.asdict(value).items() if v is not None}
     if method == "validate_every" and "seconds" in given:
         raise ValueError(
             "validate_every takes steps or epochs, got seconds: validation follows the "
             "training's progress (checkpoint_every takes seconds)"
         )
-    return given
+    return [(method, (), given)]
 
 
-def _strategy(builder: SupervisedTraining, name: StrategyName) -> SupervisedTraining:
+def _strategy(name: StrategyName) -> list[Call]:
     from ember.train._strategy.ddp.strategy import DistributedDataParallel
     from ember.train._strategy.fsdp.strategy import FullyShardedDataParallel
 
     strategies = {"ddp": DistributedDataParallel, "fsdp": FullyShardedDataParallel}
     if name not in strategies:
         raise ValueError(f"strategy must be 'single', 'ddp' or 'fsdp', got {name!r}")
-    return builder.with_training_strategy(strategies[name]())
+    return [("with_training_strategy", (strategies[name](),), {})]
 
 
-def _early_stopping(
-    builder: SupervisedTraining, options: EarlyStoppingOptions
-) -> SupervisedTraining:
+def _early_stopping(options: EarlyStoppingOptions) -> list[Call]:
     from ember.train._early_stopping import MetricEarlyStoppingStrategy, StoppingCondition
 
     if options.metric is None:
@@ -183,49 +180,55 @@ def _early_stopping(
         options.split,
         StoppingCondition.no_improvement_since(options.patience),
     )
-    return builder.early_stopping(strategy)
+    return [("early_stopping", (strategy,), {})]
 
 
-def _switch(method: str) -> _Apply:
+def _switch(method: str) -> Callable[[Any, TrainingOptions], list[Call]]:
     """A boolean field: its method, called when True (False leaves the builder as it is)."""
 
-    def call(builder: SupervisedTraining, on: bool) -> SupervisedTraining:
+    def calls(on: Any, _: TrainingOptions) -> list[Call]:
         if not isinstance(on, bool):
             raise TypeError(f"{method} must be a bool, got {on!r}")
-        called: SupervisedTraining = getattr(builder, method)() if on else builder
-        return called
+        return [(method, (), {})] if on else []
 
-    return call
+    return calls
 
 
-_APPLY: dict[str, _Apply] = {
-    "num_epochs": lambda b, v: b.num_epochs(v),
-    "max_steps": lambda b, v: b.max_steps(v),
-    "validate_every": lambda b, v: b.validate_every(**_every("validate_every", v)),
-    "checkpoint_every": lambda b, v: b.checkpoint_every(**_every("checkpoint_every", v)),
-    "grads_accumulation": lambda b, v: b.grads_accumulation(v, mean=b.config.mean_accumulation),
-    "grads_accumulation_mean": lambda b, v: b.grads_accumulation(
-        b.config.grads_accumulation or 1, mean=v
-    ),
-    "precision": lambda b, v: b.precision(v),
-    "clip_grad_norm": lambda b, v: b.clip_grad_norm(v),
-    "clip_grad_value": lambda b, v: b.clip_grad_value(v),
+def _one(method: str) -> Callable[[Any, TrainingOptions], list[Call]]:
+    """A field whose value is its method's one argument."""
+    return lambda value, _: [(method, (value,), {})]
+
+
+_CALLS: dict[str, Callable[[Any, TrainingOptions], list[Call]]] = {
+    "num_epochs": _one("num_epochs"),
+    "max_steps": _one("max_steps"),
+    "validate_every": lambda v, _: _every("validate_every", v),
+    "checkpoint_every": lambda v, _: _every("checkpoint_every", v),
+    "grads_accumulation": lambda v, o: [
+        ("grads_accumulation", (v,), {"mean": o.grads_accumulation_mean})
+    ],
+    "grads_accumulation_mean": lambda v, o: [
+        ("grads_accumulation", (o.grads_accumulation,), {"mean": v})
+    ],
+    "precision": _one("precision"),
+    "clip_grad_norm": _one("clip_grad_norm"),
+    "clip_grad_value": _one("clip_grad_value"),
     "compile": _switch("compile"),
-    "strategy": _strategy,
-    "seed": lambda b, v: b.seed(v),
+    "strategy": lambda v, _: _strategy(v),
+    "seed": _one("seed"),
     "default_checkpointers": _switch("with_default_checkpointers"),
     "resume_latest": _switch("resume_latest"),
-    "checkpoint": lambda b, v: b.checkpoint(v),
-    "early_stopping": _early_stopping,
-    "max_time": lambda b, v: b.max_time(v),
-    "fast_dev_run": lambda b, v: b.fast_dev_run(v),
-    "limit_batches": lambda b, v: b.limit_batches(train=v.train, valid=v.valid),
-    "overfit_batches": lambda b, v: b.overfit_batches(v),
+    "checkpoint": _one("checkpoint"),
+    "early_stopping": lambda v, _: _early_stopping(v),
+    "max_time": _one("max_time"),
+    "fast_dev_run": _one("fast_dev_run"),
+    "limit_batches": lambda v, _: [("limit_batches", (), {"train": v.train, "valid": v.valid})],
+    "overfit_batches": _one("overfit_batches"),
     "summary": _switch("summary"),
-    "file_logs": lambda b, v: b if v else b.without_file_logs(),
+    "file_logs": lambda v, _: [] if v else [("without_file_logs", (), {})],
     "overwrite": _switch("overwrite"),
     "versioned": _switch("versioned"),
     "errors_in_result": _switch("errors_in_result"),
 }
-"""What each field calls on the builder (``tests/train/test_options.py`` holds each to the
-builder call it stands for)."""
+"""The builder calls of each field (``tests/train/test_options.py`` holds each to the builder
+call it stands for)."""
