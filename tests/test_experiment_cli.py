@@ -3,12 +3,30 @@ it launches record (``config.json``'s ``cli``, ``config.yaml``, the trackers' pa
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import io
 import json
+import random
+import sys
+import types
+import typing
+import uuid
+from collections import abc
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import (
+    Annotated,
+    Any,
+    Literal,
+    NamedTuple,
+    Optional,
+    Protocol,
+    TypedDict,
+    TypeVar,
+    Union,
+)
 
 import pytest
 import torch
@@ -21,6 +39,8 @@ from tests.train.fixtures import TinyRegressor, loader
 
 pytest.importorskip("jsonargparse", reason="ember.cli needs jsonargparse: pip install ember[cli]")
 yaml = pytest.importorskip("yaml")  # jsonargparse's dependency
+
+T = TypeVar("T")
 
 
 class Kind(enum.Enum):
@@ -380,3 +400,330 @@ def test_the_trackers_get_the_configuration_as_params(tmp_path: Path) -> None:
     (text,) = accumulator.Tensors("config/text_summary")
     config = json.loads(text.tensor_proto.string_val[0].decode("utf-8"))
     assert config["cli"]["data"] == {"items": 8, "batch_size": 2}
+
+
+# --- a config is data: no value imports or calls anything ----------------------------------
+
+
+@dataclass(frozen=True)
+class Sentinel:
+    """A module in a temporary directory on ``sys.path`` whose import writes ``marker``: a
+    value naming ``{module}.Thing`` must leave it unimported."""
+
+    module: str
+    marker: Path
+
+    @property
+    def spec(self) -> dict[str, object]:
+        return {"class_path": f"{self.module}.Thing", "init_args": {"size": 1}}
+
+    def untouched(self) -> bool:
+        return self.module not in sys.modules and not self.marker.exists()
+
+
+@pytest.fixture(scope="module")
+def sentinel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sentinel]:
+    directory = tmp_path_factory.mktemp("sentinel")
+    found = Sentinel(f"ember_cli_sentinel_{uuid.uuid4().hex}", directory / "IMPORTED")
+    source = f"open({str(found.marker)!r}, 'w').close()\n\n\nclass Thing:\n    size = 0\n"
+    (directory / f"{found.module}.py").write_text(source, encoding="utf-8")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(directory))
+        yield found
+
+
+def taking(annotation: object, seen: list[object], default: object = None) -> Callable[..., None]:
+    """A ``main(x=default)`` with ``x`` annotated ``annotation``, recording what it is given."""
+
+    def main(x=default) -> None:  # type: ignore[no-untyped-def]  # annotated below
+        seen.append(x)
+
+    main.__annotations__["x"] = annotation
+    return main
+
+
+def given_in_a_file(directory: Path, value: object) -> list[str]:
+    return ["--config", str(write(directory / "attack.yaml", yaml.safe_dump({"x": value})))]
+
+
+Shape = tuple[object, Callable[[object], object]]
+
+
+def nested(inner: st.SearchStrategy[Shape]) -> st.SearchStrategy[Shape]:
+    def listed(shape: Shape) -> Shape:
+        part, place = shape
+        return list[part], lambda value: [place(value)]  # type: ignore[valid-type]
+
+    def mapped(shape: Shape) -> Shape:
+        part, place = shape
+        return dict[str, part], lambda value: {"k": place(value)}  # type: ignore[valid-type]
+
+    def optional(shape: Shape) -> Shape:
+        part, place = shape
+        return Optional[part], place  # noqa: UP045  # Any | None fails
+
+    return st.one_of(inner.map(listed), inner.map(mapped), inner.map(optional))
+
+
+# an annotation that takes Any or object somewhere, and where a value goes in it:
+# (list[dict[str, Any]], lambda value: [{"k": value}])
+DATA_SHAPES = st.recursive(
+    st.sampled_from([Any, object]).map(lambda leaf: (leaf, lambda value: value)),
+    nested,
+    max_leaves=4,
+)
+
+
+@settings(max_examples=25, deadline=None)
+@given(shape=DATA_SHAPES, on_the_command_line=st.booleans())
+def test_a_class_path_where_any_stands_is_data_and_imports_nothing(
+    shape: Shape,
+    on_the_command_line: bool,
+    sentinel: Sentinel,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """The attack: {class_path: a module's class, init_args: ...} wherever Any or object stands
+    in an annotation (in lists, dicts, unions), in a --config file or on the command line: main
+    gets the mapping as written, and the module it names is never imported."""
+    annotation, place = shape
+    value = place(sentinel.spec)
+    directory = tmp_path_factory.mktemp("config")
+    seen: list[object] = []
+    args = ["--x", json.dumps(value)] if on_the_command_line else given_in_a_file(directory, value)
+    ember.cli(taking(annotation, seen), args=args)
+    assert seen == [value]
+    assert sentinel.untouched()
+
+
+@pytest.mark.parametrize(
+    "annotation",
+    [Any, Optional[Any], object, list[Any], dict[str, Any], dict, list],  # noqa: UP045
+    ids=str,
+)
+def test_the_audits_os_system_config_runs_no_command(annotation: object, tmp_path: Path) -> None:
+    """The audit's file, {class_path: os.system, init_args: {command: touch FILE}}, for a
+    parameter annotated Any, Optional[Any], object, list[Any], dict[str, Any]: no command runs,
+    main gets the mapping."""
+    pwned = tmp_path / "pwned"
+    attack = {"class_path": "os.system", "init_args": {"command": f"touch {pwned}"}}
+    kind = typing.get_origin(annotation) or annotation
+    value = [attack] if kind is list else {"kwargs": attack} if kind is dict else attack
+    seen: list[object] = []
+    ember.cli(taking(annotation, seen), args=given_in_a_file(tmp_path, value))
+    assert seen == [value]
+    assert not pwned.exists()
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A plain dataclass whose fields take any data."""
+
+    x: Any = None
+    many: list[Any] = field(default_factory=list)
+
+
+class Options(TypedDict, total=False):
+    """A TypedDict whose value takes any data."""
+
+    x: Any
+
+
+def bare(spec: dict[str, object]) -> dict[str, object]:
+    """``spec`` without its ``init_args``."""
+    return {"class_path": spec["class_path"]}
+
+
+@pytest.mark.parametrize(
+    ("annotation", "default", "built"),
+    [
+        (Holder, Holder(), lambda spec: Holder(spec, [spec])),
+        (Options, None, lambda spec: {"x": spec}),
+        (Optional[Holder], None, lambda spec: Holder(bare(spec), [bare(spec)])),  # noqa: UP045
+        (list[Holder], [], lambda spec: [Holder(bare(spec), [])]),
+    ],
+    ids=["dataclass", "TypedDict", "optional dataclass", "list of dataclasses"],
+)
+def test_a_class_path_in_a_field_of_any_is_data(
+    annotation: object,
+    default: object,
+    built: Callable[[dict[str, object]], object],
+    sentinel: Sentinel,
+    tmp_path: Path,
+) -> None:
+    """Any in a plain dataclass's field or a TypedDict's, the class given or nested in an
+    Optional or a list, takes the mapping as written too."""
+    expected = built(sentinel.spec)
+    value: object = expected
+    if isinstance(expected, list):
+        value = [dataclasses.asdict(item) for item in expected]
+    elif isinstance(expected, Holder):
+        value = dataclasses.asdict(expected)
+    seen: list[object] = []
+    ember.cli(taking(annotation, seen, default), args=given_in_a_file(tmp_path, value))
+    assert seen == [expected]
+    assert sentinel.untouched()
+
+
+@pytest.mark.parametrize(
+    ("annotation", "place"),
+    [
+        (Optional[Holder], lambda spec: spec),  # noqa: UP045
+        (list[Holder], lambda spec: [spec]),
+        (dict[str, Holder], lambda spec: {"k": spec}),
+        (Optional[Holder], lambda spec: {"x": spec}),  # noqa: UP045
+        (list[Holder], lambda spec: [{"x": spec}]),
+    ],
+    ids=["optional", "list", "dict", "Any in an optional", "Any in a list"],
+)
+def test_a_class_path_jsonargparse_would_import_is_refused_unimported(
+    annotation: object,
+    place: Callable[[object], object],
+    sentinel: Sentinel,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The second wall: where jsonargparse still resolves a class_path (a dataclass inside an
+    Optional, a list or a dict, which it builds from its own class_path, and their Any fields
+    when the mapping has init_args), one naming another module is refused (exit 2), never
+    imported."""
+    with pytest.raises(SystemExit) as exited:
+        ember.cli(taking(annotation, []), args=given_in_a_file(tmp_path, place(sentinel.spec)))
+    assert exited.value.code == 2
+    assert sentinel.module in capsys.readouterr().err
+    assert sentinel.untouched()
+
+
+def test_jsonargparse_settings_are_the_processs_again_after_ember_cli() -> None:
+    """The import-path policy ember.cli sets while it parses is restored after, for whatever
+    else the process parses with jsonargparse."""
+    from jsonargparse import _common
+
+    before = dict(_common.parsing_settings)
+    ember.cli(taking(dict[str, Any], []), args=["--x", '{"a": 1}'])
+    assert _common.parsing_settings == before
+
+
+class Plain:
+    """A class that is not a dataclass: jsonargparse builds it, or any subclass a config names."""
+
+    def __init__(self, size: int = 1) -> None:
+        self.size = size
+
+
+class Readable(Protocol):
+    def read(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class OnAPlainBase(Plain):
+    """A dataclass with a base that is not one: jsonargparse takes a class_path for it."""
+
+    rate: float = 0.1
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """A dataclass with a field of code."""
+
+    every: int = 1
+    call: Callable[[int], None] | None = None
+
+
+class Calls(TypedDict):
+    """A TypedDict with a value of code."""
+
+    call: Callable[[], None]
+
+
+class Pair(NamedTuple):
+    first: int
+    second: Any
+
+
+CODE = {
+    "Callable": (abc.Callable, "a callable"),
+    "Callable[[int], int]": (abc.Callable[[int], int], "a callable"),
+    "typing.Callable": (typing.Callable, "a callable"),
+    "type": (type, "a class"),
+    "type[int]": (type[int], "a class"),
+    "typing.Type[Plain]": (typing.Type[Plain], "a class"),  # noqa: UP006
+    "module": (types.ModuleType, "a module"),
+    "a class": (Plain, "not a plain dataclass"),
+    "a Protocol": (Readable, "not a plain dataclass"),
+    "a dataclass on a class": (OnAPlainBase, "not a plain dataclass"),
+    "a NamedTuple": (Pair, "not a plain dataclass"),
+    "a TypeVar": (T, "not a type ember.cli reads as data"),
+}
+DATA = [int, float, str, bool, Path, type(None), Literal["a", 1], Kind, Any, object, Optim, Options]
+
+
+@pytest.mark.parametrize("case", sorted(CODE))
+def test_an_annotation_that_needs_an_import_is_refused_at_set_up(case: str) -> None:
+    """A parameter whose values jsonargparse would import (a callable, a type, a class to build,
+    a module): a TypeError before anything is parsed, naming the parameter, the part and what to
+    write instead; main never runs."""
+    annotation, why = CODE[case]
+    seen: list[object] = []
+    with pytest.raises(TypeError) as refused:
+        ember.cli(taking(Optional[annotation], seen), args=[])  # noqa: UP045
+    message = str(refused.value)
+    assert "main's parameter 'x'" in message and why in message
+    assert "a dataclass" in message and "dict[str, int | float | str]" in message
+    assert seen == []
+
+
+def test_code_in_a_dataclass_field_or_typeddict_is_refused_naming_the_field() -> None:
+    """Code nested in a dataclass's field or a TypedDict's value is found and named."""
+    with pytest.raises(TypeError, match=r"parameter 'x' \(its field call\).*Callable.*a callable"):
+        ember.cli(taking(Hooks, []), args=[])
+    with pytest.raises(TypeError, match=r"parameter 'x' \(its field call\).*a callable"):
+        ember.cli(taking(list[Calls], []), args=[])
+
+
+def test_an_annotation_that_cannot_be_evaluated_is_refused() -> None:
+    """A name an annotation uses that does not exist at run time (an import under
+    TYPE_CHECKING only): refused, since jsonargparse would take any value for it."""
+
+    def main(x: Missing = None) -> None:  # type: ignore[name-defined]  # noqa: F821
+        pass
+
+    with pytest.raises(TypeError, match=r"cannot evaluate the annotations of main.*NameError"):
+        ember.cli(main, args=[])
+
+
+def code_or_data(leaves: st.SearchStrategy[object]) -> st.SearchStrategy[object]:
+    """Annotations built from ``leaves`` in lists, dicts, tuples, unions and Annotated."""
+    return st.recursive(
+        leaves,
+        lambda inner: st.one_of(
+            inner.map(lambda part: list[part]),  # type: ignore[valid-type]
+            inner.map(lambda part: dict[str, part]),  # type: ignore[valid-type]
+            inner.map(lambda part: tuple[part, ...]),  # type: ignore[valid-type]
+            st.tuples(inner, inner).map(lambda parts: Union[parts]),  # noqa: UP007
+            inner.map(lambda part: Annotated[part, "doc"]),
+        ),
+        max_leaves=5,
+    )
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    data=code_or_data(st.sampled_from(DATA)),
+    code=st.sampled_from(sorted(CODE)),
+    where=st.randoms(use_true_random=False),
+)
+def test_an_annotation_is_refused_exactly_when_a_part_of_it_is_code(
+    data: object, code: str, where: random.Random
+) -> None:
+    """Whatever the shape: data parts alone are accepted, and one part of code anywhere in
+    them is refused at set-up."""
+    from ember._experiment_cli import _data_classes
+
+    _data_classes({"x": data})  # accepted
+    annotation, _ = CODE[code]
+    with_code = [data, annotation]
+    where.shuffle(with_code)
+    with pytest.raises(TypeError, match="main's parameter 'x'"):
+        _data_classes({"x": Union[tuple(with_code)]})  # noqa: UP007
+    with pytest.raises(TypeError, match="main's parameter 'x'"):
+        _data_classes({"x": dict[str, list[Union[tuple(with_code)]]]})  # type: ignore[misc]  # noqa: UP007

@@ -1,13 +1,19 @@
 """Hugging Face models: a GPT-2 built from a config trains with no wrapper, its metrics agree
-with its own loss to the last bit, and a run exports to a directory ``from_pretrained`` loads.
+with its own loss to the last bit, and a run exports to a directory ``from_pretrained`` loads,
+with its generation configuration and a tokenizer.
 
-Nothing is downloaded: the models are randomly initialised from small configs."""
+Nothing is downloaded: the models are randomly initialised from small configs, the tokenizer is
+trained on a few sentences here."""
 
 from __future__ import annotations
 
 import importlib
 import io
+import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +37,9 @@ from ember.train import (
     PerplexityMetric,
     SupervisedTraining,
     export_pretrained,
+    load_checkpoint,
 )
+from ember.train._checkpoint.record import TRANSFORMERS_GENERATION_CONFIG, model_record
 from ember.train._metric.base import MetricMetadata
 from tests.train.fixtures import read_lines
 
@@ -191,8 +199,9 @@ def test_causal_lm_metrics_count_what_transformers_loss_counts(
 def test_a_run_exports_to_a_directory_from_pretrained_loads(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """ember export --format hf writes config.json and model.safetensors (no pickle), which
-    from_pretrained loads into the trained weights; an existing non-empty directory, a file,
+    """ember export --format hf writes config.json, generation_config.json and
+    model.safetensors (no pickle), which from_pretrained loads into the trained weights and the
+    model's generation configuration; an existing non-empty directory, a file,
     a path inside checkpoint/ and a run of a model that is not a transformers model are
     refused, nothing written."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -210,10 +219,12 @@ def test_a_run_exports_to_a_directory_from_pretrained_loads(
     assert ember_main(["export", "--format", "hf", str(run), "-o", str(tmp_path / "hf")]) == 0
     assert sorted(p.name for p in (tmp_path / "hf").iterdir()) == [
         "config.json",
+        "generation_config.json",
         "model.safetensors",
     ]
     loaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf")
     assert type(loaded) is type(model)
+    assert loaded.generation_config == model.generation_config
     for ours, theirs in zip(model.state_dict().values(), loaded.state_dict().values(), strict=True):
         assert torch.equal(ours, theirs)
     ids = blocks(2, 3)[0]["input_ids"][None]
@@ -278,3 +289,228 @@ def test_the_gpt2_example_trains_in_steps_and_exports(
         result.model.state_dict().values(), loaded.state_dict().values(), strict=True
     ):
         assert torch.equal(ours, theirs)
+
+
+SENTENCES = ["the cat sat on the mat", "a dog ate the bone", "the bird sang a song to the cat"]
+
+
+def word_tokenizer() -> Any:
+    """A word-level tokenizer trained on SENTENCES (nothing downloaded), wrapped as transformers
+    wraps a tokenizers one."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    words = Tokenizer(models.WordLevel(unk_token="<unk>"))
+    words.pre_tokenizer = pre_tokenizers.Whitespace()
+    words.train_from_iterator(
+        SENTENCES, trainers.WordLevelTrainer(special_tokens=["<unk>", "<eos>"])
+    )
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=words, unk_token="<unk>", eos_token="<eos>", pad_token="<eos>"
+    )
+
+
+def generating_gpt2(tokenizer: Any) -> Any:
+    """gpt2() with generation settings a user gives it, which config.json does not hold."""
+    model = gpt2(dropout=0.0)
+    model.generation_config.max_new_tokens = 6
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
+def checkpointed_run(run: Path, model: Any) -> Any:
+    """Two epochs of ``model`` with the default checkpointers; the result."""
+    train, valid = loaders()
+    result = (
+        SupervisedTraining(run, train, valid)
+        .renderer(CliMetricsRenderer(io.StringIO()))
+        .metrics(LossMetric())
+        .num_epochs(2)
+        .with_default_checkpointers()
+        .launch(Learner(model, torch.optim.AdamW(model.parameters(), lr=1e-2)))
+    )
+    assert result.error is None, result.traceback
+    return result
+
+
+def test_an_export_with_its_tokenizer_round_trips_through_from_pretrained(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """export_pretrained(..., tokenizer=...) writes the tokenizer beside the weights and the
+    generation_config the user set on the model: AutoModelForCausalLM, AutoTokenizer and
+    GenerationConfig load them from the directory alone; the weights are the checkpoint's,
+    any text encodes to the same ids, and generate() gives what the trained model gives."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    tokenizer = word_tokenizer()
+    model = generating_gpt2(tokenizer)
+    run = tmp_path / "run"
+    checkpointed_run(run, model)
+    out = tmp_path / "hf"
+    assert export_pretrained(run, out, "last", tokenizer=tokenizer) == 2
+    assert {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json"} <= {
+        p.name for p in out.iterdir()
+    }
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(out, local_files_only=True)
+    checkpoint = load_checkpoint(run, 2, into=gpt2())
+    for ours, theirs in zip(
+        checkpoint.state_dict().values(), loaded.state_dict().values(), strict=True
+    ):
+        assert torch.equal(ours, theirs)
+    assert transformers.GenerationConfig.from_pretrained(out) == model.generation_config
+    assert loaded.generation_config == model.generation_config
+    assert loaded.generation_config.max_new_tokens == 6
+    reloaded = transformers.AutoTokenizer.from_pretrained(out, local_files_only=True)
+
+    @settings(max_examples=50, deadline=None)
+    @given(
+        st.lists(
+            st.one_of(st.sampled_from(" ".join(SENTENCES).split()), st.text(max_size=8)),
+            max_size=12,
+        ).map(" ".join)
+    )
+    def encodes_alike(text: str) -> None:
+        assert reloaded(text)["input_ids"] == tokenizer(text)["input_ids"]
+        assert reloaded.decode(reloaded(text)["input_ids"]) == tokenizer.decode(
+            tokenizer(text)["input_ids"]
+        )
+
+    encodes_alike()
+    prompt = reloaded("the cat sat", return_tensors="pt")
+    model.eval()
+    with torch.no_grad():
+        generated = loaded.generate(**prompt)
+        assert torch.equal(generated, model.generate(**prompt))
+    assert generated.shape[1] > prompt["input_ids"].shape[1]
+    assert reloaded.decode(generated[0]).startswith("the cat sat")
+
+
+def test_the_cli_exports_a_saved_tokenizer_and_names_a_bad_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ember export --format hf RUN -o DIR --tokenizer TOKDIR writes TOKDIR's tokenizer into
+    DIR; a missing path, a file, a directory holding no tokenizer and --tokenizer without
+    --format hf exit 2 naming the problem, writing nothing."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    tokenizer = word_tokenizer()
+    run = tmp_path / "run"
+    checkpointed_run(run, generating_gpt2(tokenizer))
+    saved = tmp_path / "tokenizer"
+    tokenizer.save_pretrained(saved)
+    out = tmp_path / "hf"
+    command = ["export", "--format", "hf", str(run), "-o", str(out)]
+    assert ember_main([*command, "--tokenizer", str(saved)]) == 0
+    assert "with the tokenizer of" in capsys.readouterr().out
+    reloaded = transformers.AutoTokenizer.from_pretrained(out, local_files_only=True)
+    assert reloaded(SENTENCES[2])["input_ids"] == tokenizer(SENTENCES[2])["input_ids"]
+    (tmp_path / "file").write_text("mine")
+    (tmp_path / "empty").mkdir()
+    refused = [
+        (["--tokenizer", str(tmp_path / "missing")], "is not a directory"),
+        (["--tokenizer", str(tmp_path / "file")], "is not a directory"),
+        (["--tokenizer", str(tmp_path / "empty")], "holds no tokenizer"),
+    ]
+    other = tmp_path / "other"
+    for extra, message in refused:
+        assert ember_main([*command[:-1], str(other), *extra]) == 2
+        assert message in capsys.readouterr().err
+    assert ember_main(["export", str(run), "-o", str(tmp_path / "w"), "--tokenizer", str(saved)])
+    assert "--tokenizer goes with --format hf" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "empty",
+        "file",
+        "hf",
+        "run",
+        "tokenizer",
+    ]
+    with pytest.raises(TypeError, match="tokenizer must be a transformers tokenizer"):
+        export_pretrained(run, other, tokenizer=3)  # type: ignore[arg-type]  # the mistake
+
+
+_STALLED_EXPORT = """
+import os, sys
+from ember.train import export_pretrained
+from transformers import AutoTokenizer
+
+run, out, saved, point = sys.argv[1:]
+tokenizer = AutoTokenizer.from_pretrained(saved, local_files_only=True)
+
+
+def stall():
+    print("stalled", flush=True)
+    sys.stdin.readline()  # killed here
+
+
+save_tokenizer, rename = tokenizer.save_pretrained, os.replace
+if point == "tokenizer":
+    tokenizer.save_pretrained = lambda directory: (save_tokenizer(directory), stall())
+else:
+    os.replace = lambda src, dst: (stall(), rename(src, dst))
+export_pretrained(run, out, tokenizer=tokenizer)
+"""
+
+
+@pytest.mark.parametrize("point", ["tokenizer", "rename"])
+def test_an_export_killed_midway_leaves_the_empty_directory_as_it_was(
+    tmp_path: Path, point: str
+) -> None:
+    """An export killed (SIGKILL) once the tokenizer is written, or with every file written
+    just before the rename, leaves the empty output directory empty: the tokenizer files and
+    generation_config.json are part of the one directory swap; a second export then succeeds."""
+    tokenizer = word_tokenizer()
+    run = tmp_path / "run"
+    checkpointed_run(run, generating_gpt2(tokenizer))
+    saved = tmp_path / "tokenizer"
+    tokenizer.save_pretrained(saved)
+    out = tmp_path / "exports" / "hf"
+    out.mkdir(parents=True)
+    with subprocess.Popen(
+        [sys.executable, "-c", _STALLED_EXPORT, str(run), str(out), str(saved), point],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    ) as stalled:
+        try:
+            assert stalled.stdout is not None
+            assert stalled.stdout.readline() == b"stalled\n"
+            (temp,) = [p for p in out.parent.iterdir() if p != out]
+            written = {p.name for p in temp.iterdir()}
+            assert "tokenizer.json" in written
+            if point == "rename":
+                assert {"config.json", "generation_config.json", "model.safetensors"} <= written
+        finally:
+            stalled.kill()
+    assert out.is_dir() and not any(out.iterdir())
+    export_pretrained(run, out, tokenizer=saved)
+    assert {"tokenizer.json", "generation_config.json"} <= {p.name for p in out.iterdir()}
+
+
+def test_a_model_that_cannot_generate_exports_no_generation_config(tmp_path: Path) -> None:
+    """A transformers model with no generation_config (a classifier) records none and its
+    export holds none, as its save_pretrained writes none; a generative one records what
+    its save_pretrained writes."""
+    config = gpt2().config
+    config.pad_token_id = 0
+    classifier = transformers.GPT2ForSequenceClassification(config)
+    assert TRANSFORMERS_GENERATION_CONFIG not in model_record(classifier).metadata
+    samples = [{"input_ids": b["input_ids"], "labels": torch.tensor(1)} for b in blocks(8, 2)]
+    result = (
+        SupervisedTraining(
+            tmp_path / "run", DataLoaderBuilder().batch_size(4).build(InMemDataset(samples))
+        )
+        .renderer(CliMetricsRenderer(io.StringIO()))
+        .metrics(LossMetric())
+        .with_default_checkpointers()
+        .launch(Learner(classifier, torch.optim.SGD(classifier.parameters(), lr=0.1)))
+    )
+    assert result.error is None, result.traceback
+    export_pretrained(tmp_path / "run", tmp_path / "hf", "last")
+    assert sorted(p.name for p in (tmp_path / "hf").iterdir()) == [
+        "config.json",
+        "model.safetensors",
+    ]
+    generative = gpt2()
+    generative.generation_config.do_sample = True
+    generative.generation_config.top_k = 3
+    generative.save_pretrained(tmp_path / "saved")
+    written = (tmp_path / "saved" / "generation_config.json").read_text(encoding="utf-8")
+    assert model_record(generative).metadata[TRANSFORMERS_GENERATION_CONFIG] == json.loads(written)

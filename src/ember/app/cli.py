@@ -6,9 +6,10 @@ compare DIR DIR ...`` sets runs side by side (best and last values, the configur
 differ); ``ember digits`` trains on real data, ``ember digits --test`` also evaluates its best
 epoch on a test set (``ember eval``, its old name, is deprecated); ``ember export DIR`` writes a
 run's weights as one safetensors file (``--format hf``: a directory ``from_pretrained`` loads,
-for a run of a ``transformers`` model). Exit codes: 0 success, 1 training failed, 2 nothing to
-do (no run, a directory it will not overwrite, a missing optional extra, a missing or damaged
-checkpoint), 3 the demo's losses differ.
+for a run of a ``transformers`` model, a saved tokenizer beside it with ``--tokenizer``). Exit
+codes: 0 success, 1 training failed, 2 nothing to do (no run, a directory it will not
+overwrite, a missing optional extra, a missing or damaged checkpoint or tokenizer), 3 the
+demo's losses differ.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import argparse
 import re
 import sys
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 from ember._version import __version__
@@ -149,7 +151,16 @@ def _parser() -> argparse.ArgumentParser:
         choices=("safetensors", "hf"),
         default="safetensors",
         help="safetensors (default): one file of the weights; hf: a directory with "
-        "config.json and model.safetensors, for a run of a transformers model",
+        "config.json, generation_config.json (a generative model) and model.safetensors, for "
+        "a run of a transformers model",
+    )
+    export.add_argument(
+        "--tokenizer",
+        type=Path,
+        default=None,
+        metavar="TOKDIR",
+        help="hf: the directory of a saved tokenizer (tokenizer.save_pretrained(TOKDIR)), "
+        "written into the export for AutoTokenizer.from_pretrained",
     )
     export.add_argument(
         "-o",
@@ -235,18 +246,23 @@ def _digits(directory: Path | None, epochs: int, *, test: bool, command: str) ->
     return 0
 
 
-def _export(directory: Path, epoch: int | str, output: Path, form: str) -> int:
+def _export(
+    directory: Path, epoch: int | str, output: Path, form: str, tokenizer: Path | None
+) -> int:
     from ember._errors import CheckpointError
     from ember.train._checkpoint.export import export_weights
     from ember.train._checkpoint.pretrained import export_pretrained
 
-    write = export_pretrained if form == "hf" else export_weights
+    if tokenizer is not None and form != "hf":
+        return _error("export", ValueError("--tokenizer goes with --format hf: add it"))
+    write = partial(export_pretrained, tokenizer=tokenizer) if form == "hf" else export_weights
     try:
         number = write(directory, output, epoch)  # type: ignore[arg-type]  # parsed
-    except (CheckpointError, OSError, ValueError) as error:
+    except (CheckpointError, OSError, ValueError, ImportError) as error:
         return _error("export", error)
     what = "a transformers model directory" if form == "hf" else "the weights"
-    print(f"wrote {output} ({what} of epoch {number} of {directory})")
+    with_tokenizer = "" if tokenizer is None else f", with the tokenizer of {tokenizer}"
+    print(f"wrote {output} ({what} of epoch {number} of {directory}{with_tokenizer})")
     return 0
 
 
@@ -280,5 +296,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(_EVAL_DEPRECATED, file=sys.stderr)
         return _digits(args.dir, args.epochs, test=True, command="eval")
     if args.command == "export":
-        return _export(args.directory, args.epoch, args.output, args.format)
+        return _export(args.directory, args.epoch, args.output, args.format, args.tokenizer)
     raise AssertionError(f"unknown command {args.command}")

@@ -90,6 +90,7 @@ def gpt2_training(directory: Path, strategy: Any = None) -> tuple[SupervisedTrai
         eos_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
     )  # fmt: skip
     model = transformers.GPT2LMHeadModel(config)
+    model.generation_config.max_new_tokens = 5  # a user's setting, which checkpoints keep
     ids = torch.randint(0, 32, (24, 8), generator=torch.Generator().manual_seed(0))
     blocks = [{"input_ids": row, "labels": row} for row in ids]
     train = DataLoaderBuilder().batch_size(8).build(InMemDataset(blocks[:16]))

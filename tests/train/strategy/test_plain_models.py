@@ -56,8 +56,8 @@ def test_a_gpt2_sharded_by_fsdp_trains_as_one_process_and_exports(
     two_ranks: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """GPT-2 blocks sharded over 2 ranks: one process's weights; its sharded checkpoint keeps
-    the model's configuration, so ember export --format hf writes a directory from_pretrained
-    loads into those weights."""
+    the model's configuration and generation configuration, so ember export --format hf writes
+    a directory from_pretrained loads into those weights and that generation configuration."""
     import transformers
 
     from ember.train import export_pretrained
@@ -72,3 +72,5 @@ def test_a_gpt2_sharded_by_fsdp_trains_as_one_process_and_exports(
     loaded = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "hf")
     for name, tensor in loaded.state_dict().items():
         assert torch.equal(tensor, weights[name])
+    assert loaded.generation_config == learner.model.generation_config
+    assert loaded.generation_config.max_new_tokens == 5

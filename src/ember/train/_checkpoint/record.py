@@ -26,6 +26,7 @@ from ember._errors import CheckpointError
 
 __all__ = [
     "TRANSFORMERS_CONFIG",
+    "TRANSFORMERS_GENERATION_CONFIG",
     "Record",
     "load_model_record",
     "load_nested_record",
@@ -38,6 +39,7 @@ __all__ = [
     "plain_state_name",
     "state_record",
     "transformers_config",
+    "transformers_metadata",
 ]
 
 _TENSOR, _TUPLE, _DICT = "$tensor", "$tuple", "$dict"
@@ -46,6 +48,11 @@ _EXTRA = "$extra."  # key prefix of tensors inside a module's extra state (no pa
 TRANSFORMERS_CONFIG = "transformers_config"
 """The model record's metadata key of a ``transformers`` model's configuration (its
 ``config.json``), from which ``export_pretrained`` writes a directory ``from_pretrained`` loads."""
+
+TRANSFORMERS_GENERATION_CONFIG = "transformers_generation_config"
+"""The model record's metadata key of a generative ``transformers`` model's ``generation_config``
+(its ``generation_config.json``), as the model held it when saved: settings a user gave it
+(``max_new_tokens``, ``pad_token_id``) are not in ``config.json``, so only the record keeps them."""
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -204,7 +211,7 @@ def model_record(model: nn.Module) -> Record:
     :func:`plain_state_name`), cloned to CPU.
 
     Non-tensor entries (a module's ``get_extra_state``) go to ``metadata["extra_state"]``; a
-    ``transformers`` model's configuration to ``metadata[TRANSFORMERS_CONFIG]``.
+    ``transformers`` model's configurations to the metadata (:func:`transformers_metadata`).
     """
     tensors: dict[str, torch.Tensor] = {}
     extra: dict[str, Any] = {}
@@ -215,10 +222,24 @@ def model_record(model: nn.Module) -> Record:
         else:
             extra[name] = encode(value, f"{_EXTRA}{name}", tensors)
     metadata: dict[str, Any] = {"extra_state": extra} if extra else {}
+    return Record(tensors=tensors, metadata=metadata | transformers_metadata(model))
+
+
+def transformers_metadata(model: nn.Module) -> dict[str, Any]:
+    """What a ``transformers`` model's records keep for an export: its configuration under
+    :data:`TRANSFORMERS_CONFIG` and, for a model that generates, its generation configuration
+    under :data:`TRANSFORMERS_GENERATION_CONFIG`, as ``save_pretrained`` writes it (the values
+    that differ from ``GenerationConfig()``'s); empty for any other model."""
     config = transformers_config(model)
-    if config is not None:
-        metadata[TRANSFORMERS_CONFIG] = config
-    return Record(tensors=tensors, metadata=metadata)
+    if config is None:
+        return {}
+    # None on a model that cannot generate (transformers sets it only on those that can)
+    generation = getattr(model, "generation_config", None)
+    if not callable(getattr(generation, "to_json_string", None)):
+        return {TRANSFORMERS_CONFIG: config}
+    content: dict[str, Any] = json.loads(generation.to_json_string(use_diff=True))  # type: ignore[union-attr]
+    content.pop("compile_config", None)  # a run-time setting save_pretrained leaves out too
+    return {TRANSFORMERS_CONFIG: config, TRANSFORMERS_GENERATION_CONFIG: content}
 
 
 def transformers_config(model: nn.Module) -> dict[str, Any] | None:

@@ -54,9 +54,10 @@ from ember.train._checkpoint.file import (
 from ember.train._checkpoint.manifest import manifest_path, read_manifest
 from ember.train._checkpoint.record import (
     TRANSFORMERS_CONFIG,
+    TRANSFORMERS_GENERATION_CONFIG,
     Record,
     snapshot,
-    transformers_config,
+    transformers_metadata,
 )
 from ember.train._checkpoint.shard_index import FORMAT, ShardPiece, optimizer_extras, read_index
 from ember.train._files import CheckpointFile
@@ -160,8 +161,7 @@ def write_shards(
     groups = [_json_group(group) for group in optim_state["param_groups"]]
     model = {k.removeprefix("model/"): v for k, v in index.items() if k.startswith("model/")}
     optimizer = {k.removeprefix("optim/"): v for k, v in index.items() if k.startswith("optim/")}
-    config = transformers_config(learner.model)  # kept for an export (pretrained.py)
-    extra = {} if config is None else {TRANSFORMERS_CONFIG: config}
+    extra = transformers_metadata(learner.model)  # kept for an export (pretrained.py)
     return ShardedRecords(
         Record(metadata={"format": FORMAT, "world": len(reports), "tensors": model, **extra}),
         Record(
@@ -445,12 +445,12 @@ def _check_names(names: list[str], model_state: Mapping[str, Any], epoch: int) -
 
 def consolidate(directory: Path, epoch: int, record: Record) -> Record:
     """The whole tensors of a sharded model record, as a plain model record (for export; a
-    ``transformers`` model's configuration kept)."""
+    ``transformers`` model's configurations kept)."""
     pieces = _Pieces(directory, epoch, record, "model")
-    config = record.metadata.get(TRANSFORMERS_CONFIG)
+    kept = (TRANSFORMERS_CONFIG, TRANSFORMERS_GENERATION_CONFIG)
     return Record(
         tensors={name: pieces.fill(name, None) for name in pieces.names()},
-        metadata={} if config is None else {TRANSFORMERS_CONFIG: config},
+        metadata={key: value for key, value in record.metadata.items() if key in kept},
     )
 
 
