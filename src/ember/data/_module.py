@@ -2,9 +2,10 @@
 
 ::
 
+    @dataclass
     class Digits(DataModule):
-        def __init__(self, batch_size: int = 32, root: Path = Path("data")) -> None:
-            self.batch_size, self.root = batch_size, root      # plain values: ember.cli fills them
+        batch_size: int = 32             # plain values: ember.cli fills them from a config
+        root: Path = Path("data")
 
         def prepare(self) -> None:       # once per machine, on its main process: download,
             ...                          # unpack, tokenize to disk (nothing kept on self)
@@ -32,28 +33,32 @@ restored on resume. The class lives in the data layer: it knows nothing of train
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["DataModule"]
 
 
-class DataModule(ABC):
+@dataclass(eq=False)
+class DataModule:
     """A run's data: prepared once per machine, set up on every process, and its loaders.
 
     Subclass it; only ``train_loader`` is required (see the module doc for when each is
-    called)."""
+    called). A dataclass of no fields, so that a subclass written as a dataclass is a plain
+    one, whose fields ``ember.cli`` fills from a config."""
 
-    def prepare(self) -> None:  # noqa: B027  # optional: doing nothing is its default
+    def prepare(self) -> None:
         """Once per machine, on its main process, before ``setup``: download, unpack, write
         to disk. Nothing done here is seen by the other processes but what it writes."""
 
-    def setup(self) -> None:  # noqa: B027  # optional: doing nothing is its default
+    def setup(self) -> None:
         """On every process, after ``prepare``: read the data, build the datasets."""
 
-    @abstractmethod
     def train_loader(self) -> Any:
-        """The train loader: an ember loader or a ``torch.utils.data.DataLoader``."""
+        """The train loader: an ember loader or a ``torch.utils.data.DataLoader`` (required)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} has no train_loader(): a DataModule gives its train loader"
+        )
 
     def valid_loader(self) -> Any:
         """The valid loader (or a mapping of named ones); override it for a run that
