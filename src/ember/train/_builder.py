@@ -46,6 +46,7 @@ from ember.train._learner import Learner
 from ember.train._logger.base import MetricLogger
 from ember.train._logger.file import metric_file_name
 from ember.train._metric.base import Metric, NamedMetric, Numeric
+from ember.train._metric.registered import set_metric_name
 from ember.train._precision import Precision, check_precision
 from ember.train._renderer.base import MetricsRenderer
 from ember.train._result import LearningResult
@@ -53,7 +54,7 @@ from ember.train._schedule import Unit, every
 from ember.train._strategy.base import SupervisedLearningStrategy
 from ember.train._threshold import ThresholdStop
 from ember.train._training import launch
-from ember.train._valid_sets import logged_names, set_metric_name, valid_loaders
+from ember.train._valid_sets import logged_names, valid_loaders
 from ember.train._vocabulary import Split
 
 __all__ = ["SupervisedTraining"]

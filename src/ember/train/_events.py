@@ -118,8 +118,11 @@ class StartSplit:
 
 @dataclass(frozen=True, slots=True)
 class ProcessedItem(Generic[T]):
-    """A batch was processed; in validation, a batch of ``valid_set``, the validation set it
-    belongs to by name (None: the main one, and every training batch)."""
+    """A batch was processed.
+
+    ``valid_set``: the validation set a validation batch belongs to, by name, in a run of
+    several (None for the main one, and for every training batch).
+    """
 
     item: TrainingItem[T]
     valid_set: str | None = None

@@ -5,8 +5,9 @@ The first set of the mapping is the run's main validation set: it is the run's v
 value by default (the default checkpointing strategy, early stopping, ``ReduceLROnPlateau``,
 ``result.values("valid", "Loss")``) reads it, exactly as in a run of one valid loader. Every
 other set (``TrainingConfig.valid_sets``) is validated with its own copies of the registered
-valid metrics, whose values are named ``"{metric} ({set})"`` (:func:`set_metric_name`), so they
-reach every reader of metric values under that name with nothing of their own::
+valid metrics, made by ``MetricsTraining.add_valid_set`` (``_metric/registered.py``), whose
+values are named ``"{metric} ({set})"`` (``set_metric_name``, there), so they reach every reader
+of metric values under that name with nothing of their own::
 
     the main set "clean"   placed under "valid"         Loss          valid/epoch-N/Loss.log
     the set "noisy"        placed under "valid:noisy"   Loss (noisy)  valid/epoch-N/Loss_(noisy).log
@@ -28,13 +29,13 @@ from typing import Any
 from ember.data import DataLoader
 from ember.data._torch_loader import as_ember_loader
 from ember.train._metric.base import Metric
+from ember.train._metric.registered import set_metric_name
 from ember.train._vocabulary import Split
 
 __all__ = [
     "ValidSets",
     "loader_key",
     "logged_names",
-    "set_metric_name",
     "set_metrics",
     "valid_loaders",
 ]
@@ -80,12 +81,6 @@ def _checked_name(name: Any) -> str:
             "'Loss (noisy)', their log files and tracker tags)"
         )
     return name
-
-
-def set_metric_name(metric: str, set_name: str) -> str:
-    """The name the value of ``metric`` on the validation set ``set_name`` is logged under:
-    ``Loss (noisy)``."""
-    return f"{metric} ({set_name})"
 
 
 def loader_key(set_name: str | None) -> str:

@@ -14,13 +14,18 @@ from typing import Any
 from ember.train._metric.base import Metric, MetricMetadata, Numeric, adapt
 from ember.train._metric.loss import LossInput
 from ember.train._metric.values import MetricState
-from ember.train._valid_sets import set_metric_name
 from ember.train._vocabulary import Split
 
-__all__ = ["MetricsTraining"]
+__all__ = ["MetricsTraining", "set_metric_name"]
 
 _Resolved = list[tuple[Metric, type[Any], bool]]
 """(metric, its input type, whether numeric): protocol checks are too slow per batch."""
+
+
+def set_metric_name(metric: str, set_name: str) -> str:
+    """The name the values of ``metric`` on the validation set ``set_name`` are logged under:
+    ``Loss (noisy)``."""
+    return f"{metric} ({set_name})"
 
 
 class MetricsTraining:

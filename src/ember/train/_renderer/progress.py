@@ -12,9 +12,8 @@ from typing import Any
 from ember._protocols import member
 from ember.train._events import Start, StartSplit, TrainingItem
 from ember.train._metric.base import MetricDefinition, metric_definition
-from ember.train._metric.registered import MetricsTraining
+from ember.train._metric.registered import MetricsTraining, set_metric_name
 from ember.train._renderer.base import MetricsRenderer, Renderer
-from ember.train._valid_sets import set_metric_name
 from ember.train._vocabulary import Split
 
 __all__ = ["ProgressUpdate", "announce_split", "announce_start", "items_progress"]
