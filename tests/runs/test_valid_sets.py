@@ -84,3 +84,21 @@ def test_compare_and_plot_show_each_set(tmp_path: Path, capsys: pytest.CaptureFi
     assert list(line.get_ydata()) == list(one.values("valid", "Loss (noisy)").values())
     assert main(["plot", str(tmp_path / "a")]) == 0
     assert (tmp_path / "a" / "metrics.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_set_name_with_underscores_and_dots_reads_back_as_written(tmp_path: Path) -> None:
+    """The set "noisy_v1.2" logs to Loss_(noisy_v1.2).log; ember.runs reads the name back from
+    the steps file exactly (not "noisy v1.2"), and the run's values under it."""
+    torch.manual_seed(0)
+    model = TinyRegressor()
+    sets = {"clean": loader(10, seed=1), "noisy_v1.2": noisy()}
+    result = (
+        SupervisedTraining(tmp_path, loader(16), sets)
+        .renderer(CliMetricsRenderer(io.StringIO()))
+        .metrics(LossMetric())
+        .launch(Learner(model, torch.optim.SGD(model.parameters(), lr=0.05)))
+    )
+    assert (tmp_path / "valid" / "epoch-1" / "Loss_(noisy_v1.2).log").is_file()
+    run = load(tmp_path)
+    assert run.metrics("valid") == ["Loss", "Loss (noisy_v1.2)"]
+    assert run.values("valid", "Loss (noisy_v1.2)") == result.values("valid", "Loss (noisy_v1.2)")
