@@ -29,6 +29,7 @@ from ember.train import (
     CsvMetricLogger,
     Direction,
     InMemoryMetricLogger,
+    Learner,
     LossMetric,
     MetricCheckpointingStrategy,
     MetricEarlyStoppingStrategy,
@@ -257,8 +258,6 @@ def test_a_scheduler_may_watch_another_set(tmp_path: Path) -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, patience=0, factor=0.5)
     scheduler = TorchLrScheduler(plateau, monitor="Loss (noisy)")
-    from ember.train import Learner
-
     trainer = Learner(model, optimizer, scheduler)
     assert training(tmp_path / "run").launch(trainer).error is None
     assert optimizer.param_groups[0]["lr"] == pytest.approx(0.05 * 0.5**2)
