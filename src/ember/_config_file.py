@@ -201,7 +201,8 @@ def dump_config(values: Any) -> str:
     that the loader would read as a number (``1e5``, ``0E0``) is quoted."""
     import yaml
 
-    return yaml.dump(values, Dumper=_dumper(), allow_unicode=True, sort_keys=False)
+    text: str = yaml.dump(values, Dumper=_dumper(), allow_unicode=True, sort_keys=False)
+    return text
 
 
 @cache
@@ -210,7 +211,7 @@ def _dumper() -> type[Any]:
     type is written quoted."""
     import yaml
 
-    class DataDumper(yaml.SafeDumper):
+    class DataDumper(yaml.SafeDumper):  # type: ignore[misc]  # yaml has no type hints here
         pass
 
     DataDumper.yaml_implicit_resolvers = dict(_loader().yaml_implicit_resolvers)

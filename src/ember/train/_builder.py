@@ -45,6 +45,7 @@ from ember.train._learner import Learner
 from ember.train._logger.base import MetricLogger
 from ember.train._logger.file import metric_file_name
 from ember.train._metric.base import Metric, NamedMetric, Numeric
+from ember.train._metric.registered import set_metric_name
 from ember.train._options import TrainingOptions, option_calls
 from ember.train._precision import Precision, check_precision
 from ember.train._renderer.base import MetricsRenderer
@@ -53,6 +54,7 @@ from ember.train._schedule import Unit, every
 from ember.train._strategy.base import SupervisedLearningStrategy
 from ember.train._threshold import ThresholdStop
 from ember.train._training import launch
+from ember.train._valid_sets import logged_names, valid_loaders
 from ember.train._vocabulary import Split
 
 __all__ = ["SupervisedTraining"]
@@ -66,7 +68,10 @@ class SupervisedTraining:
     ``train`` and ``valid`` are ember loaders or ``torch.utils.data.DataLoader`` objects (each
     adapted by ``TorchDataLoader``). Without ``valid`` the run trains only: no valid split,
     no valid metrics, and what reads a validation value (early stopping or checkpointing on a
-    valid metric, ``ReduceLROnPlateau``, ``with_test``) is refused at launch.
+    valid metric, ``ReduceLROnPlateau``, ``with_test``) is refused at launch. ``valid`` may
+    also be several named validation sets, ``{"clean": a, "noisy": b}``: the first is the main
+    one (its values keep their names, ``Loss``), each other's values are named after it
+    (``Loss (noisy)``; ``docs/training.md``, "Several validation sets").
 
     Defaults (Burn's): 1 epoch; ``directory/experiment.log`` application log; metrics logged to
     files under ``directory`` (and to the loggers given); the renderer picked by
@@ -77,7 +82,12 @@ class SupervisedTraining:
         self,
         directory: str | os.PathLike[str],
         train: DataLoader[Any] | TorchLoader[Any] | DataModule,
-        valid: DataLoader[Any] | TorchLoader[Any] | None = None,
+        valid: (
+            DataLoader[Any]
+            | TorchLoader[Any]
+            | Mapping[str, DataLoader[Any] | TorchLoader[Any]]
+            | None
+        ) = None,
     ) -> None:
         path = check_directory(directory, "the run directory")
         log = path / "experiment.log"
@@ -90,8 +100,8 @@ class SupervisedTraining:
             self._config = TrainingConfig(path, None, None, data_module=train, application_log=log)
             return
         train = as_ember_loader(train, "the train loader")
-        valid = None if valid is None else as_ember_loader(valid, "the valid loader")
-        self._config = TrainingConfig(path, train, valid, application_log=log)
+        main, name, sets = valid_loaders(valid)
+        self._config = TrainingConfig(path, train, main, name, sets, application_log=log)
 
     @property
     def config(self) -> TrainingConfig:
@@ -148,18 +158,38 @@ class SupervisedTraining:
                 f"{type(metric).__name__} is not a numeric metric (it needs attributes, value, "
                 "running_value and final_value); register it with metric_train/metric_valid"
             )
-        try:  # an empty name or one too long for a file name: refused here, not mid-run
-            metric_file_name(metric.name)
-        except ValueError as error:
-            raise ValueError(f"{type(metric).__name__} cannot be registered: {error}") from None
-        if any(s is split and m.name == metric.name for s, m in self._config.metrics):
+        self._check_names(split, metric)
+        config = self._config
+        names = config.summary_metrics | {metric.name} if summarised else config.summary_metrics
+        return self._set(metrics=(*config.metrics, (split, metric)), summary_metrics=names)
+
+    def _check_names(self, split: Split, metric: Metric) -> None:
+        """The names ``metric``'s values are logged under (on the valid split, also each other
+        validation set's: ``Loss (noisy)``) name files: refused here, not mid-run, when empty,
+        too long for a file name or taken on ``split``."""
+        config = self._config
+        names = [metric.name]
+        if split is Split.VALID:
+            names += [set_metric_name(metric.name, name) for name, _ in config.valid_sets]
+        for name in names:
+            try:
+                metric_file_name(name)
+            except ValueError as error:
+                raise ValueError(f"{type(metric).__name__} cannot be registered: {error}") from None
+        if any(s is split and m.name == metric.name for s, m in config.metrics):
             raise ValueError(
                 f"a metric named {metric.name!r} is already registered for the {split.value} "
                 "split; each metric writes to the file of its name, so names must be unique"
             )
-        config = self._config
-        names = config.summary_metrics | {metric.name} if summarised else config.summary_metrics
-        return self._set(metrics=(*config.metrics, (split, metric)), summary_metrics=names)
+        taken = logged_names(config.metrics, config.valid_sets, split)
+        for name in names:
+            if name in taken:
+                raise ValueError(
+                    f"{type(metric).__name__}'s values would be logged as {name!r} on the "
+                    f"{split.value} split, where that name is already logged (its values: "
+                    f"{taken}; another validation set's are '{{metric}} ({{set}})'): each name "
+                    "writes to the file of its name, so rename the metric"
+                )
 
     # loop --------------------------------------------------------------------------------
 

@@ -18,7 +18,10 @@ handed to every logger's ``start`` (trackers record it as the run's parameters):
      "resume": null, "hparams": {"hidden": 64}, "cli": {"lr": 0.1, "data": {"batch_size": 64}}}
 
 ``directions`` says which way is better for each numeric metric (its attributes'
-``higher_is_better``), so that a run read back (``ember compare``) knows its best epoch.
+``higher_is_better``), so that a run read back (``ember compare``) knows its best epoch. A run
+of several validation sets (``_valid_sets.py``) names its main one in ``"valid": {..., "name":
+"clean"}``, describes the others in ``"valid_sets": {"noisy": {"batches": 4, ...}}``, and lists
+their values' names (``"Loss (noisy)"``) in ``metrics`` and ``directions``.
 ``hparams`` holds the user's own entries (``SupervisedTraining.hparams``); ``cli`` the values
 ``ember.cli`` resolved for the ``main`` that launched the run, keys as ``main`` spells them, or
 null (``_experiment.py``). A value the run cannot describe as JSON (an optimizer hyper-parameter
@@ -53,6 +56,7 @@ from ember.train._renderer.base import MetricsRenderer
 from ember.train._schedule import EVERY_EPOCH, Every
 from ember.train._strategy.base import SupervisedLearningStrategy
 from ember.train._strategy.single import SingleDevice
+from ember.train._valid_sets import ValidSets, logged_names, set_metrics
 from ember.train._vocabulary import Direction, Split
 from ember.train._window import Clipping
 
@@ -85,7 +89,12 @@ class TrainingConfig:
     train: DataLoader[Any] | None
     """None only with a data module, until launch takes its loaders (``train_loader``)."""
     valid: DataLoader[Any] | None
-    """None: train only (no valid split), or a data module's, until launch."""
+    """None: train only (no valid split), or a data module's, until launch. With several
+    validation sets, the main one."""
+    valid_name: str | None = None
+    """The main validation set's name, when ``valid`` was given as ``{name: loader}``."""
+    valid_sets: ValidSets = ()
+    """The validation sets after the main one, by name (``_valid_sets.py``)."""
     data_module: DataModule | None = None
     """A data module that gives the loaders at launch (``_data_module.py``), or None."""
     seed: int | None = None
@@ -196,10 +205,11 @@ def check_hparams(entries: Mapping[str, Any]) -> dict[str, Any]:
 def run_configuration(config: TrainingConfig, learner: Learner[Any]) -> dict[str, Any]:
     """The configuration of a run of ``learner`` as ``config`` says (see the module doc)."""
     strategy = config.strategy or SingleDevice()
-    metrics: dict[str, list[str]] = {"train": [], "valid": []}
-    for split, metric in config.metrics:
-        metrics[split.value].append(metric.name)
-    return {
+    metrics = {
+        split.value: logged_names(config.metrics, config.valid_sets, split)
+        for split in (Split.TRAIN, Split.VALID)
+    }
+    described: dict[str, Any] = {
         "directory": str(config.directory),
         "ember_version": __version__,
         "torch_version": torch.__version__,
@@ -217,7 +227,7 @@ def run_configuration(config: TrainingConfig, learner: Learner[Any]) -> dict[str
         "gradient_checkpointing": _json(config.gradient_checkpointing),
         "strategy": type(strategy).__name__,
         "train": _loader(config.train_loader),
-        "valid": None if config.valid is None else _loader(config.valid),
+        "valid": _valid(config),
         "optimizer": _optimizer(learner.optimizer_or_factory),
         "lr_scheduler": _scheduler(learner.lr_scheduler),
         "metrics": metrics,
@@ -231,6 +241,19 @@ def run_configuration(config: TrainingConfig, learner: Learner[Any]) -> dict[str
         "hparams": dict(config.hparams),
         "cli": _cli_values(),
     }
+    if config.valid_sets:
+        described["valid_sets"] = {name: _loader(loader) for name, loader in config.valid_sets}
+    return described
+
+
+def _valid(config: TrainingConfig) -> dict[str, Any] | None:
+    """The main valid loader's description, with its name when the sets were named."""
+    if config.valid is None:
+        return None
+    described = _loader(config.valid)
+    if config.valid_name is not None:
+        described["name"] = config.valid_name
+    return described
 
 
 def _data_module(config: TrainingConfig) -> dict[str, Any]:
@@ -261,10 +284,12 @@ def _cli_values() -> dict[str, Any] | None:
 
 
 def _directions(config: TrainingConfig) -> dict[str, str]:
-    """Which way is better for each numeric metric, by name (sorted)."""
+    """Which way is better for each numeric metric, by the name its values are logged under
+    (another validation set's too: ``Loss (noisy)``), sorted."""
+    named = [(metric.name, metric) for _, metric in config.metrics]
     directions = {
-        metric.name: (Direction.HIGHEST if metric.attributes.higher_is_better else Direction.LOWEST)
-        for _, metric in config.metrics
+        name: (Direction.HIGHEST if metric.attributes.higher_is_better else Direction.LOWEST)
+        for name, metric in [*named, *set_metrics(config.metrics, config.valid_sets)]
         if isinstance(metric, Numeric)
     }
     return {name: directions[name].value for name in sorted(directions)}

@@ -24,6 +24,7 @@ from ember.data import DataLoader, DataModule
 from ember.data._torch_loader import as_ember_loader
 from ember.train._config import TrainingConfig, defines_valid
 from ember.train._strategy.base import StrategyDefaults
+from ember.train._valid_sets import valid_loaders
 
 __all__ = ["with_data"]
 
@@ -38,10 +39,15 @@ def with_data(config: TrainingConfig) -> TrainingConfig:
     module.setup()
     name = type(module).__name__
     train = _loader(module.train_loader(), f"{name}.train_loader()")
-    valid = None
-    if defines_valid(module):
-        valid = _loader(module.valid_loader(), f"{name}.valid_loader()")
-    return dataclasses.replace(config, train=train, valid=valid)
+    if not defines_valid(module):
+        return dataclasses.replace(config, train=train)
+    given = module.valid_loader()
+    if given is None:
+        _loader(given, f"{name}.valid_loader()")  # refused, naming the fix
+    valid, valid_name, valid_sets = valid_loaders(given)
+    return dataclasses.replace(
+        config, train=train, valid=valid, valid_name=valid_name, valid_sets=valid_sets
+    )
 
 
 def _prepare(module: DataModule, config: TrainingConfig) -> None:

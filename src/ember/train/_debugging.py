@@ -4,9 +4,10 @@ The builder records them in the configuration (so ``config.json`` says a run was
 launch :func:`debugging_run` turns them into the run they stand for:
 
 * ``limit_batches(train=n, valid=m)``: each pass of a loader is its first n (m) batches
-  (``LimitedLoader``: the batches of the wrapped pass, shuffled as it is);
-* ``overfit_batches(n)``: training and validation both read the items of the train loader's
-  first n batches (a slice of its unshuffled items, shuffled within the slice as the loader
+  (``LimitedLoader``: the batches of the wrapped pass, shuffled as it is; m of every
+  validation set);
+* ``overfit_batches(n)``: training and validation (every set) both read the items of the train
+  loader's first n batches (a slice of its unshuffled items, shuffled within the slice as the loader
   shuffles), every round: a model that cannot overfit them has a bug;
 * ``fast_dev_run(n=1)``: one round of n train and n valid batches, and nothing kept: no
   checkpoint, no metric file, no ``experiment.log``, no ``config.json``, no lock; the run
@@ -19,6 +20,7 @@ They run on one process: a data-parallel strategy refuses the limited loaders (n
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from ember.data import DataLoader
@@ -32,24 +34,18 @@ __all__ = ["debugging_run", "overfit_slice"]
 def debugging_run(config: TrainingConfig) -> TrainingConfig:
     """``config`` as the run its debugging modes stand for (see the module doc); ``config``
     itself when it asks for none."""
-    if config.overfit_batches is not None:
-        train = overfit_slice(config.train_loader, config.overfit_batches)
-        valid = (
-            None
-            if config.valid is None
-            else overfit_slice(config.train_loader, config.overfit_batches)
-        )
-        config = dataclasses.replace(config, train=train, valid=valid)
+    overfit = config.overfit_batches
+    if overfit is not None:
+        train = config.train_loader
+        config = _with_valid(config, lambda _: overfit_slice(train, overfit))
+        config = dataclasses.replace(config, train=overfit_slice(train, overfit))
     limits = config.limit_batches
     if config.fast_dev_run is not None:
         limits = (config.fast_dev_run, config.fast_dev_run)
     if limits is not None:
         train_limit, valid_limit = limits
-        config = dataclasses.replace(
-            config,
-            train=_limited(config.train_loader, train_limit),
-            valid=None if config.valid is None else _limited(config.valid, valid_limit),
-        )
+        config = _with_valid(config, lambda valid: _limited(valid, valid_limit))
+        config = dataclasses.replace(config, train=_limited(config.train_loader, train_limit))
     if config.fast_dev_run is None:
         return config
     return dataclasses.replace(
@@ -72,6 +68,16 @@ def debugging_run(config: TrainingConfig) -> TrainingConfig:
         max_time=None,
         keeps_files=False,
     )
+
+
+def _with_valid(
+    config: TrainingConfig, change: Callable[[DataLoader[Any]], DataLoader[Any]]
+) -> TrainingConfig:
+    """``config`` with every validation set's loader changed by ``change``."""
+    if config.valid is None:
+        return config
+    sets = tuple((name, change(loader)) for name, loader in config.valid_sets)
+    return dataclasses.replace(config, valid=change(config.valid), valid_sets=sets)
 
 
 def _limited(loader: DataLoader[Any], batches: int | None) -> DataLoader[Any]:

@@ -166,6 +166,6 @@ def run_result(
         checkpoints=checkpoints,
         strategy=config.strategy,
         reader=store if store.readers else None,
-        metric_names=metric_names(config.metrics),
+        metric_names=metric_names(config.metrics, config.valid_sets),
         inference_step=learner.inference_step,
     )

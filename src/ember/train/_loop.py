@@ -48,6 +48,9 @@ places the model before it. The loop reads the configuration through the plan
             main model in eval mode, under inference_mode): ProcessedItem per output; a stop
             asked meanwhile waits for the pass's end, so the round and its checkpoint are whole
                                                         # (skipped when training only)
+            with several validation sets (_valid_sets.py): a pass over each in order, the
+            main one first, inside that one split (its items: every set's), each
+            ProcessedItem naming its set; a stop waits for the last set's end
         EndSplit(r) ; EndEpoch(r)
         if checkpointer, early stopping or a metric-driven scheduler:
             flush train-worker (the round's values are in the logs now)
@@ -98,6 +101,7 @@ from ember.train._state import Resumed
 from ember.train._step import StepContext, TrainOutput, step_context
 from ember.train._strategy.base import LocalRun, StrategyRun, model_device
 from ember.train._threshold import ThresholdStop
+from ember.train._valid_sets import loader_key
 from ember.train._vocabulary import Split
 from ember.train._window import OptimizerWindow, UnitClosure
 
@@ -446,22 +450,28 @@ class TrainingLoop:
         self.callbacks.call("on_epoch_end", epoch)
 
     def _validate(self, epoch: int) -> None:
+        """The valid split of round ``epoch``: every validation set in order, the main one
+        first (``_valid_sets.py``), each item tagged with its set."""
         run, processor, callbacks = self.run, self.processor, self.callbacks
-        processor.process_valid(StartSplit(epoch, run.loaders["valid"].num_items()))
+        sets = [None, *(name for name, _ in self.plan.config.valid_sets)]
+        sizes = [run.loaders[loader_key(name)].num_items() for name in sets]
+        total = None if None in sizes else sum(size or 0 for size in sizes)
+        processor.process_valid(StartSplit(epoch, total))
         callbacks.call("on_split_start", Split.VALID, epoch)
         step = self.counters.optimizer_steps
-        outputs = inference_pass(
-            run,
-            "valid",
-            autocast=self.window.autocast,
-            step=self.learner.inference_step,
-            epoch=epoch,
-            optimizer_steps=step,
-        )
-        for iteration, (item, progress, values) in enumerate(outputs, 1):
-            processor.process_valid(
-                ProcessedItem(TrainingItem(item, progress, iteration, None, step, None, values))
+        for name in sets:
+            outputs = inference_pass(
+                run,
+                loader_key(name),
+                autocast=self.window.autocast,
+                step=self.learner.inference_step,
+                split=Split.VALID.value,
+                epoch=epoch,
+                optimizer_steps=step,
             )
+            for iteration, (item, progress, values) in enumerate(outputs, 1):
+                done = TrainingItem(item, progress, iteration, None, step, None, values)
+                processor.process_valid(ProcessedItem(done, name))
         processor.process_valid(EndSplit(epoch))
         callbacks.call("on_split_end", Split.VALID, epoch)
         if callbacks.methods("on_validation_end"):

@@ -27,7 +27,8 @@ file logs there.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +57,7 @@ from ember.train._schedule import Schedule, check_schedule, steps_per_pass
 from ember.train._strategy.base import StrategyDefaults, SupervisedLearningStrategy, pass_size
 from ember.train._strategy.single import SingleDevice
 from ember.train._tracking import run_loggers
+from ember.train._valid_sets import loader_key, logged_names
 from ember.train._vocabulary import Split
 from ember.train._window import check_optimizer_step
 
@@ -124,6 +126,8 @@ def plan_run(config: TrainingConfig, learner: Learner[Any]) -> RunPlan:
     metrics = MetricsTraining()
     for split, metric in config.metrics:
         metrics.register(split, metric)
+    for name, _ in config.valid_sets:  # its own copies of the valid metrics
+        metrics.add_valid_set(name)
     schedule = Schedule(
         config.num_epochs if config.max_steps is None or config.epochs_given else None,
         config.max_steps,
@@ -209,6 +213,8 @@ def same_training_facts(
     config = plan.config
     train_items, train_batches = pass_size(loaders["train"])
     valid_items, valid_batches = pass_size(loaders["valid"]) if "valid" in loaders else (0, 0)
+    sets = [pass_size(loaders[loader_key(name)]) for name, _ in config.valid_sets]
+    names = ",".join(name for name, _ in config.valid_sets)
     return {
         "the starting epoch (is the checkpoint directory visible to every rank?)": (starting_round),
         "the step resumed from (0: a round end)": step or 0,
@@ -219,9 +225,20 @@ def same_training_facts(
         "the train loader's batches": train_batches,
         "the valid loader's items": valid_items,
         "the valid loader's batches": valid_batches,
+        # as many facts whatever the sets, so that every rank compares the same ones
+        "the other validation sets": len(sets),
+        "the other validation sets' names (their CRC-32)": zlib.crc32(names.encode("utf-8")),
+        "the other validation sets' items": _sum_sizes(size[0] for size in sets),
+        "the other validation sets' batches": _sum_sizes(size[1] for size in sets),
         "checkpointers": int(plan.checkpointer is not None),
         "early stopping": int(config.early_stopping is not None),
     }
+
+
+def _sum_sizes(sizes: Iterable[int]) -> int:
+    """The sum of pass sizes, -1 when one is unknown (a stream)."""
+    sizes = list(sizes)
+    return -1 if -1 in sizes else sum(sizes)
 
 
 # --- refusals --------------------------------------------------------------------------------
@@ -251,7 +268,7 @@ def _check_monitor(config: TrainingConfig, learner: Learner[Any]) -> None:
     if monitor is None:
         return
     _check_validation(config, f"the scheduler stepped with the validation metric {monitor!r}")
-    valid = sorted(m.name for split, m in config.metrics if split is Split.VALID)
+    valid = sorted(logged_names(config.metrics, config.valid_sets, Split.VALID))
     if monitor not in valid:
         raise ValueError(
             f"the scheduler is stepped with the validation metric {monitor!r}, which is not "
@@ -287,7 +304,7 @@ def _check_metric_names(config: TrainingConfig) -> None:
     for who, name, split in _read_metrics(config):
         if split is Split.VALID:
             _check_validation(config, f"{who} on the valid metric {name!r}")
-        registered = sorted(m.name for s, m in config.metrics if s is split)
+        registered = sorted(logged_names(config.metrics, config.valid_sets, split))
         if name not in registered:
             raise ValueError(
                 f"{who} reads the metric {name!r} on the {split.value} split, which is not "

@@ -97,6 +97,7 @@ from ember.train._result import LearningResult
 from ember.train._strategy.base import StrategyDefaults, StrategyRun
 from ember.train._summary import LearnerSummary, describe_model
 from ember.train._tracking import run_artifacts, wanted_artifacts
+from ember.train._valid_sets import loader_key, set_metrics
 from ember.train._vocabulary import Split
 
 __all__ = ["TrainingSession"]
@@ -269,6 +270,8 @@ class TrainingSession(Generic[M]):
         loaders = {"train": config.train_loader}
         if config.valid is not None:
             loaders["valid"] = config.valid
+        for name, loader in config.valid_sets:  # another validation set: valid:{name}
+            loaders[loader_key(name)] = loader
         run = self._run = plan.strategy.start(self.learner.model, loaders)
         try:
             self.learner.bind()  # the optimizers, on the placed parameters
@@ -324,13 +327,16 @@ class TrainingSession(Generic[M]):
 
     def _write_summary(self) -> LearnerSummary:
         config = self.plan.config
+        # every validation set's values: Loss (noisy) is summarised where Loss is
+        named = [(m.name, m) for _, m in config.metrics]
+        named += set_metrics(config.metrics, config.valid_sets)
         summary = LearnerSummary.collect(
             self.store,
-            config.summary_metrics,
+            {name for name, m in named if m.name in config.summary_metrics},
             self._outcome.last_round,
             model=describe_model(self.learner.model),
             stop_reason=self._outcome.stop_reason,
-            units={m.name: m.attributes.unit for _, m in config.metrics if isinstance(m, Numeric)},
+            units={name: m.attributes.unit for name, m in named if isinstance(m, Numeric)},
         )
         atomic_write(config.directory / "summary.json", summary.dumps().encode("utf-8"))
         return summary
