@@ -137,7 +137,7 @@ def test_the_lightning_example_trains_from_its_yaml_and_its_config_yaml_trains_i
     assert recorded["training"]["num_epochs"] == 2 and recorded["training"]["seed"] == 0
     assert recorded["training"]["early_stopping"]["metric"] == "Loss"
     sizes = {"batch_size": 32, "valid_size": 297, "test_size": 300}
-    assert recorded["data"]["init_args"] == sizes
+    assert recorded["data"] == sizes  # plain values: no class_path, nothing to import
     facts = json.loads((first / "config.json").read_text(encoding="utf-8"))
     assert facts["data_module"]["attributes"] == sizes and facts["seed"] == 0
     tests = json.loads((first / "test" / "summary.json").read_text(encoding="utf-8"))["tests"]

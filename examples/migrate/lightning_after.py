@@ -17,6 +17,7 @@ Each run goes to a new ``version_N`` of ``directory`` and records its options th
 (``config.yaml``); nothing is downloaded. Needs ``pip install ember[cli,examples]``.
 """
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -31,17 +32,16 @@ from ember.train import EarlyStoppingOptions, LearningResult, SupervisedTraining
 Batches = DataLoader[tuple[torch.Tensor, torch.Tensor]]  # (images [B, 64], labels [B])
 
 
+@dataclass
 class DigitsData(DataModule):
     """scikit-learn's 8x8 digits, split into train, valid and test sets by a seed."""
 
-    def __init__(self, batch_size: int = 32, valid_size: int = 297, test_size: int = 300) -> None:
-        """
-        Args:
-            batch_size: Images per training batch.
-            valid_size: Images held out for validation.
-            test_size: Images held out to test the best epoch.
-        """
-        self.batch_size, self.valid_size, self.test_size = batch_size, valid_size, test_size
+    batch_size: int = 32
+    """Images per training batch."""
+    valid_size: int = 297
+    """Images held out for validation."""
+    test_size: int = 300
+    """Images held out to test the best epoch."""
 
     def setup(self) -> None:
         from sklearn.datasets import load_digits
@@ -84,8 +84,6 @@ def main(
         lr: Adam's learning rate.
         directory: Where the runs go, each in a new version_N.
     """
-    if training.seed is not None:  # the initial weights too (LightningCLI: seed_everything)
-        torch.manual_seed(training.seed)
     model = nn.Sequential(nn.Linear(64, hidden), nn.ReLU(), nn.Linear(hidden, 10))
     learner = Learner(model, torch.optim.Adam(model.parameters(), lr=lr), loss=F.cross_entropy)
     result = (

@@ -54,8 +54,6 @@ def main(
     split = len(ids) * 9 // 10
     train = DataLoaderBuilder().batch_size(8).shuffle(0).build(blocks(ids[:split]))
     valid = DataLoaderBuilder().batch_size(8).build(blocks(ids[split:]))  # per_device_*_batch_size
-    if training.seed is not None:  # the initial weights too (Trainer: set_seed before the model)
-        torch.manual_seed(training.seed)
     config = GPT2Config(vocab_size=256, n_positions=64, n_embd=64, n_layer=2, n_head=4)
     config.bos_token_id = config.eos_token_id = 0  # the tokens are the 256 byte values
     model = GPT2LMHeadModel(config)
