@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ember
-from ember._config_file import MAX_ALIAS_NODES, MAX_BYTES, MAX_DEPTH, read_config
+from ember._config_file import MAX_ALIAS_NODES, MAX_BYTES, MAX_DEPTH, dump_config, read_config
 
 pytest.importorskip("jsonargparse", reason="ember.cli needs jsonargparse: pip install ember[cli]")
 yaml = pytest.importorskip("yaml")  # jsonargparse's dependency
@@ -242,14 +242,22 @@ JSON_LIKE = st.recursive(
 
 @settings(max_examples=60, deadline=None)
 @given(options=st.dictionaries(TEXT.filter(bool), JSON_LIKE, max_size=5))
-def test_what_yaml_safe_dump_writes_reads_back_the_same(
+def test_what_ember_cli_writes_reads_back_the_same(
     options: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    """Any JSON-like options, written as ember.cli writes a run's config.yaml and
-    --print_config (yaml.safe_dump), read back as they were."""
+    """Any JSON-like options, written as ember.cli writes a run's config.yaml, read back as
+    they were: a string that reads as a number (a key '0E0', a value '1e5') is quoted."""
     path = tmp_path_factory.mktemp("dump") / "config.yaml"
-    path.write_text(yaml.safe_dump(options, allow_unicode=True), encoding="utf-8")
+    path.write_text(dump_config(options), encoding="utf-8")
     assert read_config(str(path)) == options
+
+
+def test_a_string_that_reads_as_a_number_is_quoted(tmp_path: Path) -> None:
+    """The strings '0E0' and '1e5' come back as strings, not floats (yaml.safe_dump writes them
+    bare, and the loader reads 1e5 as jsonargparse does: a float)."""
+    path = tmp_path / "config.yaml"
+    path.write_text(dump_config({"0E0": "1e5", "lr": 1e-3}), encoding="utf-8")
+    assert read_config(str(path)) == {"0E0": "1e5", "lr": 1e-3}
 
 
 @dataclass(frozen=True)

@@ -365,6 +365,7 @@ def test_no_upward_imports(package: str) -> None:
 
 
 SEAMS = {
+    "ember.data._limited": "the first N batches of a loader, for the debugging modes",
     "ember.data._rank_view": "one rank's view of a loader, for the data-parallel strategies",
     "ember.data._torch_loader": "a user's torch DataLoader as an ember loader (builder, Evaluator)",
     "ember.distributed._processes": "the process group formed from torchrun's environment",

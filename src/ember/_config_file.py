@@ -33,7 +33,14 @@ from ember.train._checkpoint.export import kind_of
 if TYPE_CHECKING:
     from yaml import Node, SafeLoader
 
-__all__ = ["MAX_ALIAS_NODES", "MAX_BYTES", "MAX_DEPTH", "check_aliases", "read_config"]
+__all__ = [
+    "MAX_ALIAS_NODES",
+    "MAX_BYTES",
+    "MAX_DEPTH",
+    "check_aliases",
+    "dump_config",
+    "read_config",
+]
 
 MAX_BYTES = 4 * 1024 * 1024
 """The largest ``--config`` file read (4 MiB): a config of a few thousand options is well under."""
@@ -187,6 +194,28 @@ def _children(node: Node) -> list[Node]:
 
 def _where(node: Node) -> str:
     return f"line {node.start_mark.line + 1}, column {node.start_mark.column + 1}"
+
+
+def dump_config(values: Any) -> str:
+    """``values`` (JSON-like) as YAML that :func:`read_config` reads back as they are: a string
+    that the loader would read as a number (``1e5``, ``0E0``) is quoted."""
+    import yaml
+
+    text: str = yaml.dump(values, Dumper=_dumper(), allow_unicode=True, sort_keys=False)
+    return text
+
+
+@cache
+def _dumper() -> type[Any]:
+    """YAML's safe dumper, with the loader's resolvers: what the loader would read as another
+    type is written quoted."""
+    import yaml
+
+    class DataDumper(yaml.SafeDumper):  # type: ignore[misc]  # yaml has no type hints here
+        pass
+
+    DataDumper.yaml_implicit_resolvers = dict(_loader().yaml_implicit_resolvers)
+    return DataDumper
 
 
 @cache

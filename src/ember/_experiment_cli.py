@@ -68,6 +68,7 @@ import enum
 import inspect
 import json
 import re
+import secrets
 import sys
 import types
 import typing
@@ -77,8 +78,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-from ember._config_file import check_aliases, read_config
+from ember._config_file import check_aliases, dump_config, read_config
+from ember.train._checkpoint.rng import seed_everything
 from ember.train._experiment import Experiment, running_experiment
+from ember.train._options import TrainingOptions
 
 if TYPE_CHECKING:
     from jsonargparse import ArgumentParser, Namespace
@@ -112,11 +115,28 @@ def cli(main: Callable[..., T], args: Sequence[str] | None = None) -> T:
         # env=False: JSONARGPARSE_DEFAULT_ENV=true would otherwise read options, and files
         # (PROG_CONFIG=FILE), from the environment
         namespace = parser.parse_args(_files_first(argv), env=False)
+        seed = _seed(namespace, parameters)
         resolved = json.loads(parser.dump(namespace, format="json", skip_unset=False))
-        experiment = Experiment(resolved, parser.dump(namespace, format="yaml", skip_unset=False))
+        experiment = Experiment(resolved, dump_config(resolved))  # what --config reads back
         values = parser.instantiate(namespace)
+    if seed is not None:  # before main builds the model, as LightningCLI's seed_everything
+        seed_everything(seed)
     with running_experiment(experiment):
         return main(**{name: values[name] for name in parameters})
+
+
+def _seed(namespace: Namespace, parameters: dict[str, Any]) -> int | None:
+    """The seed of ``main``'s ``TrainingOptions`` parameter, if it has one: its ``seed``, or
+    one drawn now and put into the values, so that every run records it and ``--config
+    RUN/config.yaml`` trains the same run."""
+    for name, annotation in parameters.items():
+        if annotation is TrainingOptions:
+            key = f"{name}.seed"
+            if namespace[key] is None:
+                namespace[key] = secrets.randbelow(2**31)
+            seed: int = namespace[key]
+            return seed
+    return None
 
 
 def _parameters(main: Callable[..., Any]) -> dict[str, Any]:

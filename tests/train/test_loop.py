@@ -103,8 +103,9 @@ def test_accumulation_window_3_over_7_batches() -> None:
         reference.zero_grad(set_to_none=True)
 
 
-def test_interrupted_epoch_leaves_partial_window_unapplied() -> None:
-    """A stop inside a window ends the epoch without applying the window's gradients."""
+def test_a_stop_inside_a_window_trains_the_window_to_its_step() -> None:
+    """A stop inside an accumulation window (no checkpointers) trains the window to its end
+    and takes its optimizer step, as every stop does; then the run ends."""
     torch.manual_seed(0)
     model = RecordingRegressor()
     interrupter = Interrupter()
@@ -128,7 +129,7 @@ def test_interrupted_epoch_leaves_partial_window_unapplied() -> None:
         interrupter,
         grads_accumulation=3,
     )
-    assert len(model.steps) == 1
+    assert len(model.steps) == 2  # batches 1-3, then 4-6: the stop came at batch 5
     assert result.stop_reason == "test" and result.last_round == 0
 
 

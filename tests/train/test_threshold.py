@@ -1,5 +1,5 @@
-"""``stop_when``: a run stops once a training value reaches a threshold, read on the metrics
-thread, through the interrupter; a stopped run resumes exactly."""
+"""``stop_when``: a run stops after the batch whose value reached the threshold, the same one
+in every run; a stopped run resumes exactly."""
 
 from __future__ import annotations
 
@@ -48,8 +48,41 @@ def test_a_run_stops_once_a_batch_loss_reaches_the_threshold(
     first = next(i for i, value in enumerate(values) if value <= 1e-3)
     assert f"Loss {values[first]!r} <= 0.001" in result.stop_reason
     assert f"step {first + 1})" in result.stop_reason
-    assert len(values) > first  # it stops after the batch it read, never before
+    assert len(values) == first + 1  # it stops right after that batch, not later
     assert result.last_epoch < 50
+
+
+def test_stop_when_stops_at_the_same_batch_with_the_same_model_in_every_run(
+    tmp_path: Path,
+) -> None:
+    """Three runs of the same training with a train stop_when stop after the same batch (the
+    first whose Loss met it) with bit-identical weights, on a shuffled loader with 2
+    workers."""
+    ends = []
+    for index in range(3):
+        torch.manual_seed(0)
+        model = TinyRegressor()
+        training = (
+            SupervisedTraining(tmp_path / str(index), loader(64, 2, shuffle=3, workers=2))
+            .renderer(CliMetricsRenderer(io.StringIO()))
+            .metric_train_numeric(LossMetric())
+            .num_epochs(20)
+            .stop_when("Loss", 0.05)
+        )
+        result = training.launch(Learner(model, torch.optim.SGD(model.parameters(), lr=0.05)))
+        assert result.stop_reason is not None
+        values = [
+            float(line.split(",")[0])
+            for epoch in range(1, result.last_epoch + 2)
+            if (tmp_path / str(index) / "train" / f"epoch-{epoch}").is_dir()
+            for line in read_lines(tmp_path / str(index) / "train" / f"epoch-{epoch}" / "Loss.log")
+            if not line.endswith(",final")
+        ]
+        assert values[-1] <= 0.05 and all(value > 0.05 for value in values[:-1])
+        ends.append((result.stop_reason, [p.detach().clone() for p in model.parameters()]))
+    assert ends[0][0] == ends[1][0] == ends[2][0]
+    for _, params in ends[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(ends[0][1], params, strict=True))
 
 
 def training(directory: Path, epochs: int) -> SupervisedTraining:

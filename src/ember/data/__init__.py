@@ -23,6 +23,7 @@ from ember.data._dataset import (
     WindowsDataset,
 )
 from ember.data._loader import BatchDataLoader, DataLoader, DataLoaderIterator
+from ember.data._module import DataModule
 from ember.data._multithread import MultiThreadDataLoader
 from ember.data._pass import Progress
 from ember.data._shard import ShardedDataLoader
@@ -38,6 +39,7 @@ __all__ = [
     "DataLoaderBuilder",
     "DataLoaderError",
     "DataLoaderIterator",
+    "DataModule",
     "Dataset",
     "DeviceLike",
     "InMemDataset",

@@ -11,6 +11,10 @@ See ``docs/training.md``.
 from ember._errors import RunDirectoryError, TrainingError
 from ember._moved import moved_names
 from ember.train._builder import SupervisedTraining
+from ember.train._callbacks.base import Callback, RunView
+from ember.train._callbacks.ema import EMA
+from ember.train._callbacks.profiler import Profiler
+from ember.train._callbacks.swa import SWA
 from ember.train._checkpoint.asynchronous import AsyncCheckpointer
 from ember.train._checkpoint.export import export_weights, load_checkpoint
 from ember.train._checkpoint.file import FileCheckpointer
@@ -36,6 +40,7 @@ from ember.train._logger.mlflow import MLflowLogger
 from ember.train._logger.optuna import OptunaPruning
 from ember.train._logger.tensorboard import TensorBoardLogger
 from ember.train._logger.wandb import WandbLogger
+from ember.train._lr_find import LrFindResult, lr_find
 from ember.train._lr_scheduler.base import LrScheduler
 from ember.train._lr_scheduler.composed import ComposedLr, SequentialLr
 from ember.train._lr_scheduler.schedules import (
@@ -68,6 +73,7 @@ from ember.train._metric.loss import LossMetric
 from ember.train._metric.perplexity import PerplexityMetric
 from ember.train._metric.top_k import TopKAccuracyMetric
 from ember.train._metric.torchmetric import TorchMetric
+from ember.train._options import EarlyStoppingOptions, Every, Limits, TrainingOptions
 from ember.train._outputs import (
     CausalLMOutput,
     ClassificationOutput,
@@ -101,10 +107,13 @@ from ember.train._summary import EvaluationSummary, LearnerSummary, MetricSummar
 from ember.train._vocabulary import Direction, Split
 
 __all__ = [
+    "EMA",
+    "SWA",
     "AccuracyMetric",
     "AsyncCheckpointer",
     "AsyncProcessorTraining",
     "AurocMetric",
+    "Callback",
     "CausalLMOutput",
     "CharErrorRate",
     "ClassReduction",
@@ -120,9 +129,11 @@ __all__ = [
     "CudaMetric",
     "Direction",
     "DistributedDataParallel",
+    "EarlyStoppingOptions",
     "EvaluationSummary",
     "Evaluator",
     "EvaluatorBuilder",
+    "Every",
     "ExponentialLr",
     "FBetaScoreMetric",
     "FileCheckpointer",
@@ -146,9 +157,11 @@ __all__ = [
     "LearningCheckpointer",
     "LearningRateMetric",
     "LearningResult",
+    "Limits",
     "LinearLr",
     "LossMetric",
     "LossOutput",
+    "LrFindResult",
     "LrScheduler",
     "MLflowLogger",
     "Metric",
@@ -163,9 +176,11 @@ __all__ = [
     "OptunaPruning",
     "PerplexityMetric",
     "PrecisionMetric",
+    "Profiler",
     "RecallMetric",
     "RegressionOutput",
     "RunDirectoryError",
+    "RunView",
     "SequenceOutput",
     "SequentialLr",
     "SingleDevice",
@@ -186,6 +201,7 @@ __all__ = [
     "TrainingError",
     "TrainingHooks",
     "TrainingItem",
+    "TrainingOptions",
     "TuiMetricsRenderer",
     "ValueMetric",
     "WandbLogger",
@@ -197,6 +213,7 @@ __all__ = [
     "export_weights",
     "iter_predictions",
     "load_checkpoint",
+    "lr_find",
     "predict",
 ]
 

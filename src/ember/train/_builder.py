@@ -27,8 +27,11 @@ from torch.utils.data import DataLoader as TorchLoader
 
 from ember._checks import check_directory, check_positive_int, check_real
 from ember._protocols import check_protocol, with_defaults
-from ember.data import DataLoader
+from ember.data import DataLoader, DataModule
 from ember.data._torch_loader import as_ember_loader
+from ember.train._callbacks.base import Callback
+from ember.train._callbacks.called import check_callback
+from ember.train._callbacks.time_limit import TimeLimit
 from ember.train._checkpoint.checkpointer import RunCheckpointer
 from ember.train._checkpoint.export import CheckpointEpoch, check_checkpoint_epoch
 from ember.train._checkpoint.strategy import CheckpointingStrategy
@@ -42,6 +45,8 @@ from ember.train._learner import Learner
 from ember.train._logger.base import MetricLogger
 from ember.train._logger.file import metric_file_name
 from ember.train._metric.base import Metric, NamedMetric, Numeric
+from ember.train._metric.registered import set_metric_name
+from ember.train._options import TrainingOptions, option_calls
 from ember.train._precision import Precision, check_precision
 from ember.train._renderer.base import MetricsRenderer
 from ember.train._result import LearningResult
@@ -49,6 +54,7 @@ from ember.train._schedule import Unit, every
 from ember.train._strategy.base import SupervisedLearningStrategy
 from ember.train._threshold import ThresholdStop
 from ember.train._training import launch
+from ember.train._valid_sets import logged_names, valid_loaders
 from ember.train._vocabulary import Split
 
 __all__ = ["SupervisedTraining"]
@@ -62,7 +68,10 @@ class SupervisedTraining:
     ``train`` and ``valid`` are ember loaders or ``torch.utils.data.DataLoader`` objects (each
     adapted by ``TorchDataLoader``). Without ``valid`` the run trains only: no valid split,
     no valid metrics, and what reads a validation value (early stopping or checkpointing on a
-    valid metric, ``ReduceLROnPlateau``, ``with_test``) is refused at launch.
+    valid metric, ``ReduceLROnPlateau``, ``with_test``) is refused at launch. ``valid`` may
+    also be several named validation sets, ``{"clean": a, "noisy": b}``: the first is the main
+    one (its values keep their names, ``Loss``), each other's values are named after it
+    (``Loss (noisy)``; ``docs/training.md``, "Several validation sets").
 
     Defaults (Burn's): 1 epoch; ``directory/experiment.log`` application log; metrics logged to
     files under ``directory`` (and to the loggers given); the renderer picked by
@@ -72,13 +81,27 @@ class SupervisedTraining:
     def __init__(
         self,
         directory: str | os.PathLike[str],
-        train: DataLoader[Any] | TorchLoader[Any],
-        valid: DataLoader[Any] | TorchLoader[Any] | None = None,
+        train: DataLoader[Any] | TorchLoader[Any] | DataModule,
+        valid: (
+            DataLoader[Any]
+            | TorchLoader[Any]
+            | Mapping[str, DataLoader[Any] | TorchLoader[Any]]
+            | None
+        ) = None,
     ) -> None:
         path = check_directory(directory, "the run directory")
+        log = path / "experiment.log"
+        if isinstance(train, DataModule):
+            if valid is not None:
+                raise TypeError(
+                    f"{type(train).__name__} is a data module: it gives the valid loader itself "
+                    "(valid_loader()); drop the valid argument, or pass two loaders"
+                )
+            self._config = TrainingConfig(path, None, None, data_module=train, application_log=log)
+            return
         train = as_ember_loader(train, "the train loader")
-        valid = None if valid is None else as_ember_loader(valid, "the valid loader")
-        self._config = TrainingConfig(path, train, valid, application_log=path / "experiment.log")
+        main, name, sets = valid_loaders(valid)
+        self._config = TrainingConfig(path, train, main, name, sets, application_log=log)
 
     @property
     def config(self) -> TrainingConfig:
@@ -117,13 +140,13 @@ class SupervisedTraining:
         only)."""
         for metric in metrics:
             self.metric_train_numeric(metric)
-            if self._config.valid is not None:
+            if self._config.validates:
                 self.metric_valid_numeric(metric)
         return self
 
     def _register(self, split: Split, metric: Metric, *, summarised: bool) -> SupervisedTraining:
         check_protocol(metric, Metric, "metric")
-        if split is Split.VALID and self._config.valid is None:
+        if split is Split.VALID and not self._config.validates:
             raise ValueError(
                 f"{type(metric).__name__} is registered on the valid split, and this run has "
                 "no valid loader (SupervisedTraining(directory, train) trains only): give one, "
@@ -135,18 +158,38 @@ class SupervisedTraining:
                 f"{type(metric).__name__} is not a numeric metric (it needs attributes, value, "
                 "running_value and final_value); register it with metric_train/metric_valid"
             )
-        try:  # an empty name or one too long for a file name: refused here, not mid-run
-            metric_file_name(metric.name)
-        except ValueError as error:
-            raise ValueError(f"{type(metric).__name__} cannot be registered: {error}") from None
-        if any(s is split and m.name == metric.name for s, m in self._config.metrics):
+        self._check_names(split, metric)
+        config = self._config
+        names = config.summary_metrics | {metric.name} if summarised else config.summary_metrics
+        return self._set(metrics=(*config.metrics, (split, metric)), summary_metrics=names)
+
+    def _check_names(self, split: Split, metric: Metric) -> None:
+        """The names ``metric``'s values are logged under (on the valid split, also each other
+        validation set's: ``Loss (noisy)``) name files: refused here, not mid-run, when empty,
+        too long for a file name or taken on ``split``."""
+        config = self._config
+        names = [metric.name]
+        if split is Split.VALID:
+            names += [set_metric_name(metric.name, name) for name, _ in config.valid_sets]
+        for name in names:
+            try:
+                metric_file_name(name)
+            except ValueError as error:
+                raise ValueError(f"{type(metric).__name__} cannot be registered: {error}") from None
+        if any(s is split and m.name == metric.name for s, m in config.metrics):
             raise ValueError(
                 f"a metric named {metric.name!r} is already registered for the {split.value} "
                 "split; each metric writes to the file of its name, so names must be unique"
             )
-        config = self._config
-        names = config.summary_metrics | {metric.name} if summarised else config.summary_metrics
-        return self._set(metrics=(*config.metrics, (split, metric)), summary_metrics=names)
+        taken = logged_names(config.metrics, config.valid_sets, split)
+        for name in names:
+            if name in taken:
+                raise ValueError(
+                    f"{type(metric).__name__}'s values would be logged as {name!r} on the "
+                    f"{split.value} split, where that name is already logged (its values: "
+                    f"{taken}; another validation set's are '{{metric}} ({{set}})'): each name "
+                    "writes to the file of its name, so rename the metric"
+                )
 
     # loop --------------------------------------------------------------------------------
 
@@ -246,6 +289,65 @@ class SupervisedTraining:
             )
         return self._set(hooks=(*self._config.hooks, hooks))
 
+    def seed(self, seed: int) -> SupervisedTraining:
+        """Seed torch (every device), numpy and Python's ``random`` with ``seed`` when the run
+        launches, on every process, before anything random the run does (a data module's
+        ``setup`` included); ``config.json`` records it, so the run can be trained again."""
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+            raise ValueError(f"seed must be an int in [0, 2**63), got {seed!r}")
+        return self._set(seed=seed)
+
+    def with_options(self, options: TrainingOptions) -> SupervisedTraining:
+        """Apply ``options`` (a config file's trainer section, ``TrainingOptions``): each field
+        that differs from its default calls the builder method it is named after."""
+        builder = self
+        for method, args, keywords in option_calls(options):
+            builder = getattr(builder, method)(*args, **keywords)
+        return builder
+
+    def with_callbacks(self, *callbacks: Callback | object) -> SupervisedTraining:
+        """Call each of ``callbacks`` at every point of the loop it has a method for (subclass
+        ``Callback``: ``on_run_start``, ``on_train_batch_end``, ``on_after_optimizer_step``,
+        ``on_validation_end``, …; ``docs/callbacks.md``), in the order given. A callback with
+        ``state_dict()``/``load_state_dict()`` joins every checkpoint and is restored on
+        resume."""
+        for callback in callbacks:
+            check_callback(callback)
+        return self._set(callbacks=(*self._config.callbacks, *callbacks))
+
+    def max_time(self, seconds: float) -> SupervisedTraining:
+        """Stop after the first optimizer step (or round end) past ``seconds`` of training in
+        this launch, as a stop does: a mid-round checkpoint there when the run takes them,
+        ``result.stop_reason`` naming the budget; a resumed launch gets the budget anew."""
+        return self._set(max_time=TimeLimit(seconds).seconds)
+
+    # debugging ---------------------------------------------------------------------------
+
+    def fast_dev_run(self, n: int = 1) -> SupervisedTraining:
+        """Check the whole run in seconds: one round of ``n`` train batches and ``n`` valid
+        batches through every metric, callback and the renderer, and nothing kept (no
+        checkpoint, log file, tracker run or lock: the run directory is not touched)."""
+        return self._set(fast_dev_run=check_positive_int("fast_dev_run", n))
+
+    def limit_batches(
+        self, *, train: int | None = None, valid: int | None = None
+    ) -> SupervisedTraining:
+        """Train on the first ``train`` batches of each train pass and validate on the first
+        ``valid`` batches of the valid loader (None: all), as Lightning's
+        ``limit_train_batches``/``limit_val_batches``."""
+        if train is None and valid is None:
+            raise ValueError("limit_batches needs train=N, valid=N or both")
+        limits = (
+            None if train is None else check_positive_int("limit_batches(train=...)", train),
+            None if valid is None else check_positive_int("limit_batches(valid=...)", valid),
+        )
+        return self._set(limit_batches=limits)
+
+    def overfit_batches(self, n: int) -> SupervisedTraining:
+        """Train and validate on the items of the train loader's first ``n`` batches, every
+        round: a model that cannot overfit them has a bug."""
+        return self._set(overfit_batches=check_positive_int("overfit_batches", n))
+
     def with_stateful(self, name: str, state: Stateful) -> SupervisedTraining:
         """Keep ``state`` (``state_dict``/``load_state_dict``: a counter, an EMA of the weights)
         in every checkpoint under ``name``, restored on resume."""
@@ -271,9 +373,10 @@ class SupervisedTraining:
     ) -> SupervisedTraining:
         """Stop once ``metric`` reaches ``threshold``: a train batch's value (each validation
         epoch's value with ``split="valid"``), at or below it where lower is better (``Loss``),
-        at or above it where higher is better (``Accuracy``). The value is read on the metrics
-        thread and the stop goes through the interrupter, as Ctrl-C's does: the optimizer
-        window under way finishes, a mid-round checkpoint is taken (when the run takes them),
+        at or above it where higher is better (``Accuracy``). The run stops after the batch
+        (the round) whose value reached it, the same one in every run: the loop waits for the
+        metrics after every train batch (a host sync per step). The optimizer window under way
+        finishes, a mid-round checkpoint is taken (when the run takes them),
         ``result.stop_reason`` names the value, and ``resume_latest()`` goes on from there.
         The metric must be registered on the split (refused at launch otherwise)."""
         return self.with_metric_logger(ThresholdStop(metric, threshold, split))

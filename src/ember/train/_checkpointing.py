@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from ember._errors import CheckpointError
+from ember.train._callbacks.called import stateful_callbacks
 from ember.train._checkpoint.checkpointer import (
     MidRoundCheckpointer,
     RunCheckpointer,
@@ -23,6 +24,7 @@ from ember.train._checkpoint.checkpointer import (
 from ember.train._checkpoint.end import clear_run_end
 from ember.train._checkpoint.mid_round import ResumePoint, point_directory
 from ember.train._counters import RunCounters
+from ember.train._hooks import Stateful
 from ember.train._learner import Learner
 from ember.train._logger.store import EventStore
 from ember.train._plan import RunPlan
@@ -31,6 +33,7 @@ from ember.train._state import (
     CountersPart,
     EarlyStoppingPart,
     LoadersPart,
+    Resumed,
     RngPart,
     RoundPart,
     RunState,
@@ -61,22 +64,22 @@ class CheckpointSaver:
         self.last_saved: tuple[int, TrainingRecords] | None = None  # the last round end's
         self.state = _run_state(plan, learner, run, counters, store, scaler)
 
-    def begin(self, start: ResumePoint | None) -> None:
+    def begin(self, start: ResumePoint | None) -> Resumed:
         """The run starts at ``start`` (None: afresh): the state restored from its checkpoint on
         every process, then, a run directory's recorded end forgotten (this run trains), and
-        ``checkpoint_every`` counted from here. A refused restore leaves the directory as it
-        was."""
-        if start is not None:
-            self._restore(start)
-        if self.plan.main:
+        ``checkpoint_every`` counted from here. Returns where the loop goes on. A refused
+        restore leaves the directory as it was."""
+        resumed = Resumed(1) if start is None else self._restore(start)
+        if self.plan.writes_files:
             checkpointer = self.checkpointer
             clear_run_end(
                 self.plan.config.directory, None if checkpointer is None else checkpointer.directory
             )
         counters = self.counters
         self.marks = RoundMarks(counters.optimizer_steps, counters.passes, time.monotonic())
+        return resumed
 
-    def _restore(self, point: ResumePoint) -> None:
+    def _restore(self, point: ResumePoint) -> Resumed:
         checkpointer = self.checkpointer
         if checkpointer is None:
             raise ValueError(f"resuming from the checkpoint of {point} needs checkpointers")
@@ -90,24 +93,26 @@ class CheckpointSaver:
                 f"{checkpointer!r} cannot restore the checkpoint of {where}: it has no "
                 "mid-round checkpoints"
             )
-        self.state.restore(records, point, where)
+        return self.state.restore(records, point, where)
 
-    def round_end(self, epoch: int) -> None:
+    def round_end(self, epoch: int) -> bool:
         """Checkpoint the end of round ``epoch`` if ``checkpoint_every`` says so (always the
-        run's last round); the checkpointing strategy decides what is kept."""
+        run's last round); the checkpointing strategy decides what is kept. True when a
+        checkpoint was taken."""
         checkpointer = self.checkpointer
         if checkpointer is None:
-            return
+            return False
         counters = self.counters
         due = self.marks.take(self.plan.schedule, counters.optimizer_steps, counters.passes)
         interval = self.plan.schedule.checkpoint
         if interval is not None and interval.unit == "seconds":
             due = self.run.decide(due)  # the processes' clocks differ: the main process's says
         if not due:
-            return
+            return False
         records = self._snapshot(ResumePoint(epoch))
         if records is not None:
             self.last_saved = (epoch, checkpointer.checkpoint(epoch, records, self.store))
+        return True
 
     def mid_round_due(self, step: int) -> bool:
         """After optimizer step ``step`` inside a round: whether ``checkpoint_every(steps=N |
@@ -126,9 +131,8 @@ class CheckpointSaver:
         checkpointer = self.checkpointer
         assert isinstance(checkpointer, MidRoundCheckpointer)  # else mid_round_blocker is set
         counters = self.counters
-        counters.round_trained = trained
         step = counters.optimizer_steps
-        records = self._snapshot(ResumePoint(epoch, step))
+        records = self._snapshot(ResumePoint(epoch, step), trained=trained)
         if records is not None:
             checkpointer.checkpoint_mid_round(epoch, step, records)
         self.marks = RoundMarks(step, counters.passes, time.monotonic())
@@ -141,12 +145,12 @@ class CheckpointSaver:
         if checkpointer is not None and self.last_saved is not None:
             checkpointer.save(*self.last_saved)
 
-    def _snapshot(self, point: ResumePoint) -> TrainingRecords | None:
+    def _snapshot(self, point: ResumePoint, *, trained: bool = False) -> TrainingRecords | None:
         """The records of ``point`` on the main process (None elsewhere); the logs up to here
         reach the disk before the checkpoint commits."""
         if self.plan.main:
             self.store.sync()
-        return self.state.snapshot(point)
+        return self.state.snapshot(point, trained=trained)
 
 
 def _run_state(
@@ -168,6 +172,12 @@ def _run_state(
     state.register("round", RoundPart(counters, plan.train_metrics, store, main=plan.main))
     if config.stateful:
         state.register("user", UserPart(dict(config.stateful)))
+    callbacks = stateful_callbacks(config.callbacks)
+    if callbacks:
+        state.register("callbacks", UserPart(callbacks, key="callbacks"))
+    module = config.data_module
+    if isinstance(module, Stateful):  # a data module with state_dict()/load_state_dict()
+        state.register("data_module", UserPart({type(module).__qualname__: module}, "data_module"))
     state.register("scheduler", SchedulerPart(learner))
     directory = plan.checkpointer.directory if plan.checkpointer is not None else None
     if directory is not None:

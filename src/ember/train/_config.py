@@ -18,7 +18,10 @@ handed to every logger's ``start`` (trackers record it as the run's parameters):
      "resume": null, "hparams": {"hidden": 64}, "cli": {"lr": 0.1, "data": {"batch_size": 64}}}
 
 ``directions`` says which way is better for each numeric metric (its attributes'
-``higher_is_better``), so that a run read back (``ember compare``) knows its best epoch.
+``higher_is_better``), so that a run read back (``ember compare``) knows its best epoch. A run
+of several validation sets (``_valid_sets.py``) names its main one in ``"valid": {..., "name":
+"clean"}``, describes the others in ``"valid_sets": {"noisy": {"batches": 4, ...}}``, and lists
+their values' names (``"Loss (noisy)"``) in ``metrics`` and ``directions``.
 ``hparams`` holds the user's own entries (``SupervisedTraining.hparams``); ``cli`` the values
 ``ember.cli`` resolved for the ``main`` that launched the run, keys as ``main`` spells them, or
 null (``_experiment.py``). A value the run cannot describe as JSON (an optimizer hyper-parameter
@@ -38,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 
 from ember._version import __version__
-from ember.data import DataLoader
+from ember.data import DataLoader, DataModule
 from ember.train._checkpoint.checkpointer import RunCheckpointer
 from ember.train._checkpoint.export import CheckpointEpoch
 from ember.train._checkpoint.strategy import CheckpointingStrategy
@@ -53,6 +56,7 @@ from ember.train._renderer.base import MetricsRenderer
 from ember.train._schedule import EVERY_EPOCH, Every
 from ember.train._strategy.base import SupervisedLearningStrategy
 from ember.train._strategy.single import SingleDevice
+from ember.train._valid_sets import ValidSets, logged_names, set_metrics
 from ember.train._vocabulary import Direction, Split
 from ember.train._window import Clipping
 
@@ -65,6 +69,7 @@ __all__ = [
     "Resume",
     "TrainingConfig",
     "check_hparams",
+    "defines_valid",
     "run_configuration",
 ]
 
@@ -81,9 +86,19 @@ class TrainingConfig:
     """Everything a run is configured with (see the builder's methods for each field)."""
 
     directory: Path
-    train: DataLoader[Any]
+    train: DataLoader[Any] | None
+    """None only with a data module, until launch takes its loaders (``train_loader``)."""
     valid: DataLoader[Any] | None
-    """None: train only (no valid split)."""
+    """None: train only (no valid split), or a data module's, until launch. With several
+    validation sets, the main one."""
+    valid_name: str | None = None
+    """The main validation set's name, when ``valid`` was given as ``{name: loader}``."""
+    valid_sets: ValidSets = ()
+    """The validation sets after the main one, by name (``_valid_sets.py``)."""
+    data_module: DataModule | None = None
+    """A data module that gives the loaders at launch (``_data_module.py``), or None."""
+    seed: int | None = None
+    """The seed of torch, numpy and Python's random at launch (``seed``), or None."""
     metrics: tuple[tuple[Split, Metric], ...] = ()
     summary_metrics: frozenset[str] = frozenset()
     num_epochs: int = 1
@@ -100,6 +115,20 @@ class TrainingConfig:
     compile_options: dict[str, Any] | None = None
     """``nn.Module.compile`` keyword arguments, or None: not compiled."""
     hooks: tuple[TrainingHooks, ...] = ()
+    """``with_hooks``' objects (0.2.0's four hooks): called, never checkpointed."""
+    callbacks: tuple[object, ...] = ()
+    """``with_callbacks``' callbacks: called at every point they have; their state joins the
+    checkpoints."""
+    max_time: float | None = None
+    """Seconds of training after which the run stops (``max_time``), or None."""
+    fast_dev_run: int | None = None
+    """``fast_dev_run(n)``: one round of n train and n valid batches, nothing kept."""
+    limit_batches: tuple[int | None, int | None] | None = None
+    """``limit_batches(train=, valid=)``: the batches of each pass, per split (None: all)."""
+    overfit_batches: int | None = None
+    """``overfit_batches(n)``: train and validate on the items of the first n train batches."""
+    keeps_files: bool = True
+    """False (``fast_dev_run``): nothing is written in the run directory, not even its lock."""
     stateful: tuple[tuple[str, Stateful], ...] = ()
     gradient_checkpointing: tuple[str, ...] | None = None
     """Dotted submodule names; ``()`` means the model's direct children; None: off."""
@@ -133,6 +162,25 @@ class TrainingConfig:
     errors_in_result: bool = False
     """A failed training is returned in ``LearningResult.error``, not raised (Burn's way)."""
 
+    @property
+    def train_loader(self) -> DataLoader[Any]:
+        """The train loader (a data module's, once launch took its loaders)."""
+        if self.train is None:
+            raise RuntimeError("the data module's loaders are taken when the run launches")
+        return self.train
+
+    @property
+    def validates(self) -> bool:
+        """Whether the run has a valid split: a valid loader, or a data module that gives one."""
+        if self.data_module is not None and self.train is None:
+            return defines_valid(self.data_module)
+        return self.valid is not None
+
+
+def defines_valid(module: DataModule) -> bool:
+    """Whether ``module``'s class gives a valid loader (a run over it validates)."""
+    return type(module).valid_loader is not DataModule.valid_loader
+
 
 def check_hparams(entries: Mapping[str, Any]) -> dict[str, Any]:
     """``entries`` as a dict, refusing a key that is not a string or a value that is not JSON
@@ -157,10 +205,11 @@ def check_hparams(entries: Mapping[str, Any]) -> dict[str, Any]:
 def run_configuration(config: TrainingConfig, learner: Learner[Any]) -> dict[str, Any]:
     """The configuration of a run of ``learner`` as ``config`` says (see the module doc)."""
     strategy = config.strategy or SingleDevice()
-    metrics: dict[str, list[str]] = {"train": [], "valid": []}
-    for split, metric in config.metrics:
-        metrics[split.value].append(metric.name)
-    return {
+    metrics = {
+        split.value: logged_names(config.metrics, config.valid_sets, split)
+        for split in (Split.TRAIN, Split.VALID)
+    }
+    described: dict[str, Any] = {
         "directory": str(config.directory),
         "ember_version": __version__,
         "torch_version": torch.__version__,
@@ -177,16 +226,56 @@ def run_configuration(config: TrainingConfig, learner: Learner[Any]) -> dict[str
         "compile": _json(config.compile_options),
         "gradient_checkpointing": _json(config.gradient_checkpointing),
         "strategy": type(strategy).__name__,
-        "train": _loader(config.train),
-        "valid": None if config.valid is None else _loader(config.valid),
+        "train": _loader(config.train_loader),
+        "valid": _valid(config),
         "optimizer": _optimizer(learner.optimizer_or_factory),
         "lr_scheduler": _scheduler(learner.lr_scheduler),
         "metrics": metrics,
         "directions": _directions(config),
         "resume": config.resume,
+        "seed": config.seed,
+        "data_module": None if config.data_module is None else _data_module(config),
+        "max_time": config.max_time,
+        "debugging": _debugging(config),
+        "callbacks": [repr(callback) for callback in config.callbacks],
         "hparams": dict(config.hparams),
         "cli": _cli_values(),
     }
+    if config.valid_sets:
+        described["valid_sets"] = {name: _loader(loader) for name, loader in config.valid_sets}
+    return described
+
+
+def _valid(config: TrainingConfig) -> dict[str, Any] | None:
+    """The main valid loader's description, with its name when the sets were named."""
+    if config.valid is None:
+        return None
+    described = _loader(config.valid)
+    if config.valid_name is not None:
+        described["name"] = config.valid_name
+    return described
+
+
+def _data_module(config: TrainingConfig) -> dict[str, Any]:
+    """The data module's class and its plain attributes (what its constructor was given)."""
+    module = config.data_module
+    plain = {
+        key: _json(value)
+        for key, value in getattr(module, "__dict__", {}).items()
+        if not key.startswith("_")
+        and (value is None or isinstance(value, bool | int | float | str))
+    }
+    return {"class": _qualified(type(module)), "attributes": plain}
+
+
+def _debugging(config: TrainingConfig) -> dict[str, Any] | None:
+    """The debugging modes the run was launched with, or None."""
+    modes = {
+        "fast_dev_run": config.fast_dev_run,
+        "limit_batches": _json(config.limit_batches),
+        "overfit_batches": config.overfit_batches,
+    }
+    return {key: value for key, value in modes.items() if value is not None} or None
 
 
 def _cli_values() -> dict[str, Any] | None:
@@ -195,10 +284,12 @@ def _cli_values() -> dict[str, Any] | None:
 
 
 def _directions(config: TrainingConfig) -> dict[str, str]:
-    """Which way is better for each numeric metric, by name (sorted)."""
+    """Which way is better for each numeric metric, by the name its values are logged under
+    (another validation set's too: ``Loss (noisy)``), sorted."""
+    named = [(metric.name, metric) for _, metric in config.metrics]
     directions = {
-        metric.name: (Direction.HIGHEST if metric.attributes.higher_is_better else Direction.LOWEST)
-        for _, metric in config.metrics
+        name: (Direction.HIGHEST if metric.attributes.higher_is_better else Direction.LOWEST)
+        for name, metric in [*named, *set_metrics(config.metrics, config.valid_sets)]
         if isinstance(metric, Numeric)
     }
     return {name: directions[name].value for name in sorted(directions)}

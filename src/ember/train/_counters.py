@@ -33,10 +33,6 @@ class RunCounters:
     """Train items logged in the round under way."""
     round_passes: int = 0
     """Train passes completed in the round under way."""
-    round_trained: bool = False
-    """The resumed round's training is over (it was stopped at its last step)."""
-    resumed: bool = False
-    """The next round goes on from a mid-round checkpoint (the counters above are its)."""
 
     @classmethod
     def starting(cls, starting_round: int) -> RunCounters:

@@ -9,6 +9,10 @@ Order for one run (single device, no interrupt; ``docs/design.md``, "Event order
         train: EndEpoch(e)
     train: End(summary)
 
+A run of several validation sets validates them in order inside that one valid split:
+``n_valid`` counts the items of every set, and each ``ProcessedItem`` names its set
+(``valid_set``; None for the main one).
+
 An evaluation (``Evaluator.eval_all``) speaks its own words, on the ``test`` split::
 
     StartEvaluation(total_tests)
@@ -114,9 +118,14 @@ class StartSplit:
 
 @dataclass(frozen=True, slots=True)
 class ProcessedItem(Generic[T]):
-    """A batch was processed."""
+    """A batch was processed.
+
+    ``valid_set``: the validation set a validation batch belongs to, by name, in a run of
+    several (None for the main one, and for every training batch).
+    """
 
     item: TrainingItem[T]
+    valid_set: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -161,11 +161,11 @@ def run_result(
         summary,
         stop_reason,
         last_epoch,
-        directory=config.directory,
+        directory=config.directory if config.keeps_files else None,
         best_epoch=best,
         checkpoints=checkpoints,
         strategy=config.strategy,
         reader=store if store.readers else None,
-        metric_names=metric_names(config.metrics),
+        metric_names=metric_names(config.metrics, config.valid_sets),
         inference_step=learner.inference_step,
     )

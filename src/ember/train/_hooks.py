@@ -10,7 +10,10 @@ and one it lacks is skipped (Keras' ``Callback`` pattern: :class:`Hooks` does no
     on_epoch_end(epoch)                          after EndEpoch, before the checkpoint
 
 so an LSTM can reset its hidden state when a split starts, and a GAN can dump samples when an
-epoch ends. Subclass :class:`Hooks` and override what you need.
+epoch ends. Subclass :class:`Hooks` and override what you need. These are four of the points a
+callback has (``_callbacks/base.py``: ``SupervisedTraining.with_callbacks``, every point of the
+loop with the run in reach); ``with_hooks`` objects are called as callbacks are, after the
+model's hooks and before ``with_callbacks``' callbacks, and never join checkpoints.
 
 Any object with ``state_dict()``/``load_state_dict()`` (:class:`Stateful`: a counter, an EMA of
 the weights) joins every checkpoint under a name (``SupervisedTraining.with_stateful``): its
@@ -20,13 +23,11 @@ and a resume puts it back before the first epoch, so the run stays bit-identical
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from ember.train._vocabulary import Split
 
-__all__ = ["HOOKS", "CalledHooks", "Hooks", "Stateful", "TrainingHooks", "has_hooks"]
+__all__ = ["HOOKS", "Hooks", "Stateful", "TrainingHooks", "has_hooks"]
 
 HOOKS = ("on_epoch_start", "on_split_start", "on_split_end", "on_epoch_end")
 """The hooks' names, in the order the loop calls them."""
@@ -72,27 +73,6 @@ class Hooks:
 def has_hooks(value: object) -> bool:
     """Whether ``value`` has any of the hooks (a method of one of :data:`HOOKS`' names)."""
     return any(callable(getattr(value, name, None)) for name in HOOKS)
-
-
-@dataclass(frozen=True, slots=True)
-class CalledHooks:
-    """The hooks a run calls, resolved once: for each hook, the methods the hooks objects have,
-    in their order (the model's first, then ``with_hooks``' in the order given)."""
-
-    epoch_start: tuple[Callable[[int], None], ...] = ()
-    split_start: tuple[Callable[[Split, int], None], ...] = ()
-    split_end: tuple[Callable[[Split, int], None], ...] = ()
-    epoch_end: tuple[Callable[[int], None], ...] = ()
-
-    @classmethod
-    def of(cls, objects: Iterable[object]) -> CalledHooks:
-        """The hooks each of ``objects`` has; one it lacks is skipped."""
-        objects = list(objects)
-
-        def methods(name: str) -> tuple[Any, ...]:
-            return tuple(getattr(o, name) for o in objects if callable(getattr(o, name, None)))
-
-        return cls(*(methods(name) for name in HOOKS))
 
 
 @runtime_checkable

@@ -48,6 +48,9 @@ places the model before it. The loop reads the configuration through the plan
             main model in eval mode, under inference_mode): ProcessedItem per output; a stop
             asked meanwhile waits for the pass's end, so the round and its checkpoint are whole
                                                         # (skipped when training only)
+            with several validation sets (_valid_sets.py): a pass over each in order, the
+            main one first, inside that one split (its items: every set's), each
+            ProcessedItem naming its set; a stop waits for the last set's end
         EndSplit(r) ; EndEpoch(r)
         if checkpointer, early stopping or a metric-driven scheduler:
             flush train-worker (the round's values are in the logs now)
@@ -68,6 +71,7 @@ the metrics thread does.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -78,6 +82,8 @@ import torch
 
 from ember._protocols import member
 from ember.data import Progress
+from ember.train._callbacks.base import RunView, StopRequest
+from ember.train._callbacks.called import run_methods
 from ember.train._checkpoint.mid_round import ResumePoint
 from ember.train._checkpointing import CheckpointSaver
 from ember.train._counters import RunCounters
@@ -91,12 +97,15 @@ from ember.train._plan import RunPlan, same_training_facts
 from ember.train._precision import autocast_of, grad_scaler
 from ember.train._processor import EventProcessor
 from ember.train._schedule import steps_per_pass
+from ember.train._state import Resumed
 from ember.train._step import StepContext, TrainOutput, step_context
-from ember.train._strategy.base import StrategyRun, model_device
+from ember.train._strategy.base import LocalRun, StrategyRun, model_device
+from ember.train._threshold import ThresholdStop
+from ember.train._valid_sets import loader_key
 from ember.train._vocabulary import Split
 from ember.train._window import OptimizerWindow, UnitClosure
 
-__all__ = ["LoopOutcome", "TrainingLoop"]
+__all__ = ["LoopOutcome", "Stop", "TrainingLoop"]
 
 log = logging.getLogger("ember.train")
 
@@ -147,10 +156,35 @@ class TrainingLoop:
         self.saver = CheckpointSaver(plan, learner, run, counters, store, self.window.scaler)
         self._units: Iterator[Any] | None = None  # the train pass under way, kept across rounds
         self._stamps: deque[_Stamp] = deque()
-        self._stopping: int | None = None  # asked to stop: the rank, until the window closes
-        self._stop_reason: str | None = None
-        self._early_stopped = False
+        self._stop: Stop | None = None
         self._closure = learner.steps_with_closure  # the optimizers are built (bind)
+        self.callbacks = plan.callbacks
+        self._wish = StopRequest()  # a callback's stop (RunView.stop), or a threshold's
+        self.view = RunView(
+            learner,
+            counters,
+            loaders=run.loaders,
+            directory=config.directory,
+            main=plan.main,
+            rank=run.rank,
+            stop=self._wish,
+        )
+        before = self.callbacks.before_step
+        self._before_step = (
+            (lambda: run_methods(before, "on_before_optimizer_step", (self.view,)))
+            if before
+            else None
+        )
+        self._per_step = bool(
+            self.callbacks.batch_start
+            or before
+            or self.callbacks.after_step
+            or self.callbacks.batch_end
+        )
+        self._local = isinstance(run, LocalRun)  # one process: a threshold stops at once
+        thresholds = [logger for logger in plan.loggers if isinstance(logger, ThresholdStop)]
+        self._train_thresholds = [t for t in thresholds if t.split is Split.TRAIN]
+        self._valid_thresholds = [t for t in thresholds if t.split is Split.VALID]
 
     def execute(self) -> LoopOutcome:
         """Train from the starting round until the schedule ends (or a stop)."""
@@ -161,7 +195,7 @@ class TrainingLoop:
                 plan, self.run.loaders, starting, None if start is None else start.step
             )
         )
-        self.saver.begin(start)
+        resumed = self.saver.begin(start)
         per_pass = steps_per_pass(self.run.loaders["train"], plan.config.grads_accumulation)
         schedule = plan.schedule
         total = schedule.total_steps(per_pass)
@@ -170,31 +204,38 @@ class TrainingLoop:
         self.processor.process_train(
             Start(rounds, starting, total, counters.optimizer_steps, stop_checkpoints)
         )
+        self.view._epoch = counters.last_round
+        self.callbacks.call("on_run_start", self.view)
         with checkpointed(plan.gradient_checkpointing, *self.run.replicas):
-            self._rounds(starting)
+            self._rounds(resumed)
         self.learner.end_training()  # after the last checkpoint: as a raw loop leaves the lrs
-        if self._stop_reason is not None and not self._early_stopped:
+        stop = self._stop
+        if stop is not None and not stop.complete:
             if self.processor.error is None:  # never from weights a failed thread saw go bad
                 self.saver.keep_last_round()
             self.processor.flush()  # the round lines, written by the metrics thread, come first
-            log.info("Training interrupted: %s", self._stop_reason)
-        complete = self._stop_reason is None or self._early_stopped
-        return LoopOutcome(counters.last_round, self._stop_reason, complete)
+            log.info("Training interrupted: %s", stop.reason)
+        self.callbacks.call("on_run_end", self.view)
+        if stop is None:
+            return LoopOutcome(counters.last_round, None, True)
+        return LoopOutcome(counters.last_round, stop.reason, stop.complete)
 
-    def _rounds(self, epoch: int) -> None:
-        """Every round from ``epoch`` until the schedule ends or a stop."""
-        counters, schedule = self.counters, self.plan.schedule
-        while counters.resumed or not schedule.ran_out(counters.optimizer_steps, counters.passes):
-            for on_epoch_start in self.plan.hooks.epoch_start:
-                on_epoch_start(epoch)
-            self._train_split(epoch)
-            if self._stop_reason is not None:
+    def _rounds(self, resumed: Resumed) -> None:
+        """Every round from the one ``resumed`` names until the schedule ends or a stop."""
+        counters, schedule, callbacks = self.counters, self.plan.schedule, self.callbacks
+        epoch, mid_round = resumed.round, resumed if resumed.mid_round else None
+        while mid_round or not schedule.ran_out(counters.optimizer_steps, counters.passes):
+            self.view._epoch = epoch
+            callbacks.call("on_epoch_start", epoch)
+            self._train_split(epoch, mid_round)
+            mid_round = None
+            if self._stop is not None:
                 return
             self._valid_split(epoch)
             counters.last_round = epoch
-            if self._end_round(epoch) or self._stop_reason is not None:
+            if self._end_round(epoch) or self._stop is not None:
                 return
-            _, stopper = self.run.report((), self.interrupter.should_stop())
+            _, stopper = self.run.report((), self._wants_stop())
             if stopper is not None:  # asked between two rounds (or during validation)
                 self._stopped_by(stopper)
                 return
@@ -202,28 +243,25 @@ class TrainingLoop:
 
     # --- the train split -----------------------------------------------------------------------
 
-    def _train_split(self, epoch: int) -> None:
+    def _train_split(self, epoch: int, resumed: Resumed | None) -> None:
         """Train round ``epoch``: one pass by default, else until the schedule ends the round
-        (``_schedule.py``); a pass left mid-way goes on in the next round. A round resumed from
-        a mid-round checkpoint goes on with its counters."""
+        (``_schedule.py``); a pass left mid-way goes on in the next round. A round ``resumed``
+        from a mid-round checkpoint goes on with its counters (straight to its end when its
+        training was over)."""
         run, processor, counters = self.run, self.processor, self.counters
-        resumed, counters.resumed = counters.resumed, False
         total = None if self.plan.schedule.by_steps else run.loaders["train"].num_items()
         processor.process_train(StartSplit(epoch, total, counters.pass_items if resumed else 0))
-        for on_split_start in self.plan.hooks.split_start:
-            on_split_start(Split.TRAIN, epoch)
+        self.callbacks.call("on_split_start", Split.TRAIN, epoch)
         for replica in run.replicas:
             replica.train()
-        if not resumed:
+        if resumed is None:
             counters.round_items = counters.round_passes = 0
         self._stamps.clear()  # a process that logs nothing (DDP rank > 0) never pops its own
-        if not (resumed and counters.round_trained):
+        if resumed is None or not resumed.trained:
             while self._train_units(epoch):
                 pass
-        counters.round_trained = False
         processor.process_train(EndSplit(epoch))
-        for on_split_end in self.plan.hooks.split_end:
-            on_split_end(Split.TRAIN, epoch)
+        self.callbacks.call("on_split_end", Split.TRAIN, epoch)
 
     def _train_units(self, epoch: int) -> bool:
         """Train units of the current pass (starting one if none is under way) until the round
@@ -255,13 +293,12 @@ class TrainingLoop:
         )
         norm, stepped = None, False
         with step_context(context):  # optimize() may read the batch too
-            outputs = self._forward(unit, context)
-            if window.closes(progress):
-                closure = None
-                if self._closure:  # LBFGS: the unit again for each evaluation it asks for
-                    closure = UnitClosure(outputs, lambda: self._again(unit, context))
-                norm, stepped = window.step(learner, closure), True
-                run.after_optimizer_step()
+            if self._per_step:
+                outputs, norm, stepped = self._unit_with_callbacks(context, unit, progress)
+            else:
+                outputs = self._forward(unit, context)
+                if window.closes(progress):
+                    norm, stepped = self._step(outputs, unit, context), True
         reported = [output.item for output in outputs]
         # the outputs hold this step's gradients: kept until the next step returned, they would
         # double the gradients' memory during its backward
@@ -269,11 +306,45 @@ class TrainingLoop:
         values = context.values or None  # what the step logged (current_step().log)
         stamp = (progress, learner.lr_current, counters.optimizer_steps, norm, values)
         self._stamps.extend([stamp] * len(reported))
-        logged, stopper = run.report(reported, self.interrupter.should_stop())
+        logged, stopper = run.report(reported, self._wants_stop())
         self._log_train(logged)
-        if stopper is not None and self._stopping is None:
+        if self._train_thresholds and stopper is None:
+            stopper = self._threshold_reached(self._train_thresholds)
+        if stopper is not None and self._stop is None:
             self._ask_stop(stopper)
         return stepped
+
+    def _step(self, outputs: Sequence[TrainOutput[Any]], unit: Any, context: StepContext) -> Any:
+        """The optimizer step of the window the unit closes; the gradient norm, if measured."""
+        closure = None
+        if self._closure:  # LBFGS: the unit again for each evaluation it asks for
+            closure = UnitClosure(outputs, lambda: self._again(unit, context))
+        norm = self.window.step(self.learner, closure, before=self._before_step)
+        self.run.after_optimizer_step()
+        return norm
+
+    def _unit_with_callbacks(
+        self, context: StepContext, unit: Any, progress: Progress
+    ) -> tuple[Sequence[TrainOutput[Any]], Any, bool]:
+        """The unit with the callbacks' per-step points around it (``_callbacks/base.py``): its
+        outputs, the gradient norm if measured, and whether it stepped."""
+        callbacks, view = self.callbacks, self.view
+        norm, stepped = None, False
+        view._unit = (context, None)
+        try:
+            if callbacks.batch_start:
+                run_methods(callbacks.batch_start, "on_train_batch_start", (view,))
+            outputs = self._forward(unit, context)
+            view._unit = (context, outputs)
+            if self.window.closes(progress):
+                norm, stepped = self._step(outputs, unit, context), True
+                if callbacks.after_step:
+                    run_methods(callbacks.after_step, "on_after_optimizer_step", (view,))
+            if callbacks.batch_end:
+                run_methods(callbacks.batch_end, "on_train_batch_end", (view,))
+        finally:
+            view._unit = None
+        return outputs, norm, stepped
 
     def _forward(self, unit: Any, context: StepContext) -> Sequence[TrainOutput[Any]]:
         """The unit's forward and backward through the strategy (under autocast, if any)."""
@@ -294,13 +365,14 @@ class TrainingLoop:
         round_ends = self.plan.schedule.round_ends(
             step, counters.passes, counters.round_passes, stepped=stepped, pass_ended=ended
         )
-        if self._stop_reason is not None:  # a stop abandoned the round (no mid-round checkpoint)
-            return False
-        if self._stopping is not None:
+        stop = self._stop
+        if stop is not None:
+            if not stop.pending:  # taken already (the metrics thread failed)
+                return False
             if not stepped:
                 return None  # a stop waits for the window to close: a step leaves it empty
-            if self._checkpoint_mid_round(epoch, trained=round_ends):
-                self._stopped_by(self._stopping)
+            if not stop.checkpoint or self._checkpoint_mid_round(epoch, trained=round_ends):
+                self._stop = dataclasses.replace(stop, pending=False)
             return False
         if round_ends:
             if not ended:  # mid-pass: what the run still holds is this round's
@@ -314,9 +386,10 @@ class TrainingLoop:
         """The pass's iterator ended without a unit saying it was the last (an empty pass, a
         stream): end it; True when the round goes on with another pass."""
         counters = self.counters
-        if self._stopping is not None:  # a pass that ended without saying so (no step)
+        stop = self._stop
+        if stop is not None:  # a pass that ended without saying so (no step)
             self.window.drop()
-            self._stopped_by(self._stopping)
+            self._stop = dataclasses.replace(stop, pending=False)
             return False
         if self._units is not None:
             if counters.pass_items == 0 and self.plan.schedule.max_epochs is None:
@@ -365,6 +438,7 @@ class TrainingLoop:
             self._stopped_by(0)  # the session reports the metrics thread's error
             return False
         self.saver.mid_round(epoch, trained=trained)
+        self.callbacks.call("on_checkpoint_saved", epoch, self.counters.optimizer_steps)
         return True
 
     # --- the valid split and the end of a round -----------------------------------------------
@@ -373,30 +447,45 @@ class TrainingLoop:
         if self.plan.validates:  # train only: no valid split, no valid events
             self._validate(epoch)
         self.processor.process_train(EndEpoch(epoch))
-        for on_epoch_end in self.plan.hooks.epoch_end:
-            on_epoch_end(epoch)
+        self.callbacks.call("on_epoch_end", epoch)
 
     def _validate(self, epoch: int) -> None:
-        run, processor = self.run, self.processor
-        processor.process_valid(StartSplit(epoch, run.loaders["valid"].num_items()))
-        for on_split_start in self.plan.hooks.split_start:
-            on_split_start(Split.VALID, epoch)
+        """The valid split of round ``epoch``: every validation set in order, the main one
+        first (``_valid_sets.py``), each item tagged with its set."""
+        run, processor, callbacks = self.run, self.processor, self.callbacks
+        sets = [None, *(name for name, _ in self.plan.config.valid_sets)]
+        sizes = [run.loaders[loader_key(name)].num_items() for name in sets]
+        total = None if None in sizes else sum(size or 0 for size in sizes)
+        processor.process_valid(StartSplit(epoch, total))
+        callbacks.call("on_split_start", Split.VALID, epoch)
         step = self.counters.optimizer_steps
-        outputs = inference_pass(
-            run,
-            "valid",
-            autocast=self.window.autocast,
-            step=self.learner.inference_step,
-            epoch=epoch,
-            optimizer_steps=step,
-        )
-        for iteration, (item, progress, values) in enumerate(outputs, 1):
-            processor.process_valid(
-                ProcessedItem(TrainingItem(item, progress, iteration, None, step, None, values))
+        for name in sets:
+            outputs = inference_pass(
+                run,
+                loader_key(name),
+                autocast=self.window.autocast,
+                step=self.learner.inference_step,
+                split=Split.VALID.value,
+                epoch=epoch,
+                optimizer_steps=step,
             )
+            for iteration, (item, progress, values) in enumerate(outputs, 1):
+                done = TrainingItem(item, progress, iteration, None, step, None, values)
+                processor.process_valid(ProcessedItem(done, name))
         processor.process_valid(EndSplit(epoch))
-        for on_split_end in self.plan.hooks.split_end:
-            on_split_end(Split.VALID, epoch)
+        callbacks.call("on_split_end", Split.VALID, epoch)
+        if callbacks.methods("on_validation_end"):
+            callbacks.call("on_validation_end", epoch, self._valid_values(epoch))
+        if self._valid_thresholds:
+            self._threshold_reached(self._valid_thresholds)
+
+    def _valid_values(self, epoch: int) -> dict[str, float]:
+        """The valid metrics' epoch values of round ``epoch``, the main process's on every
+        process (the metrics thread is flushed first: a host sync once a round)."""
+        self.processor.flush()
+        values = self.store.epoch_values(Split.VALID, epoch) if self.plan.main else {}
+        agreed: dict[str, float] = self.run.decide(values)
+        return agreed
 
     def _end_round(self, epoch: int) -> bool:
         """Flush, checkpoint, then ask early stopping; True when early stopping ends the run.
@@ -419,7 +508,8 @@ class TrainingLoop:
             mine = self.store.find_metric(monitor, epoch, Split.VALID) if plan.main else None
             value = run.decide(mine)
         learner.end_epoch(value)  # the scheduler's new state goes into this round's checkpoint
-        self.saver.round_end(epoch)
+        if self.saver.round_end(epoch):
+            self.callbacks.call("on_checkpoint_saved", epoch, None)
         if stopping is None:
             return False
         reason = None
@@ -429,31 +519,64 @@ class TrainingLoop:
         reason = run.decide(reason)
         if reason is None:
             return False
-        self._stop_reason, self._early_stopped = reason, True
+        self._stop = Stop(reason, complete=True)
         return True
 
     # --- stops ---------------------------------------------------------------------------------
 
+    def _wants_stop(self) -> bool:
+        """Whether this process asks to stop: the interrupter (Ctrl-C, a signal, a failed
+        metrics thread), a callback, or a value that reached a ``stop_when`` threshold."""
+        return self._wish.reason is not None or self.interrupter.should_stop()
+
+    def _threshold_reached(self, thresholds: Sequence[ThresholdStop]) -> int | None:
+        """After the values of ``thresholds``' split were logged: processed now (a host sync),
+        and a threshold reached asks the run to stop. In one process it stops here (this
+        process is the stopper); across processes the stop goes with the next report, so every
+        process stops at the same step."""
+        self.processor.flush()
+        for threshold in thresholds:
+            if threshold.reason is not None:
+                self._wish.ask(threshold.reason)
+                return self.run.rank if self._local else None
+        return None
+
     def _ask_stop(self, stopper: int) -> None:
-        """A stop was asked inside a round: train on to the end of the window for a mid-round
-        checkpoint; without mid-round checkpoints, abandon the round now (the partial window is
-        dropped, a resume starts from the last round end)."""
+        """A stop was asked inside a round: train on to the end of the window under way, take
+        a mid-round checkpoint there when the run takes them, then stop."""
         blocker = self.plan.mid_round_blocker
-        if blocker is None:
-            self._stopping = stopper
-            return
-        if self.plan.checkpointer is not None and self.plan.main:
+        if blocker is not None and self.plan.checkpointer is not None and self.plan.main:
             log.warning(
                 "training stopped inside epoch %d without a checkpoint there, because %s: a "
                 "resume starts from the last checkpoint before it",
                 self.counters.last_round + 1,
                 blocker,
             )
-        self.window.drop()
-        self._stopped_by(stopper)
+        self._stop = Stop(self._reason(stopper), pending=True, checkpoint=blocker is None)
 
     def _stopped_by(self, stopper: int) -> None:
-        """Remember why the run stops: this process's interrupter, or another process."""
-        own = stopper == self.run.rank and self.interrupter.should_stop()
-        reason = self.interrupter.message if own else f"rank {stopper} stopped training"
-        self._stop_reason = reason or "interrupted"
+        """The run stops now: asked between rounds, or the metrics thread failed."""
+        self._stop = Stop(self._reason(stopper))
+
+    def _reason(self, stopper: int) -> str:
+        """Why the run stops: this process's own reason (a callback's or a threshold's, or the
+        interrupter's message), or the rank that asked."""
+        own = self._wish.take()
+        if own is not None:
+            return own
+        if stopper == self.run.rank and self.interrupter.should_stop():
+            return self.interrupter.message or "interrupted"
+        return f"rank {stopper} stopped training"
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """Why the run stops, and how far it is: asked inside a round (``pending``: training goes
+    on to the end of the optimizer window under way, where a mid-round checkpoint is taken
+    when ``checkpoint``), or taken (the run ends); ``complete``: early stopping ended a run
+    that is over, not interrupted."""
+
+    reason: str
+    pending: bool = False
+    checkpoint: bool = False
+    complete: bool = False

@@ -10,8 +10,8 @@ the configuration leaves implicit::
         summary, early stopping or a checkpointing strategy need them)
     the metrics, registered per split; the schedule of rounds (max_steps, validate_every,
         checkpoint_every) and why mid-round checkpoints cannot be taken, if they cannot
-    the submodules to checkpoint (gradient checkpointing), the hooks, whether the gradient norm
-        is measured
+    the submodules to checkpoint (gradient checkpointing), the callbacks (and hooks) called at
+        each point, whether the gradient norm is measured
     refusals: a metric-driven scheduler or strategy reading a metric nobody registered, a
         validation value in a run that trains only, tests without what they need, a schedule
         the checkpointer cannot follow
@@ -27,12 +27,15 @@ file logs there.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ember._protocols import member
 from ember.data import DataLoader
+from ember.train._callbacks.called import CalledCallbacks
+from ember.train._callbacks.time_limit import TimeLimit
 from ember.train._checkpoint.checkpointer import MidRoundCheckpointer, RunCheckpointer
 from ember.train._checkpoint.learning import LearningCheckpointer
 from ember.train._checkpoint.strategy import (
@@ -44,7 +47,6 @@ from ember.train._checkpoint.strategy import (
 from ember.train._config import DEFAULT_CHECKPOINTERS, TrainingConfig
 from ember.train._early_stopping import MetricEarlyStoppingStrategy
 from ember.train._gradient_checkpointing import checkpointed_modules
-from ember.train._hooks import CalledHooks, has_hooks
 from ember.train._learner import Learner
 from ember.train._logger.base import MetricLogger
 from ember.train._metric.base import Metric
@@ -55,6 +57,7 @@ from ember.train._schedule import Schedule, check_schedule, steps_per_pass
 from ember.train._strategy.base import StrategyDefaults, SupervisedLearningStrategy, pass_size
 from ember.train._strategy.single import SingleDevice
 from ember.train._tracking import run_loggers
+from ember.train._valid_sets import loader_key, logged_names
 from ember.train._vocabulary import Split
 from ember.train._window import check_optimizer_step
 
@@ -75,14 +78,22 @@ class RunPlan:
     """Why no mid-round checkpoint can be taken, or None: they can."""
     gradient_checkpointing: tuple[str, ...] | None
     """Dotted names of the submodules to checkpoint, or None: off."""
-    hooks: CalledHooks
-    """The model's hooks (those it has), then ``with_hooks``' objects': called in this order."""
+    callbacks: CalledCallbacks
+    """What the loop calls at each point: the model's hooks (those of the four it has), then
+    ``with_hooks``' objects, ``with_callbacks``' callbacks, and ``max_time``'s, in this
+    order."""
     measure_grad_norm: bool
 
     @property
     def main(self) -> bool:
         """Whether this process writes the run's files and renders (the only one, or rank 0)."""
         return self.strategy.is_main
+
+    @property
+    def writes_files(self) -> bool:
+        """Whether this process writes the run directory's files: the main process, unless the
+        run keeps nothing (``fast_dev_run``)."""
+        return self.strategy.is_main and self.config.keeps_files
 
     @property
     def validates(self) -> bool:
@@ -115,6 +126,8 @@ def plan_run(config: TrainingConfig, learner: Learner[Any]) -> RunPlan:
     metrics = MetricsTraining()
     for split, metric in config.metrics:
         metrics.register(split, metric)
+    for name, _ in config.valid_sets:  # its own copies of the valid metrics
+        metrics.add_valid_set(name)
     schedule = Schedule(
         config.num_epochs if config.max_steps is None or config.epochs_given else None,
         config.max_steps,
@@ -122,12 +135,11 @@ def plan_run(config: TrainingConfig, learner: Learner[Any]) -> RunPlan:
         config.checkpoint_every,
     )
     blocker = _mid_round_blocker(checkpointer, metrics.metrics(Split.TRAIN))
-    per_pass = steps_per_pass(config.train, config.grads_accumulation)
+    per_pass = steps_per_pass(config.train_loader, config.grads_accumulation)
     check_schedule(schedule, config.valid, checkpointer is not None, blocker, per_pass)
     modules = config.gradient_checkpointing
     if modules is not None:
         modules = checkpointed_modules(learner.model, modules or None)
-    model_hooks = (learner.model,) if has_hooks(learner.model) else ()
     return RunPlan(
         config,
         strategy,
@@ -137,7 +149,7 @@ def plan_run(config: TrainingConfig, learner: Learner[Any]) -> RunPlan:
         schedule,
         blocker,
         modules,
-        CalledHooks.of((*model_hooks, *config.hooks)),
+        CalledCallbacks(_callbacks(config), model=learner.model),
         any(isinstance(metric, GradNormMetric) for _, metric in config.metrics),
     )
 
@@ -150,6 +162,13 @@ def moved(plan: RunPlan, config: TrainingConfig) -> RunPlan:
     return dataclasses.replace(
         plan, config=config, checkpointer=_checkpointer(config), loggers=tuple(run_loggers(config))
     )
+
+
+def _callbacks(config: TrainingConfig) -> tuple[object, ...]:
+    """The run's callbacks after the model's hooks: the builder's, then the settings that are
+    callbacks (``max_time``)."""
+    made = () if config.max_time is None else (TimeLimit(config.max_time),)
+    return (*config.hooks, *config.callbacks, *made)
 
 
 def _checkpointer(config: TrainingConfig) -> RunCheckpointer | None:
@@ -194,6 +213,8 @@ def same_training_facts(
     config = plan.config
     train_items, train_batches = pass_size(loaders["train"])
     valid_items, valid_batches = pass_size(loaders["valid"]) if "valid" in loaders else (0, 0)
+    sets = [pass_size(loaders[loader_key(name)]) for name, _ in config.valid_sets]
+    names = ",".join(name for name, _ in config.valid_sets)
     return {
         "the starting epoch (is the checkpoint directory visible to every rank?)": (starting_round),
         "the step resumed from (0: a round end)": step or 0,
@@ -204,9 +225,20 @@ def same_training_facts(
         "the train loader's batches": train_batches,
         "the valid loader's items": valid_items,
         "the valid loader's batches": valid_batches,
+        # as many facts whatever the sets, so that every rank compares the same ones
+        "the other validation sets": len(sets),
+        "the other validation sets' names (their CRC-32)": zlib.crc32(names.encode("utf-8")),
+        "the other validation sets' items": _sum_sizes(size[0] for size in sets),
+        "the other validation sets' batches": _sum_sizes(size[1] for size in sets),
         "checkpointers": int(plan.checkpointer is not None),
         "early stopping": int(config.early_stopping is not None),
     }
+
+
+def _sum_sizes(sizes: Iterable[int]) -> int:
+    """The sum of pass sizes, -1 when one is unknown (a stream)."""
+    sizes = list(sizes)
+    return -1 if -1 in sizes else sum(sizes)
 
 
 # --- refusals --------------------------------------------------------------------------------
@@ -236,7 +268,7 @@ def _check_monitor(config: TrainingConfig, learner: Learner[Any]) -> None:
     if monitor is None:
         return
     _check_validation(config, f"the scheduler stepped with the validation metric {monitor!r}")
-    valid = sorted(m.name for split, m in config.metrics if split is Split.VALID)
+    valid = sorted(logged_names(config.metrics, config.valid_sets, Split.VALID))
     if monitor not in valid:
         raise ValueError(
             f"the scheduler is stepped with the validation metric {monitor!r}, which is not "
@@ -272,7 +304,7 @@ def _check_metric_names(config: TrainingConfig) -> None:
     for who, name, split in _read_metrics(config):
         if split is Split.VALID:
             _check_validation(config, f"{who} on the valid metric {name!r}")
-        registered = sorted(m.name for s, m in config.metrics if s is split)
+        registered = sorted(logged_names(config.metrics, config.valid_sets, split))
         if name not in registered:
             raise ValueError(
                 f"{who} reads the metric {name!r} on the {split.value} split, which is not "

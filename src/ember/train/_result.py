@@ -19,6 +19,7 @@ from ember.train._precision import Precision
 from ember.train._renderer.base import EvaluationRenderer, MetricsRenderer
 from ember.train._strategy.base import SupervisedLearningStrategy
 from ember.train._summary import EvaluationSummary, LearnerSummary
+from ember.train._valid_sets import ValidSets, logged_names
 from ember.train._vocabulary import Split, as_vocabulary
 
 __all__ = ["LearningResult", "metric_names"]
@@ -149,9 +150,12 @@ def _split(split: str | Split) -> Split:
     raise ValueError(f"split must be 'train' or 'valid', got {split!r}")
 
 
-def metric_names(metrics: Iterable[tuple[Split, Metric]]) -> dict[Split, tuple[str, ...]]:
-    """The names of registered ``(split, metric)`` pairs, by split (``metric_names``)."""
-    names: dict[Split, tuple[str, ...]] = {}
-    for split, metric in metrics:
-        names[split] = (*names.get(split, ()), metric.name)
-    return names
+def metric_names(
+    metrics: Iterable[tuple[Split, Metric]], sets: ValidSets = ()
+) -> dict[Split, tuple[str, ...]]:
+    """The names the values of registered ``(split, metric)`` pairs are logged under, by split
+    (``metric_names``): on the valid split, also those of each other validation set in
+    ``sets`` (``Loss (noisy)``)."""
+    metrics = list(metrics)
+    splits = dict.fromkeys(split for split, _ in metrics)
+    return {split: tuple(logged_names(metrics, sets, split)) for split in splits}

@@ -29,11 +29,11 @@
                                                          # every process takes the main one's
                                                          # summary, checkpoints and best epoch
     leaving, whatever happened (each step runs even if one before it failed):
-        drain train-worker; log the error; finish the checkpoint writes; End(summary); stop
-        train-worker; renderer.on_error(error); the artifacts the loggers asked for (the best
-        checkpoint exported, the curves drawn); after an error the loggers' on_error(error)
-        (a tracker marks the run failed); the loggers' end(summary, artifacts); close the
-        loggers, the renderer and experiment.log
+        drain train-worker; after an error the callbacks' on_error(error); log the error;
+        finish the checkpoint writes; End(summary); stop train-worker; renderer.on_error(error);
+        the artifacts the loggers asked for (the best checkpoint exported, the curves drawn);
+        after an error the loggers' on_error(error) (a tracker marks the run failed); the
+        loggers' end(summary, artifacts); close the loggers, the renderer and experiment.log
         session.result = LearningResult(model in eval mode, renderer, error, summary, stop
             reason, the checkpoints and the best epoch); with_test tests, if training succeeded
         release the run directory
@@ -97,6 +97,7 @@ from ember.train._result import LearningResult
 from ember.train._strategy.base import StrategyDefaults, StrategyRun
 from ember.train._summary import LearnerSummary, describe_model
 from ember.train._tracking import run_artifacts, wanted_artifacts
+from ember.train._valid_sets import loader_key, set_metrics
 from ember.train._vocabulary import Split
 
 __all__ = ["TrainingSession"]
@@ -145,8 +146,10 @@ class TrainingSession(Generic[M]):
 
     def _open(self) -> None:
         asked = self.plan.config.directory
-        claimed = self._claim.enter_context(claim_for_run(self.plan.config))
-        plan = self.plan = moved(self.plan, claimed)  # a version, or a free sibling of asked
+        if self.plan.config.keeps_files:  # fast_dev_run: not even the lock
+            claimed = self._claim.enter_context(claim_for_run(self.plan.config))
+            self.plan = moved(self.plan, claimed)  # a version, or a free sibling of asked
+        plan = self.plan
         config, main = plan.config, plan.main
         if config.resume is not None and config.resume != "latest":
             self.start = self._requested_checkpoint(config.resume)
@@ -235,11 +238,12 @@ class TrainingSession(Generic[M]):
         config = self.plan.config
         described = run_configuration(config, self.learner)
         try:
-            text = json.dumps(described, indent=2, sort_keys=True) + "\n"
-            # not flushed to disk: written again by every launch (a resume too), and two
-            # flushes cost a short run several percent of its time (benchmarks/precision.py)
-            atomic_write(config.directory / "config.json", text.encode("utf-8"), sync=False)
-            write_experiment_config(config.directory)  # ember.cli's config.yaml
+            if config.keeps_files:
+                text = json.dumps(described, indent=2, sort_keys=True) + "\n"
+                # not flushed to disk: written again by every launch (a resume too), and two
+                # flushes cost a short run several percent of its time (benchmarks/precision.py)
+                atomic_write(config.directory / "config.json", text.encode("utf-8"), sync=False)
+                write_experiment_config(config.directory)  # ember.cli's config.yaml
             self.store.start(described)
         except BaseException:
             self.store.close()
@@ -263,9 +267,11 @@ class TrainingSession(Generic[M]):
                 log.warning(notice)
         use_precision = member(plan.strategy, StrategyDefaults, "use_precision")
         use_precision(config.precision)  # e.g. FSDP's mixed-precision policy
-        loaders = {"train": config.train}
+        loaders = {"train": config.train_loader}
         if config.valid is not None:
             loaders["valid"] = config.valid
+        for name, loader in config.valid_sets:  # another validation set: valid:{name}
+            loaders[loader_key(name)] = loader
         run = self._run = plan.strategy.start(self.learner.model, loaders)
         try:
             self.learner.bind()  # the optimizers, on the placed parameters
@@ -287,7 +293,7 @@ class TrainingSession(Generic[M]):
         worker.flush()
         if config.summary and worker.error is None and plan.main:
             self._summary = self._write_summary()
-        if plan.main and outcome.complete and worker.error is None:
+        if plan.writes_files and outcome.complete and worker.error is None:
             end = RunEnd(
                 outcome.last_round, config.num_epochs, outcome.stop_reason, config.max_steps
             )
@@ -321,13 +327,16 @@ class TrainingSession(Generic[M]):
 
     def _write_summary(self) -> LearnerSummary:
         config = self.plan.config
+        # every validation set's values: Loss (noisy) is summarised where Loss is
+        named = [(m.name, m) for _, m in config.metrics]
+        named += set_metrics(config.metrics, config.valid_sets)
         summary = LearnerSummary.collect(
             self.store,
-            config.summary_metrics,
+            {name for name, m in named if m.name in config.summary_metrics},
             self._outcome.last_round,
             model=describe_model(self.learner.model),
             stop_reason=self._outcome.stop_reason,
-            units={m.name: m.attributes.unit for _, m in config.metrics if isinstance(m, Numeric)},
+            units={name: m.attributes.unit for name, m in named if isinstance(m, Numeric)},
         )
         atomic_write(config.directory / "summary.json", summary.dumps().encode("utf-8"))
         return summary
@@ -363,6 +372,7 @@ class TrainingSession(Generic[M]):
         outcome.add(worker.error)
         if outcome.error is not None:
             failure = outcome.error
+            outcome.run(lambda: plan.callbacks.call("on_error", failure))
             outcome.run(lambda: log.error("Training failed", exc_info=failure))
         if plan.checkpointer is not None and not self._checkpoints_closed:
             outcome.run(plan.checkpointer.close)  # a failed write is the run's error

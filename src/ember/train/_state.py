@@ -28,7 +28,9 @@ checkpoints is one part and one :meth:`RunState.register`. The keys on disk::
                "trained": whether the round's training is over,
                "metrics": {name: <each train metric's state_dict()>},   (tensors in the record)
                "logs": [{"logger": kind, "position": <its log_position()>}, ...]},
-     "user": {name: <state_dict() of with_stateful(name, ...)>}}               "user"
+     "user": {name: <state_dict() of with_stateful(name, ...)>},               "user"
+     "callbacks": {name: <a callback's state_dict()>},                        "callbacks"
+     "data_module": {class name: <the data module's state_dict()>}}           "data_module"
 
 A part marked ``everywhere`` takes part in every process's snapshot (gathering the ranks' RNG
 states, writing a sharded model's shards); the others run on the main process, which alone
@@ -78,6 +80,7 @@ __all__ = [
     "CountersPart",
     "EarlyStoppingPart",
     "LoadersPart",
+    "Resumed",
     "RngPart",
     "RoundPart",
     "RunState",
@@ -105,6 +108,9 @@ class Snapshot:
     scheduler: Record | None = None
     shards: tuple[CheckpointFile, ...] = ()
     where: str = ""
+    trained: bool = False
+    """A mid-round checkpoint's round has no training left (a stop at its last step): saved,
+    or read back."""
 
     def count(self, entry: Mapping[str, Any], key: str, default: int) -> int:
         """The count ``key`` of a state ``entry`` (``default`` in a checkpoint older than it);
@@ -147,13 +153,14 @@ class RunState:
             raise ValueError(f"a state part named {name!r} is registered already")
         self._parts[name] = part
 
-    def snapshot(self, point: ResumePoint) -> TrainingRecords | None:
-        """The records of the run at ``point`` on the main process; None elsewhere (where only
-        the parts that are collectives ran)."""
+    def snapshot(self, point: ResumePoint, *, trained: bool = False) -> TrainingRecords | None:
+        """The records of the run at ``point`` (``trained``: a mid-round point whose round has
+        no training left) on the main process; None elsewhere (where only the parts that are
+        collectives ran)."""
         state: dict[str, Any] = {"format": _FORMAT, "epoch": point.epoch}
         if point.step is not None:
             state["step"] = point.step
-        snapshot = Snapshot(point, state)
+        snapshot = Snapshot(point, state, trained=trained)
         for part in self._parts.values():
             if self.main or part.everywhere:
                 part.save(snapshot)
@@ -171,9 +178,10 @@ class RunState:
             snapshot.shards,
         )
 
-    def restore(self, records: TrainingRecords, point: ResumePoint, where: str) -> None:
+    def restore(self, records: TrainingRecords, point: ResumePoint, where: str) -> Resumed:
         """Put every part back from ``records``, the checkpoint of ``point`` (verified by the
-        checkpointer; nothing is loaded with pickle), in the reverse order of a snapshot."""
+        checkpointer; nothing is loaded with pickle), in the reverse order of a snapshot; where
+        the loop goes on from is returned."""
         state = records.state.metadata
         if (
             state.get("format") != _FORMAT
@@ -197,6 +205,18 @@ class RunState:
         )
         for part in reversed(list(self._parts.values())):
             part.load(snapshot)
+        return Resumed(point.starting_epoch, point.step is not None, snapshot.trained)
+
+
+@dataclass(frozen=True, slots=True)
+class Resumed:
+    """Where a restored run goes on: ``round``, from a mid-round checkpoint (``mid_round``:
+    the round's counters are the checkpoint's) whose training may be over already
+    (``trained``: a stop at the round's last step; the round goes straight to validation)."""
+
+    round: int
+    mid_round: bool = False
+    trained: bool = False
 
 
 class CountersPart:
@@ -329,26 +349,31 @@ class EarlyStoppingPart:
 
 
 class UserPart:
-    """``user``: the state of every ``with_stateful(name, state)``, tensors in the record."""
+    """``user``: the state of every ``with_stateful(name, state)``, tensors in the record;
+    ``callbacks``: that of every callback with ``state_dict``/``load_state_dict``, by the name
+    :func:`~ember.train._callbacks.called.state_names` gives it."""
 
     everywhere = False
 
-    def __init__(self, stateful: Mapping[str, Stateful]) -> None:
-        self.stateful = stateful
+    def __init__(self, stateful: Mapping[str, Stateful], key: str = "user") -> None:
+        self.stateful, self.key = stateful, key
 
     def save(self, snapshot: Snapshot) -> None:
         states = {name: state.state_dict() for name, state in self.stateful.items()}
-        snapshot.state["user"] = encode(states, "user", snapshot.tensors)
+        snapshot.state[self.key] = encode(states, self.key, snapshot.tensors)
 
     def load(self, snapshot: Snapshot) -> None:
+        key = self.key
         saved = decode(
-            snapshot.state.get("user", {}), snapshot.tensors, "the checkpoint's user state"
+            snapshot.state.get(key, {}), snapshot.tensors, f"the checkpoint's {key} state"
         )
         for name, stateful in self.stateful.items():
             if name not in saved:
+                kind = "callback" if key == "callbacks" else "state"
                 raise CheckpointError(
-                    f"the checkpoint of {snapshot.where} holds no state named {name!r} (it has "
-                    f"{sorted(saved)})"
+                    f"the checkpoint of {snapshot.where} holds no {kind} state named {name!r} "
+                    f"(it has {sorted(saved)}): it was written by a run without it; resume "
+                    f"with the {kind}s it was written with, or start afresh"
                 )
             stateful.load_state_dict(saved[name])
 
@@ -377,7 +402,7 @@ class RoundPart:
         partial = {
             "iteration": counters.round_items,
             "round_passes": counters.round_passes,
-            "trained": counters.round_trained,
+            "trained": snapshot.trained,
             "metrics": {metric.name: metric.state_dict() for metric in self.metrics},  # type: ignore[attr-defined]
             "logs": self.store.log_positions(Split.TRAIN, snapshot.point.epoch),
         }
@@ -397,8 +422,7 @@ class RoundPart:
         counters = self.counters
         counters.round_items = snapshot.count(partial, "iteration", 0)
         counters.round_passes = snapshot.count(partial, "round_passes", 0)
-        counters.round_trained = partial.get("trained") is True
-        counters.resumed = True
+        snapshot.trained = partial.get("trained") is True
         if self.main:
             self._load_metrics_and_logs(partial, snapshot.point.epoch, where)
 

@@ -1,16 +1,18 @@
 """Stopping on a value: ``SupervisedTraining.stop_when(metric, threshold)``.
 
 A training script that stops once its loss is small enough (pytorch/examples' regression:
-``if loss < 1e-3: break``) would otherwise read the loss back on the training thread every
-step. :class:`ThresholdStop` reads it where every metric value is read already, on the metrics
-thread, as a logger: when a train batch's value of the metric (a validation epoch's value, for
-``split="valid"``) reaches the threshold, it asks the run's interrupter to stop, as Ctrl-C
-would. The run then ends as every stop does (``docs/training.md``, "Stopping"): at the end of
-the optimizer window under way, with a mid-round checkpoint when the run takes them, so
-``resume_latest()`` goes on exactly from there; ``result.stop_reason`` says which value
-reached the threshold, at which batch. Training does not wait for the metrics thread, so the
-run stops a few batches after the one that reached the threshold (within one chunk of
-events), never before it.
+``if loss < 1e-3: break``) reads the loss back every step. :class:`ThresholdStop` reads it
+where every metric value is read, on the metrics thread, as a logger: a train batch's value of
+the metric (a validation epoch's value, for ``split="valid"``) that reaches the threshold is
+kept as the stop's reason, and the loop, which waits for the metrics thread after every train
+batch when a train threshold is set (a host sync per step; once a round for a valid one), stops
+the run after that batch: the same batch in every run. The run then ends as every stop does
+(``docs/training.md``, "Stopping"): at the end of the optimizer window under way, with a
+mid-round checkpoint when the run takes them, so ``resume_latest()`` goes on exactly from
+there; ``result.stop_reason`` says which value reached the threshold, at which batch. Under a
+data-parallel strategy the main process reads the values, which reach it a chunk of steps at a
+time (``DistributedDataParallel(report_every=...)``): every process stops at the end of the
+next chunk, the same step in every run.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ember._checks import check_real
-from ember.train._interrupter import Interrupter
 from ember.train._metric.base import NamedMetric, format_number, metric_name
 from ember.train._metric.values import MetricValue
 from ember.train._vocabulary import Direction, Split, as_vocabulary
@@ -47,12 +48,8 @@ class ThresholdStop:
             raise ValueError("split must be 'train' or 'valid', got 'test'")
         self.direction = Direction.LOWEST
         self.reason: str | None = None
-        """Why the run was stopped (its ``stop_reason``), or None."""
-        self._interrupter: Interrupter | None = None
-
-    def use_interrupter(self, interrupter: Interrupter) -> None:
-        """Keep the run's interrupter: the stop goes through it."""
-        self._interrupter = interrupter
+        """Why the run stops (its ``stop_reason``), once a value reached the threshold; the
+        loop reads it (``_loop.py``)."""
 
     def start(self, config: Mapping[str, Any]) -> None:
         """Refuse, before training, a metric the run does not register on the split; learn
@@ -92,8 +89,6 @@ class ThresholdStop:
             f"stop_when: {self.split.value} {self.name} {format_number(value.value)} {sign} "
             f"{format_number(self.threshold)} ({where})"
         )
-        assert self._interrupter is not None  # every run hands its loggers the interrupter
-        self._interrupter.stop(self.reason)
 
     def end_split(self, epoch: int, split: Split) -> None:
         """Nothing to make durable."""

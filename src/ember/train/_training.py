@@ -3,7 +3,10 @@
 ::
 
     launch(config, learner):
-        plan = plan_run(config, learner)       # pure: what will run, or a refusal (_plan.py)
+        if config.seed is not None:  # before anything random the run does, setup() included
+        seed_everything(config.seed)
+    config = debugging_run(with_data(config))
+    plan = plan_run(config, learner)       # pure: what will run, or a refusal (_plan.py)
         with Ctrl-C, SIGTERM, SIGUSR1 routed to the interrupter (_signals.py):
             with TrainingSession(plan, learner):   # the directory chosen and locked (the
                                                    # plan moved there), experiment.log
@@ -31,7 +34,10 @@ from typing import TypeVar
 from torch import nn
 
 from ember._errors import TrainingError
+from ember.train._checkpoint.rng import seed_everything
 from ember.train._config import TrainingConfig
+from ember.train._data_module import with_data
+from ember.train._debugging import debugging_run
 from ember.train._learner import Learner
 from ember.train._loop import TrainingLoop
 from ember.train._plan import plan_run
@@ -48,6 +54,9 @@ def launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
     """Train ``learner`` as ``config`` says (see the module doc for the order of things)."""
     if not isinstance(learner, Learner):
         raise TypeError(f"launch needs a Learner, got {type(learner).__name__}")
+    if config.seed is not None:  # before anything random the run does, setup() included
+        seed_everything(config.seed)
+    config = debugging_run(with_data(config))
     plan = plan_run(config, learner)
     with graceful_stop(config.interrupter) as signals:  # the whole launch, its ending too
         with TrainingSession(plan, learner) as session:

@@ -14,6 +14,7 @@ once::
         lr_step()
         unscale (16-mixed)           # the gradient scaler's unscale_
         x nominal / real items       # mean=True and a window of other than n x first items
+        before()                     # the callbacks' on_before_optimizer_step, if any
         norm = total gradient norm   # when clipping by norm, a GradNormMetric or a scaler
         clip by norm or by value
         if the scaler saw inf/NaN: skip the step (the scale is lowered)
@@ -170,16 +171,22 @@ class OptimizerWindow:
         return self._filled == self.size or progress.is_completed
 
     def step(
-        self, learner: Learner[Any], closure: UnitClosure | None = None
+        self,
+        learner: Learner[Any],
+        closure: UnitClosure | None = None,
+        *,
+        before: Callable[[], None] | None = None,
     ) -> torch.Tensor | None:
         """One optimizer step with the gradients in the main model's ``.grad`` slots (see the
-        module doc), ``closure`` the unit's loss function for a closure optimizer; returns the
-        total gradient norm before clipping when it was measured."""
+        module doc), ``closure`` the unit's loss function for a closure optimizer, ``before``
+        called once the gradients are unscaled, before clipping (the callbacks'
+        ``on_before_optimizer_step``); returns the total gradient norm before clipping when it
+        was measured."""
         learner.lr_step()
         model = learner.model
         norm = None
-        if self._adjusts:  # nothing to adjust (the common case): straight to the optimizer
-            norm = self._adjust(learner)
+        if self._adjusts or before is not None:  # nothing to adjust: straight to the optimizer
+            norm = self._adjust(learner, before)
             if norm is not None and self.scaler is not None and not bool(torch.isfinite(norm)):
                 self._skip(model)
                 return norm
@@ -189,8 +196,11 @@ class OptimizerWindow:
         self._stepped()
         return norm
 
-    def _adjust(self, learner: Learner[Any]) -> torch.Tensor | None:
-        """Unscale, apply the mean's correction, measure and clip; returns the norm, if any."""
+    def _adjust(
+        self, learner: Learner[Any], before: Callable[[], None] | None
+    ) -> torch.Tensor | None:
+        """Unscale, apply the mean's correction, call ``before``, measure and clip; returns the
+        norm, if any."""
         scaler = self.scaler
         if scaler is not None:
             for optimizer in learner.optimizers.values():
@@ -201,6 +211,8 @@ class OptimizerWindow:
             for param in params:
                 if param.grad is not None:
                     param.grad.mul_(factor)
+        if before is not None:
+            before()
         norm = None
         clipping = self.clipping
         if self.measure_norm:

@@ -26,7 +26,17 @@ from ember._errors import CheckpointError
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["rng_state", "set_rng_state"]
+__all__ = ["rng_state", "seed_everything", "set_rng_state"]
+
+
+def seed_everything(seed: int) -> None:
+    """Seed torch (every device), numpy's global generator and Python's :mod:`random` with
+    ``seed`` (``SupervisedTraining.seed``)."""
+    import numpy as np  # lazy: keeps `import ember` fast ("light import")
+
+    torch.manual_seed(seed)  # every CUDA device too
+    np.random.seed(seed % 2**32)  # numpy's legacy seeds are 32 bits
+    random.seed(seed)
 
 
 def rng_state() -> dict[str, Any]:

@@ -67,6 +67,8 @@ class EventStore:
         self._cache: dict[tuple[str, int, Split], float] = {}  # bounded: _CACHE_SIZE
         # per (name, direction, split): the next epoch to read, the best epoch and its value
         self._best: dict[tuple[str, Direction, Split], tuple[int, int | None, float]] = {}
+        # per split: the latest epoch's final values by metric (what on_validation_end gets)
+        self._finals: dict[Split, tuple[int, dict[str, float]]] = {}
         self._lock = threading.Lock()
 
     def start(self, config: Mapping[str, Any]) -> None:
@@ -117,12 +119,26 @@ class EventStore:
                         serialized,
                     )
                 )
+                if numeric.final:  # once a split: the epoch's values
+                    self._keep_final(split, epoch, entry.name, numeric.value)
         if values:
             for logger in self.loggers:
                 logger.log(values)
         if texts:
             for log_text in self._text_logs:
                 log_text(texts)
+
+    def _keep_final(self, split: Split, epoch: int, name: str, value: float) -> None:
+        kept = self._finals.get(split)
+        if kept is None or kept[0] != epoch:
+            kept = self._finals[split] = (epoch, {})
+        kept[1][name] = value
+
+    def epoch_values(self, split: Split, epoch: int) -> dict[str, float]:
+        """The epoch values every numeric metric of ``split`` logged for ``epoch`` (the latest
+        epoch of the split only; read after a flush), by name."""
+        kept = self._finals.get(split)
+        return dict(kept[1]) if kept is not None and kept[0] == epoch else {}
 
     def end_split(self, split: Split) -> None:
         """The split ended: loggers make its files complete."""

@@ -76,6 +76,12 @@ def _number(value: Any) -> float:
     return value if type(value) is float else float(value)
 
 
+def _same_run(entry: tuple[Split, Event], split: Split, valid_set: str | None) -> bool:
+    """Whether ``entry`` is an item of ``split`` and of the validation set ``valid_set``."""
+    event = entry[1]
+    return type(event) is ProcessedItem and entry[0] is split and event.valid_set == valid_set
+
+
 class FullEventProcessorTraining:
     """Computes metrics, logs them through the event store and drives the renderer."""
 
@@ -91,6 +97,9 @@ class FullEventProcessorTraining:
         self._without_loss: set[type[Any]] = set()
         self._step = 0  # the run's optimizer steps at the last item: the loggers' global step
         self._show_progress = items_progress(renderer)  # in steps too once Start says so
+        # the validation set under way, the items of the split's sets before it, and its own
+        self._set: str | None = None
+        self._items_before = self._set_items = 0
 
     def process_train(self, event: LearnerEvent) -> None:
         """Handle an event of the training split."""
@@ -111,19 +120,24 @@ class FullEventProcessorTraining:
                 self._process_event(split, event)
                 start += 1
                 continue
+            valid_set = event.valid_set
             end = start + 1
-            while end < count and type(chunk[end][1]) is ProcessedItem and chunk[end][0] is split:
+            while end < count and _same_run(chunk[end], split, valid_set):
                 end += 1
-            self._process_items(split, [e.item for _, e in chunk[start:end]])  # type: ignore[union-attr]  # ProcessedItem
+            self._process_items(split, [e.item for _, e in chunk[start:end]], valid_set)  # type: ignore[union-attr]  # ProcessedItem
             start = end
 
-    def _process_items(self, split: Split, training_items: Sequence[Any]) -> None:
-        """Update the metrics with consecutive items of ``split`` and render each; their values
-        reach the loggers together, also those before an item that fails (a non-finite loss)."""
+    def _process_items(
+        self, split: Split, training_items: Sequence[Any], valid_set: str | None = None
+    ) -> None:
+        """Update the metrics (of the validation set ``valid_set``, when given) with
+        consecutive items of ``split`` and render each; their values reach the loggers
+        together, also those before an item that fails (a non-finite loss)."""
         items = [_synced(training_item.item) for training_item in training_items]
         losses = self._read_losses(items)
         update, renderer, progress = self.metrics.update, self.renderer, self._show_progress
         show = renderer.update_train if split is Split.TRAIN else renderer.update_valid
+        before = self._sets_before(valid_set)
         logged: list[tuple[Sequence[MetricState], int]] = []
         try:
             for training_item, item, loss in zip(training_items, items, losses, strict=True):
@@ -133,17 +147,26 @@ class FullEventProcessorTraining:
                     training_item.progress, training_item.iteration, training_item.lr,
                     training_item.grad_norm, training_item.values,
                 )  # fmt: skip
-                states = update(split, item, metadata, loss)
+                states = update(split, item, metadata, loss, valid_set)
                 self._step = training_item.step
                 self._count_iteration(split, training_item.iteration)
                 if states:
                     logged.append((states, training_item.step))
                     for state in states:
                         show(state)
-                progress(split, training_item)
+                progress(split, training_item, before)
+                self._set_items = training_item.progress.items_processed
         finally:
             if logged:
                 self.store.log_many(split, logged)
+
+    def _sets_before(self, valid_set: str | None) -> int:
+        """The items of the split's validation sets before ``valid_set`` (each set's progress
+        counts its own items; the renderer is shown the split's)."""
+        if valid_set != self._set:  # the next set begins: the one before it is over
+            self._set, self._items_before = valid_set, self._items_before + self._set_items
+            self._set_items = 0
+        return self._items_before
 
     def _count_iteration(self, split: Split, iteration: int) -> None:
         """Remember the first and the last iteration processed since the last progress line."""
@@ -168,6 +191,7 @@ class FullEventProcessorTraining:
         renderer = self.renderer
         if isinstance(event, StartSplit):
             self._epoch = event.epoch
+            self._set, self._items_before, self._set_items = None, 0, 0
             started = self._started.get(split)
             self._started[split] = (event.epoch if started is None else started[0], event.epoch)
             self.store.start_split(split, event.epoch)

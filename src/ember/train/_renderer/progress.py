@@ -5,27 +5,29 @@ optional members are resolved once here, not per batch."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
 from ember._protocols import member
 from ember.train._events import Start, StartSplit, TrainingItem
 from ember.train._metric.base import MetricDefinition, metric_definition
-from ember.train._metric.registered import MetricsTraining
+from ember.train._metric.registered import MetricsTraining, set_metric_name
 from ember.train._renderer.base import MetricsRenderer, Renderer
 from ember.train._vocabulary import Split
 
 __all__ = ["ProgressUpdate", "announce_split", "announce_start", "items_progress"]
 
-ProgressUpdate = Callable[[Split, TrainingItem[Any]], None]
-"""Tells the renderer where the run is after a batch of a split."""
+ProgressUpdate = Callable[[Split, TrainingItem[Any], int], None]
+"""Tells the renderer where the run is after a batch of a split, given the items of the
+split's validation sets before the batch's (0 but in a run of several)."""
 
 
 def items_progress(renderer: MetricsRenderer) -> ProgressUpdate:
     """Each batch: the items of its split processed so far (``update_split``)."""
 
-    def update(split: Split, item: TrainingItem[Any]) -> None:
-        renderer.update_split(item.progress.items_processed)
+    def update(split: Split, item: TrainingItem[Any], before: int) -> None:
+        renderer.update_split(before + item.progress.items_processed)
 
     return update
 
@@ -40,6 +42,11 @@ def announce_start(
     for split in (Split.TRAIN, Split.VALID):
         for metric in metrics.metrics(split):
             definitions.setdefault(metric.name, metric_definition(metric))
+    for valid_set in metrics.valid_sets:  # each other validation set's: Loss (noisy)
+        for metric in metrics.metrics(Split.VALID):
+            definition = metric_definition(metric)
+            name = set_metric_name(definition.name, valid_set)
+            definitions.setdefault(name, dataclasses.replace(definition, name=name))
     for definition in definitions.values():
         renderer.register_metric(definition)
     renderer.start(event.total_epochs, event.starting_epoch)
@@ -49,10 +56,10 @@ def announce_start(
     member(renderer, Renderer, "start_steps")(event.total_steps, event.starting_step)
     update_step = member(renderer, Renderer, "update_step")
 
-    def update(split: Split, item: TrainingItem[Any]) -> None:
+    def update(split: Split, item: TrainingItem[Any], before: int) -> None:
         if split is Split.TRAIN:
             update_step(item.step)
-        renderer.update_split(item.progress.items_processed)
+        renderer.update_split(before + item.progress.items_processed)
 
     return update
 

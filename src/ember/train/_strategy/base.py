@@ -162,6 +162,11 @@ class StrategyDefaults:
         """The run's precision, told right before ``start`` (FSDP casts the parameters it
         gathers); default: nothing to do."""
 
+    def join(self) -> None:
+        """Form (or join) the processes of the job before the run starts, when the strategy
+        has several: a data module's ``prepare`` runs once per machine and the other processes
+        wait for it; default: one process, nothing to join."""
+
 
 def model_device(model: nn.Module) -> torch.device:
     """The device of the model's first parameter (CPU for a model without parameters)."""

@@ -218,6 +218,11 @@ class DistributedDataParallel:
     def check(self, learner: Learner[Any]) -> None:
         """Any learner: every rank steps the same reduced gradients."""
 
+    def join(self) -> None:
+        """Initialise the process group now if needed (a data module's ``prepare`` runs on
+        local rank 0 while the other ranks wait for it)."""
+        self._setup()
+
     def use_precision(self, precision: Precision) -> None:
         """Autocast is the loop's, and torch's reducer reduces in the gradients' dtype."""
 
