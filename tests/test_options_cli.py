@@ -43,7 +43,7 @@ class Dropped(TinyRegressor):
 
 def experiment(
     directory: Path,
-    training: TrainingOptions = TrainingOptions(),  # noqa: B008  # frozen: one shared value
+    training: TrainingOptions = TrainingOptions(),  # frozen: one shared value
     data: Regression = Regression(),  # noqa: B008  # ember.cli builds one per call
     lr: float = 0.05,
 ) -> list[torch.Tensor]:
