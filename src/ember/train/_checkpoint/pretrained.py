@@ -50,7 +50,7 @@ def export_pretrained(
     """Write the weights of ``epoch`` of a run of a ``transformers`` model as a directory
     ``from_pretrained`` loads (see the module doc); returns the epoch number written.
 
-    ``output`` must be a new or empty directory (:func:`check_output_directory`).
+    ``output`` must be a new or empty directory (``check_output_directory``).
     CheckpointError when the run's model is not a ``transformers`` model (its checkpoints
     hold no configuration: export its weights with :func:`export_weights`) or has non-tensor
     extra state.
