@@ -4,9 +4,10 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.ember-installed
-EXTRAS := dev,metrics,plot,examples,tensorboard,mlflow-skinny,hf,cli,pandas,optuna,wandb,bench
+EXTRAS := dev,docs,metrics,plot,examples,tensorboard,mlflow-skinny,hf,cli,pandas,optuna,wandb,bench
+SITE := build/docs
 
-.PHONY: demo test test-slow lint pytest package bench bench-user clean
+.PHONY: demo test test-slow lint pytest docs package bench bench-user clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -22,19 +23,25 @@ demo: $(STAMP)
 	$(BIN)/ember demo
 
 lint: $(STAMP)
-	$(BIN)/ruff format --check src tests benchmarks examples
-	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/ruff format --check src tests benchmarks examples docs/conf.py docs/_ext
+	$(BIN)/ruff check src tests benchmarks examples docs/conf.py docs/_ext
 	$(BIN)/mypy
 
 pytest: $(STAMP)
 	$(BIN)/python -m pytest
+
+# the site, from docs/ (docs/conf.py): a warning fails it, an unresolved link or reference too
+docs: $(STAMP)
+	rm -rf $(SITE)
+	$(BIN)/sphinx-build -W --keep-going -q -b html -d $(SITE)/doctrees docs $(SITE)/html
+	@echo "the site: $(SITE)/html/index.html"
 
 # ember installed as a user installs it: the sdist and the wheel built from it, the wheel in a
 # fresh virtual environment (torch==2.13.0 first), run from outside the checkout
 package: $(STAMP)
 	bash .ci/wheel-check $(BIN)/python
 
-test: lint pytest package
+test: lint docs pytest package
 
 # the properties that take minutes at full size (CI runs their smaller variants)
 test-slow: $(STAMP)
