@@ -1,7 +1,7 @@
 """The API reference, generated from the public namespaces' ``__all__`` and the docstrings.
 
-``{ember-namespace} ember.train`` (one per page of ``docs/api/``) writes the namespace's
-docstring, a table of every name in its ``__all__`` with the first line of its docstring, and
+``.. ember-namespace:: ember.train`` (one per page of ``docs/api/``) writes the namespace's
+docstring, a table of every name in its ``__all__`` with the first sentence of its docstring, and
 the full documentation of each name that lives there. A name exported by several namespaces
 (``ember`` re-exports, ``ember.extend`` shares the protocols) is documented once, in its home:
 the first namespace of ``HOMES`` that exports it; the other tables link to it.
@@ -35,7 +35,8 @@ NAMESPACES = (
     "ember.distributed",
     "ember.runs",
 )
-"""The public namespaces, each with a page ``docs/api/NAMESPACE.md``."""
+"""The public namespaces, each with a page ``docs/api/NAMESPACE.rst`` (as ``tests/api/snapshot.py``
+has them: ``tests/test_docs.py`` checks the pages against its list)."""
 
 HOMES = (*NAMESPACES[1:], "ember")
 """Where a name shared by several namespaces is documented: the first that exports it."""
