@@ -1,5 +1,6 @@
 """The public surface, pinned: ``tests/api/current.txt`` holds every public name and member
-with its signature; each change to it is in ``CHANGELOG.md``; ``docs/api.md`` lists every name.
+with its signature; each change to it is in ``CHANGELOG.md``; the API reference is generated
+from the same ``__all__`` (``docs/_ext/ember_api.py``; ``tests/test_docs.py`` checks the site).
 
 A change to the public API fails here until the snapshot is taken again on purpose
 (``python -m tests.api.snapshot``) and the changelog's section for this version names what
@@ -22,7 +23,6 @@ import ember
 from tests.api.snapshot import CURRENT, NAMESPACES, Entry, read, surface
 
 ROOT = Path(__file__).resolve().parents[1]
-API_PAGE = ROOT / "docs" / "api.md"
 CHANGELOG = ROOT / "CHANGELOG.md"
 RELEASES = ROOT / "tests" / "api"
 
@@ -197,21 +197,6 @@ OPTIONAL_EXTRAS = (
 )
 
 
-def api_page_sections() -> dict[str, dict[str, str]]:
-    """``docs/api.md`` read back: for each ``## `namespace``` section, its names and summaries."""
-    sections: dict[str, dict[str, str]] = {}
-    current: dict[str, str] | None = None
-    for line in API_PAGE.read_text(encoding="utf-8").splitlines():
-        heading = re.fullmatch(r"## `([\w.]+)`", line)
-        if heading:
-            current = sections.setdefault(heading.group(1), {})
-            continue
-        entry = re.fullmatch(r"- `(\w+)`: (.*)", line)
-        if entry and current is not None:
-            current[entry.group(1)] = entry.group(2).strip()
-    return sections
-
-
 @pytest.mark.parametrize("name", sorted(PUBLIC))
 def test_all_is_pinned(name: str) -> None:
     """Each public namespace's ``__all__`` is exactly the set written here, without repeats."""
@@ -233,25 +218,6 @@ def test_every_name_is_importable_and_documented(name: str) -> None:
             assert doc and not doc.startswith(f"{value.__name__}("), (
                 f"{name}.{public}: no docstring"
             )
-
-
-@pytest.mark.parametrize("name", sorted(PUBLIC))
-def test_api_page_lists_every_name_with_a_summary(name: str) -> None:
-    """``docs/api.md`` has a section per namespace listing exactly its names, each summarised."""
-    sections = api_page_sections()
-    assert name in sections, f"docs/api.md has no section ## `{name}`"
-    listed = sections[name]
-    assert set(listed) == PUBLIC[name], (
-        f"docs/api.md, ## `{name}`: missing {sorted(PUBLIC[name] - set(listed))}, "
-        f"not exported {sorted(set(listed) - PUBLIC[name])}"
-    )
-    for public, summary in listed.items():
-        assert summary, f"docs/api.md: `{public}` in {name} has no summary"
-
-
-def test_api_page_has_no_other_section() -> None:
-    """Every section of ``docs/api.md`` is a public namespace."""
-    assert set(api_page_sections()) == set(PUBLIC)
 
 
 def test_a_name_exported_twice_is_the_same_object() -> None:

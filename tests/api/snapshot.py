@@ -31,7 +31,7 @@ NAMESPACES = (
     "ember.distributed",
     "ember.runs",
 )
-"""The public namespaces of this release (``docs/api.md`` has a section for each)."""
+"""The public namespaces of this release (``docs/api/`` has a reference page for each)."""
 
 CURRENT = Path(__file__).resolve().parent / "current.txt"
 """The snapshot of the API as it is now."""

@@ -150,6 +150,8 @@ class End:
 
 
 LearnerEvent = Start | StartSplit | ProcessedItem[Any] | EndSplit | EndEpoch | End
+"""What training emits: ``Start``; for each split of an epoch ``StartSplit``, a ``ProcessedItem``
+per batch and ``EndSplit``; ``EndEpoch`` once both splits ended; ``End`` last."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,3 +184,5 @@ class EndEvaluation:
 
 
 EvaluatorEvent = StartEvaluation | StartTest | ProcessedItem[Any] | EndTest | EndEvaluation
+"""What an evaluation emits: ``StartEvaluation``; for each test ``StartTest``, a ``ProcessedItem``
+per batch and ``EndTest``; then ``EndEvaluation``."""

@@ -198,7 +198,7 @@ def export_weights(
     ``safetensors.torch.load_file(output)`` then ``model.load_state_dict(...)`` loads it with
     nothing of ember installed. A model with non-tensor extra state cannot be exported so.
     ``output`` must be a new file or a regular file to replace, in a directory that exists and
-    is not a run's checkpoint directory (see :func:`check_output`); it gets the mode of the
+    is not a run's checkpoint directory (see ``check_output``); it gets the mode of the
     checkpoint file it comes from.
     """
     path = check_output(output)

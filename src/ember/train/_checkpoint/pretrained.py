@@ -70,7 +70,7 @@ def export_pretrained(
     (checkpoints of ember before 0.3 hold none: ``from_pretrained`` then derives it from
     ``config.json``, as for any model saved without one).
 
-    ``output`` must be a new or empty directory (:func:`check_output_directory`).
+    ``output`` must be a new or empty directory (``check_output_directory``).
     CheckpointError when the run's model is not a ``transformers`` model (its checkpoints
     hold no configuration: export its weights with :func:`export_weights`) or has non-tensor
     extra state; ValueError for a tokenizer directory that holds no tokenizer.

@@ -52,6 +52,7 @@ class Delete:
 
 
 CheckpointingAction: TypeAlias = Save | Delete
+"""What a checkpointing strategy decides for an epoch: ``Save`` or ``Delete``."""
 
 
 class CheckpointingStrategy(Protocol):

@@ -36,7 +36,7 @@ class ComposedLr:
 
     ``reduction`` is ``"prod"`` (the product, e.g. a cosine times a warm-up factor), ``"sum"`` or
     ``"avg"`` (the sum divided by the number of children). Children may be anything
-    :func:`as_scheduler` accepts; a float is a constant factor or term. At least one child is
+    ``as_scheduler`` accepts; a float is a constant factor or term. At least one child is
     required, and one scheduler object cannot appear twice (it would be stepped twice per call).
     """
 

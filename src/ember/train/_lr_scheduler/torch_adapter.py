@@ -64,7 +64,7 @@ class TorchLrScheduler:
     always stepped that way, with ``monitor``: the name of a metric registered on the
     validation split, whose epoch value each advance is given. Without ``interval`` (or a torch
     scheduler handed to the Learner bare) it is ``"step"``, and the launch says so
-    (:func:`interval_notice`): the two conventions are both common.
+    (``interval_notice``): the two conventions are both common.
 
     When training ends, :meth:`end_training` gives a per-step scheduler the advance it owes the
     last optimizer step, so the optimizer's lrs and the torch scheduler's state are where a raw

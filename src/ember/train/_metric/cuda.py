@@ -82,7 +82,7 @@ def read_cuda() -> list[GpuReading] | None:
 class CudaMetric:
     """``Cuda``: memory used/total, utilisation and power of each GPU, or "unavailable".
 
-    ``reader`` returns the GPUs' state (default :func:`read_cuda`; None means no CUDA). It is
+    ``reader`` returns the GPUs' state (default ``read_cuda``; None means no CUDA). It is
     read at most every ``interval`` seconds, and a line is logged only when the text changes;
     :meth:`compute` gives the latest state as the epoch entry.
     """

@@ -57,7 +57,7 @@ class AsyncProcessorTraining:
     The thread is started with the first chunk it is handed, so an inline processor never has
     one.
 
-    An exception while processing is kept in :attr:`error` (the first one only), reported
+    An exception while processing is kept in ``error`` (the first one only), reported
     through ``on_error`` (the builder stops training there), and every later event is dropped,
     so the training thread never blocks on a dead worker; inline, the training thread goes on
     the same way (only an abort, ``KeyboardInterrupt`` or ``SystemExit``, goes through).

@@ -135,7 +135,7 @@ class SupervisedLearningStrategy(Protocol):
 
     A plain class with ``is_main`` and ``start`` is a strategy (see
     ``examples/custom_strategy.py``). It may also have ``check(learner)`` and
-    ``use_precision(precision)`` (:class:`StrategyDefaults` says what a strategy without them
+    ``use_precision(precision)`` (``StrategyDefaults`` says what a strategy without them
     does).
     """
 

@@ -106,7 +106,7 @@ class TuiMetricsRenderer(StateRenderer):
     # keys and drawing ------------------------------------------------------------------------
 
     def handle_key(self, key: str) -> None:
-        """React to a key named as :func:`decode_keys` names it."""
+        """React to a key named as ``decode_keys`` names it."""
         stop = False
         with self._lock:
             if self._popup:
