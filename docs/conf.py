@@ -32,8 +32,13 @@ nitpicky = True
 # offline (other packages' names: no intersphinx inventories are fetched) and ember's private
 # names (a signature's type variable, a private base class)
 nitpick_ignore_regex = [
-    (r"py:.*", r"(torch|collections|typing|os|pathlib|datetime|enum|types|rich)\b.*"),
-    (r"py:.*", r"(Path|Console|TorchmetricsMetric)"),  # annotations only imported for typing
+    (
+        r"py:.*",
+        r"(torch|collections|typing|os|pathlib|datetime|enum|types|rich|matplotlib|transformers)"
+        r"\b.*",
+    ),
+    # annotations only imported for typing
+    (r"py:.*", r"(Path|Console|TorchmetricsMetric|Figure|PreTrainedTokenizerBase)"),
     (r"py:.*", r"ember(\.\w+)*\._.*"),
     (r"py:.*", r".*\[.*"),  # Sphinx splits ``Callable[[], float]`` at its brackets
 ]
