@@ -93,11 +93,13 @@ ALL_NS = {
 
 
 def changelog_section(version: str) -> str:
-    """The text of ``CHANGELOG.md``'s section for ``version``."""
+    """The text of ``CHANGELOG.md``'s section for ``version``, after its ``## Unreleased``
+    section (the changes made since, for the next release), if it has one."""
     text = CHANGELOG.read_text(encoding="utf-8")
     match = re.search(rf"^## \[{re.escape(version)}\].*?(?=^## \[|\Z)", text, re.M | re.S)
     assert match, f"CHANGELOG.md has no section ## [{version}]"
-    return match.group(0)
+    unreleased = re.search(r"^## Unreleased.*?(?=^## |\Z)", text, re.M | re.S)
+    return (unreleased.group(0) if unreleased else "") + match.group(0)
 
 
 def mentioned(name: str, section: str, classes: set[str]) -> bool:
@@ -121,7 +123,7 @@ def test_every_change_since_the_last_release_is_in_the_changelog() -> None:
     section = changelog_section(ember.__version__)
     missing = sorted(name for name in changed if not mentioned(name, section, came_or_went))
     assert missing == [], (
-        f"CHANGELOG.md's [{ember.__version__}] section does not mention: {missing}"
+        f"CHANGELOG.md's Unreleased and [{ember.__version__}] sections do not mention: {missing}"
     )
 
 

@@ -374,7 +374,7 @@ def test_the_classifier_example_equals_a_raw_loop(
             loss = F.cross_entropy(raw(x), y)
             torch.autograd.backward(loss)
             optim.step()
-            losses.append(f"{loss.item()!r},1")
+            losses.append(f"{loss.item()!r},{len(y)}")
         assert read_lines(tmp_path / "train" / f"epoch-{epoch}" / "Loss.log")[:-1] == losses
         raw.eval()
         with torch.no_grad():

@@ -10,7 +10,7 @@ its reason are written to ``experiment.log``)::
     "regression"       RegressionOutput(loss, output, targets)       Loss
     "multilabel"       MultiLabelClassificationOutput(...)           Loss, Hamming, F-beta...
     "causal-lm"        CausalLMOutput(loss, logits, labels)          Loss, Perplexity, Accuracy
-    none told          LossOutput(loss)                              Loss
+    none told          LossOutput(loss, items=...)                   Loss
 
 Told from the first batch: a binary cross-entropy loss is multi-label; integer targets with one
 dimension fewer than the scores are classification; floating targets shaped as the output are
@@ -35,6 +35,7 @@ from ember.train._outputs import (
     LossOutput,
     MultiLabelClassificationOutput,
     RegressionOutput,
+    leading_size,
 )
 
 __all__ = ["Task", "check_task", "guess_task", "guess_task_of_model", "task_output"]
@@ -72,9 +73,11 @@ def check_task(task: object) -> Task | None:
 def task_output(
     task: Task | None, loss: torch.Tensor, output: torch.Tensor | None, targets: Any
 ) -> Any:
-    """The output of ``task`` for the metrics (:class:`LossOutput` without one)."""
+    """The output of ``task`` for the metrics (:class:`LossOutput` without one, over the items
+    of the targets or else of the output)."""
     if task is None or output is None or not isinstance(targets, torch.Tensor):
-        return LossOutput(loss)
+        items = leading_size(targets)
+        return LossOutput(loss, items=leading_size(output) if items is None else items)
     if task == "classification":
         return ClassificationOutput(loss, output, targets)
     if task == "regression":

@@ -72,6 +72,9 @@ class MetricMetadata:
     values: Mapping[str, Any] | None = None
     """What the batch's step logged with ``current_step().log(name, value)``, by name, or
     None (a number or a one-element tensor each)."""
+    items: int | None = None
+    """The batch's item count as its output says it (``LossInput.items``: the weight of its
+    mean loss), or None when the output does not say it."""
 
     def __init__(  # written out: one per batch (ember/_frozen.py)
         self,
@@ -80,12 +83,14 @@ class MetricMetadata:
         lr: float | None,
         grad_norm: Any = None,
         values: Mapping[str, Any] | None = None,
+        items: int | None = None,
     ) -> None:
         set_field(self, "progress", progress)
         set_field(self, "iteration", iteration)
         set_field(self, "lr", lr)
         set_field(self, "grad_norm", grad_norm)
         set_field(self, "values", values)
+        set_field(self, "items", items)
 
 
 @dataclass(frozen=True, slots=True)

@@ -132,6 +132,7 @@ class FullEventProcessorTraining:
                 metadata = MetricMetadata(
                     training_item.progress, training_item.iteration, training_item.lr,
                     training_item.grad_norm, training_item.values,
+                    None if loss is None else loss.items,
                 )  # fmt: skip
                 states = update(split, item, metadata, loss)
                 self._step = training_item.step
@@ -155,7 +156,7 @@ class FullEventProcessorTraining:
         """The training loss, refused when it is not finite (no checkpoint is written then)."""
         value = loss.host_value()
         if loss.value is None:  # a per-sample loss: its mean, once for the check and the metric
-            loss = LossInput(loss.tensor, value, loss.summed_over)
+            loss = LossInput(loss.tensor, value, loss.summed_over, loss.items)
         if not math.isfinite(value):
             raise NonFiniteLossError(
                 f"the training loss is not finite at epoch {self._epoch}, iteration "
@@ -209,6 +210,7 @@ class FullEventProcessorTraining:
                 loss.tensor,
                 next(values) if loss.tensor.numel() == 1 else None,
                 loss.summed_over,
+                loss.items,
             )
             for loss in losses
         ]
