@@ -9,8 +9,11 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
+from torch import nn
 
-from ember import EmberError, TrainingError
+from ember import EmberError, NonFiniteLossError, TrainingError
+from ember.data import DataLoaderBuilder, InMemDataset
 from ember.train import CliMetricsRenderer, Learner, LossMetric, SupervisedTraining
 from tests.train.fixtures import Batch, TinyRegressor, loader, read_lines
 
@@ -83,3 +86,32 @@ def test_an_interrupt_is_not_an_error(model: TinyRegressor, run_dir: Path) -> No
     model.on_train_step = lambda batch: interrupter.stop("stopped by the user")
     result = builder.launch(Learner(model, torch.optim.SGD(model.parameters()), 0.1))
     assert result.error is None and result.stop_reason == "stopped by the user"
+
+
+def test_a_loss_gone_nan_at_epoch_1_counts_no_complete_epoch(run_dir: Path) -> None:
+    """A loss that goes NaN at epoch 1, iteration 2 of a 2-epoch run: 0 complete epochs, not 2
+    (the metrics thread, which finds it, may be behind the loop)."""
+    calls = 0
+
+    def loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        nonlocal calls
+        calls += 1
+        value = F.mse_loss(output, target)
+        return value * float("nan") if calls == 2 else value
+
+    torch.manual_seed(0)
+    model = nn.Linear(3, 1)
+    items = [(torch.randn(3), torch.randn(1)) for _ in range(64)]
+    train = DataLoaderBuilder().batch_size(8).build(InMemDataset(items))
+    with pytest.raises(TrainingError) as raised:
+        (
+            SupervisedTraining(run_dir, train)
+            .renderer(CliMetricsRenderer(io.StringIO()))
+            .metrics(LossMetric())
+            .num_epochs(2)
+            .launch(Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss=loss))
+        )
+    assert isinstance(raised.value.__cause__, NonFiniteLossError)
+    assert "at epoch 1, iteration 2" in str(raised.value.__cause__)
+    assert "training failed after 0 complete epoch(s)" in str(raised.value)
+    assert raised.value.result.last_epoch == 0

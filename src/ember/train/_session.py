@@ -381,11 +381,22 @@ class TrainingSession(Generic[M]):
             error,
             self._summary,
             self._outcome.stop_reason,
-            self.counters.last_round,
+            self._complete_rounds(),
             self._listing if self._listing is not None else self._checkpoints(),
             self.store,
         )
         return self._test(result) if config.tests and error is None else result
+
+    def _complete_rounds(self) -> int:
+        """The rounds the run completed: the loop's count, less the round whose split the
+        metrics thread failed in (it may process behind the loop, which trains on until it
+        next waits for it: a non-finite loss at epoch 1 of two leaves 0 complete)."""
+        last, worker = self.counters.last_round, self._worker
+        if worker is not None and worker.error is not None:
+            failed = worker.processor.split_epoch
+            if failed is not None:
+                last = min(last, failed - 1)
+        return last
 
     def _checkpoints(self) -> tuple[dict[int, Path], int | None]:
         """The run's checkpointed model files by epoch, and its best epoch (ember's layout)."""

@@ -84,6 +84,9 @@ class FullEventProcessorTraining:
         self.renderer = renderer
         self.store = store
         self._epoch = 0
+        self.split_epoch: int | None = None
+        """The epoch of the split under way, from its ``StartSplit`` until its ``EndSplit`` is
+        processed; None between splits. After a failure: the epoch whose split it ended."""
         # per split: (epoch, iteration) of the first and of the last item since the last line
         self._iterations: dict[Split, tuple[int, int, int, int]] = {}
         # per split: the first and the last epoch started since the last line
@@ -168,7 +171,7 @@ class FullEventProcessorTraining:
     def _process_event(self, split: Split, event: Event) -> None:
         renderer = self.renderer
         if isinstance(event, StartSplit):
-            self._epoch = event.epoch
+            self._epoch = self.split_epoch = event.epoch
             started = self._started.get(split)
             self._started[split] = (event.epoch if started is None else started[0], event.epoch)
             self.store.start_split(split, event.epoch)
@@ -177,6 +180,7 @@ class FullEventProcessorTraining:
             self._publish(split, self.metrics.end_epoch(split))
             self.store.end_split(split)
             renderer.end_split()
+            self.split_epoch = None
         elif isinstance(event, EndEpoch):
             renderer.update_epoch(event.epoch)
         elif isinstance(event, Start):
