@@ -143,3 +143,16 @@ def test_an_output_that_does_not_say_its_items_weighs_1() -> None:
     metric.compute()
     assert metric.final_value().value == 2.5
     assert LossOutput(torch.tensor(1.0)).items is None
+
+
+def test_an_epoch_begun_by_ember_0_2_goes_on_weighing_batches_1() -> None:
+    """A 0.2 mid-round state (no "weights"): its epoch ends as 0.2 would have logged it, each
+    batch weighing 1; the next epoch weighs items."""
+    metric = LossMetric()
+    metric.load_state_dict({"mean": {"sum": 3.0, "count": 2, "current": 2.0, "current_count": 1}})
+    assert metric.update(LossInput(torch.tensor(6.0), items=32), META).serialized == "6,1"
+    metric.compute()
+    assert metric.final_value().value == 3.0
+    metric.clear()
+    assert metric.update(LossInput(torch.tensor(6.0), items=32), META).serialized == "6,32"
+    assert metric.state_dict()["weights"] == "items"

@@ -9,7 +9,7 @@ import torch
 
 from ember._frozen import set_field
 from ember.train._metric.base import MetricEntry, MetricMetadata
-from ember.train._metric.state import MeanMetric
+from ember.train._metric.state import ItemMeanMetric
 
 __all__ = ["LossInput", "LossMetric"]
 
@@ -50,7 +50,7 @@ class LossInput:
         return tensor.item() if tensor.numel() == 1 else tensor.double().mean().item()
 
 
-class LossMetric(MeanMetric):
+class LossMetric(ItemMeanMetric):
     """``Loss``: the batch value is ``loss.mean()``, its weight the number of items it averages.
 
     The epoch value is the mean per item, as Keras, Lightning's ``self.log`` and a hand loop's
@@ -74,13 +74,6 @@ class LossMetric(MeanMetric):
         if item.summed_over is not None:
             total = item.host_value()  # the epoch's sum adds these, as a raw loop's total does
             return self._state.update(total / item.summed_over, item.summed_over, total)
-        return self._state.update(item.host_value(), _weight(item))
-
-
-def _weight(item: LossInput) -> int:
-    """How much a batch's mean loss weighs in the epoch's: the items it averages over (see
-    :class:`LossMetric`)."""
-    numel = item.tensor.numel()
-    if numel > 1:  # one loss per sample (or per element): each weighs one
-        return numel
-    return 1 if item.items is None else item.items
+        numel = item.tensor.numel()  # above 1: one loss per sample (or element), each weighs 1
+        weight = numel if numel > 1 else self._weight(item.items)
+        return self._state.update(item.host_value(), weight)
