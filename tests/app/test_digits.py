@@ -84,7 +84,8 @@ def test_digits_test_trains_keeps_the_best_and_prints_the_test_table(
     out = capsys.readouterr().out
     assert "Starting evaluation with 1 test(s)." in out
     assert f"Starting test 'test' with {TEST_SIZE} items." in out
-    assert "| Test | Metric   | Value    |" in out
+    assert "| Test | Metric       | Value    |" in out
+    assert "| test | Accuracy (%) | " in out
     summary = json.loads((directory / "test" / "summary.json").read_text(encoding="utf-8"))
     values = {row["metric"]: row["value"] for row in summary["tests"]}
     assert set(values) == {"Accuracy", "Loss"}

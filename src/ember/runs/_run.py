@@ -38,7 +38,7 @@ from ember.train._logger.store import EventStore
 from ember.train._summary import LearnerSummary
 from ember.train._vocabulary import Split
 
-__all__ = ["Level", "Many", "Run", "Runs", "load", "rows_to_pandas"]
+__all__ = ["Level", "Many", "Run", "Runs", "load", "rows_to_pandas", "unit_of"]
 
 Level = Literal["epoch", "item"]
 """Which rows: one per epoch value (``"epoch"``) or one per batch line (``"item"``)."""
@@ -121,7 +121,9 @@ class Run:
         description, which is not logged): what ``ember summary`` prints without
         ``summary.json``."""
         store = EventStore([FileMetricLogger(self.directory)])  # reads, never writes
-        return LearnerSummary.collect(store, self.metrics(), self.last_epoch)
+        names = self.metrics()
+        units = {name: unit_of([self], name) for name in names}
+        return LearnerSummary.collect(store, names, self.last_epoch, units=units)
 
     def describe(self) -> str:
         """One line: how far the run got and how it ended."""
@@ -288,3 +290,17 @@ def _split(split: str | Split) -> Split:
     if split in ("train", "valid"):
         return Split(split)
     raise ValueError(f"split must be 'train' or 'valid', got {split!r}")
+
+
+def unit_of(runs: Sequence[Run], metric: str) -> str | None:
+    """The unit of ``metric`` as the runs recorded it (the first that did: ``config.json``'s
+    ``units``, else a ``summary.json`` row), or None."""
+    for run in runs:
+        units = run.config.get("units")
+        if isinstance(units, Mapping) and metric in units:
+            return str(units[metric])
+        rows = [] if run.summary is None else run.summary.metrics
+        unit = next((row.unit for row in rows if row.name == metric and row.unit), None)
+        if unit is not None:
+            return unit
+    return None

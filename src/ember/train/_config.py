@@ -15,10 +15,13 @@ handed to every logger's ``start`` (trackers record it as the run's parameters):
      "optimizer": {"class": "torch.optim.sgd.SGD", "param_groups": [{"lr": 0.1, ...}]},
      "lr_scheduler": {"class": "...ConstantLr", "state": {...}},
      "metrics": {"train": ["Loss"], "valid": ["Loss"]}, "directions": {"Loss": "lowest"},
-     "resume": null, "hparams": {"hidden": 64}, "cli": {"lr": 0.1, "data": {"batch_size": 64}}}
+     "units": {}, "resume": null, "hparams": {"hidden": 64},
+     "cli": {"lr": 0.1, "data": {"batch_size": 64}}}
 
 ``directions`` says which way is better for each numeric metric (its attributes'
-``higher_is_better``), so that a run read back (``ember compare``) knows its best epoch.
+``higher_is_better``), so that a run read back (``ember compare``) knows its best epoch;
+``units`` the unit of each that has one (``{"Accuracy": "%"}``), so that it names the metric as
+the run's tables did (``Accuracy (%)``).
 ``hparams`` holds the user's own entries (``SupervisedTraining.hparams``); ``cli`` the values
 ``ember.cli`` resolved for the ``main`` that launched the run, keys as ``main`` spells them, or
 null (``_experiment.py``). A value the run cannot describe as JSON (an optimizer hyper-parameter
@@ -179,6 +182,7 @@ def run_configuration(config: TrainingConfig, learner: Learner[Any]) -> dict[str
         "lr_scheduler": _scheduler(learner.lr_scheduler),
         "metrics": metrics,
         "directions": _directions(config),
+        "units": _units(config),
         "resume": config.resume,
         "hparams": dict(config.hparams),
         "cli": _cli_values(),
@@ -198,6 +202,16 @@ def _directions(config: TrainingConfig) -> dict[str, str]:
         if isinstance(metric, Numeric)
     }
     return {name: directions[name].value for name in sorted(directions)}
+
+
+def _units(config: TrainingConfig) -> dict[str, str]:
+    """The unit of each numeric metric that has one, by name (sorted)."""
+    units = {
+        metric.name: metric.attributes.unit
+        for _, metric in config.metrics
+        if isinstance(metric, Numeric)
+    }
+    return {name: unit for name, unit in sorted(units.items()) if unit}
 
 
 def _loader(loader: DataLoader[Any]) -> dict[str, Any]:

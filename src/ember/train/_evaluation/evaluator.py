@@ -315,12 +315,15 @@ class Evaluator:
         processor.flush()
         if processor.error is not None:
             return None
-        names = {metric.name for metric, summarised in self._config.metrics if summarised}
+        summarised = [metric for metric, summarised in self._config.metrics if summarised]
+        names = {metric.name for metric in summarised}
         values = {
             test: {name: value for name, value in metrics.items() if name in names}
             for test, metrics in full.values.items()
         }
-        rows: list[dict[str, Any]] = EvaluationSummary.from_values(values).to_json()["tests"]
+        units = {m.name: m.attributes.unit for m in summarised if isinstance(m, Numeric)}
+        summary = EvaluationSummary.from_values(values, units)
+        rows: list[dict[str, Any]] = summary.to_json()["tests"]
         return rows
 
 

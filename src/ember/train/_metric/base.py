@@ -34,6 +34,7 @@ __all__ = [
     "NumericEntry",
     "adapt",
     "format_number",
+    "metric_label",
     "metric_name",
     "register_adaptor",
 ]
@@ -101,6 +102,12 @@ class MetricAttributes:
     higher_is_better: bool = False
 
 
+def metric_label(name: str, unit: str | None) -> str:
+    """How a metric is named beside its values, the same in every table and renderer line:
+    its name, then its unit in parentheses if it has one (``Accuracy (%)``, ``Loss``)."""
+    return f"{name} ({unit})" if unit else name
+
+
 @dataclass(frozen=True, slots=True)
 class MetricDefinition:
     """A registered metric as loggers and renderers see it."""
@@ -113,6 +120,11 @@ class MetricDefinition:
     def is_numeric(self) -> bool:
         """Numeric metrics have attributes; they get plots and summary rows."""
         return self.attributes is not None
+
+    @property
+    def label(self) -> str:
+        """The metric's name with its unit (:func:`metric_label`)."""
+        return metric_label(self.name, None if self.attributes is None else self.attributes.unit)
 
 
 class MetricEntry:

@@ -73,6 +73,7 @@ class CliMetricsRenderer:
         self._split_done = 0
         self._last_print: float | None = None
         self._epoch_values: dict[str, str] = {}
+        self._labels: dict[str, str] = {}  # by name: the name with its unit (Accuracy (%))
         self._test: str | None = None
         self._started = 0.0  # when the split started (the clock's time)
         self._run_started = 0.0  # when the run (or the evaluation) started
@@ -100,7 +101,8 @@ class CliMetricsRenderer:
             self.stream.flush()
 
     def register_metric(self, definition: MetricDefinition) -> None:
-        """Nothing to prepare."""
+        """Name the metric as the summary tables do: with its unit (``Accuracy (%)``)."""
+        self._labels[definition.name] = definition.label
 
     def start(self, total_epochs: int, starting_epoch: int) -> None:
         """Announce the run."""
@@ -157,21 +159,22 @@ class CliMetricsRenderer:
         self._remember(state)
 
     def _remember(self, state: MetricState) -> None:
-        numeric = state.numeric
+        numeric, name = state.numeric, state.entry.name
+        label = self._labels.get(name, name)
         if numeric is not None and not numeric.final:
             running, weight = self._running, numeric.weight or 1.0
             if running is None:
-                self._running = (state.entry.name, numeric.value * weight, weight)
-            elif running[0] == state.entry.name:
+                self._running = (label, numeric.value * weight, weight)
+            elif running[0] == label:
                 self._running = (
                     running[0],
                     running[1] + numeric.value * weight,
                     running[2] + weight,
                 )
-        if state.numeric is not None and state.numeric.final:
-            self._epoch_values[state.entry.name] = f"{state.numeric.value:.4g}"
-        elif state.numeric is None and state.entry.is_available:
-            self._epoch_values[state.entry.name] = state.entry.formatted
+        if numeric is not None and numeric.final:
+            self._epoch_values[label] = f"{numeric.value:.4g}"
+        elif numeric is None and state.entry.is_available:
+            self._epoch_values[label] = state.entry.formatted
 
     def end_split(self) -> None:
         """Print the last progress line and the split's epoch values."""
