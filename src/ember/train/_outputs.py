@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Self, runtime_checkable
+from typing import Any, Protocol, Self, runtime_checkable
 
 import torch
 import torch.nn.functional as F
@@ -102,6 +102,19 @@ class LossOutput(DetachOnSync):
             return cls(torch.stack([p.loss for p in parts]).sum(), sum(counts), total)
         weighted = [p.loss * (n / total) for p, n in zip(parts, sizes, strict=True)]
         return cls(torch.stack(weighted).sum(), items=total)
+
+    def adapt(self, input_type: type[Any]) -> Any:
+        """Nothing but ``Loss`` reads a loss alone: a metric that reads more (scores, targets)
+        is refused with a TypeError naming what would feed it."""
+        raise TypeError(
+            f"LossOutput holds only a loss, which cannot feed a metric that reads "
+            f"{input_type.__name__}. A model trained with Learner(model, optim, loss=...) "
+            "gives its metrics scores and targets only with a task (task='classification', "
+            "'regression', 'multilabel' or 'causal-lm'), which needs the model's output to be "
+            "the scores as a tensor or an object with .logits (experiment.log says why no task "
+            "was told: e.g. a forward that returns a tuple); a step of your own returns an "
+            "output that holds them (e.g. ClassificationOutput(loss, scores, targets))"
+        )
 
 
 @dataclass(frozen=True, slots=True)
