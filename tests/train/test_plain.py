@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ember import TrainingError
 from ember.data import DataLoader, DataLoaderBuilder, InMemDataset
 from ember.train import (
     AccuracyMetric,
@@ -494,3 +495,29 @@ def test_accuracy_on_a_tuple_output_says_what_it_needs(tmp_path: Path) -> None:
     refused = r"task='classification' reads the scores from MinGpt's output, and its forward "
     with pytest.raises(TypeError, match=refused + r"returned a tuple \(tensor \(16, 6, 5\), None"):
         first_output(learner, (x, y))
+
+
+def test_a_dataset_of_file_names_is_named_at_the_first_batch(tmp_path: Path) -> None:
+    """A dataset of (file name, label) items: the forward fails naming the batch's input x, a
+    list of str, and how to make tensors of it, not torch's "argument 'input' must be Tensor";
+    torch's error is chained."""
+    data = [(f"images/cat-{i}.png", i % 3) for i in range(16)]
+    model = nn.Linear(4, 3)
+    with pytest.raises(TrainingError) as raised:
+        (
+            SupervisedTraining(
+                tmp_path, DataLoaderBuilder().batch_size(8).build(InMemDataset(data))
+            )
+            .renderer(CliMetricsRenderer(io.StringIO()))
+            .metrics(LossMetric())
+            .launch(sgd(model, loss=F.cross_entropy))
+        )
+    error = raised.value.__cause__
+    assert isinstance(error, TypeError)
+    message = str(error)
+    assert message.startswith(
+        "Linear's forward failed on the batch's input x (the first value of an (x, y) batch), "
+        "which is a list of 8 str (['images/cat-0.png', 'images/cat-1.png', ...]), not a tensor"
+    )
+    assert "in a batcher that returns tensors (DataLoaderBuilder(batcher)" in message
+    assert "must be Tensor" in str(error.__cause__)

@@ -25,7 +25,8 @@ and said in ``experiment.log``; it needs the scores as a tensor, so a tuple outp
 loss only (``LossOutput``) and ``task=`` with one is refused at the first batch. Everything
 after the step (precision, accumulation, clipping, strategies, checkpoints) is the same as for
 a ``LearnerModel``. The first batch's mistakes (a batch without targets, a loss that fails on
-the output or the shapes, a task the output cannot give) are named with what to write.
+the output or the shapes, a task the output cannot give, an input that is not a tensor: file
+names, say) are named with what to write.
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ class PlainSteps:
                 self._tell(*guess_task_of_model(model, scores, targets))
             return loss, scores, targets
         inputs, targets = batch_parts(batch, checked=True)
-        scores = _scores(_call(model, inputs))
+        scores = _scores(_first_call(model, inputs, self.name))
         if self.task is not None and not isinstance(scores, torch.Tensor):
             raise _no_scores(self.name, self.task, scores)
         try:
@@ -170,6 +171,48 @@ def _call(model: nn.Module, inputs: Any) -> Any:
     if isinstance(inputs, dict):
         return model(**inputs)
     return model(*inputs)
+
+
+def _first_call(model: nn.Module, inputs: Any, name: str) -> Any:
+    """:func:`_call` on the first batch: a forward that fails while an input is not a tensor
+    (file names a dataset gave, say) is named with that input and the fix (a TypeError chained
+    to the model's error); a model that takes other inputs on purpose runs as it is."""
+    try:
+        return _call(model, inputs)
+    except (TypeError, RuntimeError, ValueError, AttributeError) as error:
+        values = list(inputs.values()) if isinstance(inputs, dict) else list(inputs)
+        named = dict(zip(_input_names(inputs), values, strict=True))
+        field = next((k for k, v in named.items() if not isinstance(v, torch.Tensor)), None)
+        if field is None:
+            raise
+        value = named[field]
+        raise TypeError(
+            f"{name}'s forward failed on the batch's input {field}, which is {_kind(value)}, "
+            f"not a tensor ({error}). Make the items' inputs tensors before they are batched: "
+            "in the dataset (e.g. read the image a file name names, in __getitem__), or in a "
+            "batcher that returns tensors (DataLoaderBuilder(batcher).batch_size(32)"
+            ".build(dataset), batcher(items, device) stacking each item's tensors)"
+        ) from error
+
+
+def _input_names(inputs: Any) -> list[str]:
+    """How a message names the inputs: a mapping's keys; ``x`` of an ``(x, y)`` batch, else
+    ``x1``, ``x2``..."""
+    if isinstance(inputs, dict):
+        return list(inputs)
+    if len(inputs) == 1:
+        return ["x (the first value of an (x, y) batch)"]
+    return [f"x{index} (value {index} of the batch)" for index in range(1, len(inputs) + 1)]
+
+
+def _kind(value: Any) -> str:
+    """``a list of 32 str (['cat.png', 'dog.png', ...])``, or ``a str ('cat.png')``."""
+    if isinstance(value, list | tuple) and value:
+        kinds = sorted({type(v).__name__ for v in value})
+        shown = ", ".join(repr(v)[:40] for v in value[:2])
+        more = ", ..." if len(value) > 2 else ""
+        return f"a {type(value).__name__} of {len(value)} {'/'.join(kinds)} ([{shown}{more}])"
+    return f"a {type(value).__name__} ({repr(value)[:60]})"
 
 
 def _scores(output: Any) -> Any:
