@@ -122,11 +122,9 @@ def test_a_failed_digits_training_exits_1_naming_the_error(
 
     monkeypatch.setattr(DigitsMlp, "train_step", broken)
     assert main(["digits", "--dir", str(tmp_path / "digits"), "--epochs", "1"]) == 1
-    err = capsys.readouterr().err
-    assert (
-        "ember digits: training failed after 0 complete epoch(s): RuntimeError: a broken step"
-        in err
-    )
+    out, err = capsys.readouterr()
+    assert "Training failed: RuntimeError: a broken step (ember: the traceback is in" in out
+    assert "ember digits: training failed after 0 complete epoch(s), with the RuntimeError" in err
     assert "errors_in_result()" in err
 
 

@@ -222,7 +222,7 @@ def _digits(directory: Path | None, epochs: int, *, test: bool, command: str) ->
         directory = Path("artifacts/digits-test" if test else "artifacts/digits")
     try:
         report = run_digits(directory, epochs=epochs, test=test, command=command)
-    except TrainingError as error:  # the renderer has shown it with its traceback
+    except TrainingError as error:  # the renderer has shown it, and where its traceback is
         if isinstance(error.__cause__, BrokenPipeError):  # the progress's reader went away
             raise error.__cause__ from None
         print(f"ember {command}: {error}", file=sys.stderr)

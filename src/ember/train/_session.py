@@ -26,11 +26,12 @@
                                                          # every process takes the main one's
                                                          # summary, checkpoints and best epoch
     leaving, whatever happened (each step runs even if one before it failed):
-        drain train-worker; log the error; finish the checkpoint writes; End(summary); stop
-        train-worker; renderer.on_error(error); the artifacts the loggers asked for (the best
-        checkpoint exported, the curves drawn); after an error the loggers' on_error(error)
-        (a tracker marks the run failed); the loggers' end(summary, artifacts); close the
-        loggers, the renderer and experiment.log
+        drain train-worker; log the error (then a note on it: where its traceback is, which
+        the renderer's line and Python's traceback show); finish the checkpoint writes;
+        End(summary); stop train-worker; renderer.on_error(error); the artifacts the loggers
+        asked for (the best checkpoint exported, the curves drawn); after an error the
+        loggers' on_error(error) (a tracker marks the run failed); the loggers' end(summary,
+        artifacts); close the loggers, the renderer and experiment.log
         session.result = LearningResult(model in eval mode, renderer, error, summary, stop
             reason, the checkpoints and the best epoch); with_test tests, if training succeeded
         release the run directory
@@ -344,6 +345,9 @@ class TrainingSession(Generic[M]):
         if outcome.error is not None:
             failure = outcome.error
             outcome.run(lambda: log.error("Training failed", exc_info=failure))
+            where = plan.config.application_log
+            if plan.main and where is not None:  # shown by the renderer and with the traceback
+                failure.add_note(f"ember: the traceback is in {where}")
         if plan.checkpointer is not None and not self._checkpoints_closed:
             outcome.run(plan.checkpointer.close)  # a failed write is the run's error
         outcome.run(lambda: worker.process_train(End(self._summary)))

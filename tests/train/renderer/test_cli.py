@@ -82,16 +82,18 @@ def test_a_piped_run_says_its_loss_speed_and_what_is_left() -> None:
     )
 
 
-def test_error_is_printed_with_traceback() -> None:
-    """on_error prints the error type, message and traceback."""
+def test_an_error_is_printed_on_one_line_with_its_notes() -> None:
+    """on_error prints the error type, message and notes (where its traceback is) on one line,
+    no traceback: the TrainingError raised from it prints that once."""
     stream = io.StringIO()
     try:
         raise ValueError("bad")
     except ValueError as error:
+        error.add_note("ember: the traceback is in run/experiment.log")
         CliMetricsRenderer(stream).on_error(error)
-    text = stream.getvalue()
-    assert text.startswith("Training failed: ValueError: bad")
-    assert "Traceback" in text
+    assert stream.getvalue() == (
+        "Training failed: ValueError: bad (ember: the traceback is in run/experiment.log)\n"
+    )
 
 
 def test_resume_is_announced() -> None:

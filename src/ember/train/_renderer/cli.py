@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import sys
 import time
-import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TextIO
 
@@ -37,7 +36,7 @@ from ember.train._vocabulary import Split
 if TYPE_CHECKING:
     from ember.train._summary import EvaluationSummary, LearnerSummary
 
-__all__ = ["CliMetricsRenderer"]
+__all__ = ["CliMetricsRenderer", "failure_line"]
 
 _MIN_RATE_SECONDS = 0.5
 """A speed measured over less time than this is not shown (nor used for an ETA)."""
@@ -211,9 +210,8 @@ class CliMetricsRenderer:
             self._print(str(summary))
 
     def on_error(self, error: BaseException) -> None:
-        """Print the error with its traceback."""
-        text = "".join(traceback.format_exception(error)).rstrip()
-        self._print(f"Training failed: {type(error).__name__}: {error}\n{text}")
+        """Print the error on one line (see :func:`failure_line`)."""
+        self._print(failure_line(error))
 
     def on_warning(self, message: str) -> None:
         """Print the warning on a line of its own."""
@@ -326,6 +324,16 @@ class CliMetricsRenderer:
         first, since = self._steps_since
         taken, seconds = self._step - first, now - since
         return taken / seconds if taken > 0 and seconds >= _MIN_RATE_SECONDS else None
+
+
+def failure_line(error: BaseException) -> str:
+    """A failed training on one line: the error and its notes (PEP 678: the run adds where
+    its traceback is, ``experiment.log``). No traceback: ``launch`` then raises
+    ``TrainingError`` from the error, whose traceback Python prints below (once), and
+    ``errors_in_result()`` keeps it on ``result.traceback``."""
+    notes = getattr(error, "__notes__", None) or []  # PEP 678: absent without a note
+    said = f" ({'; '.join(str(note) for note in notes)})" if notes else ""
+    return f"Training failed: {type(error).__name__}: {error}{said}"
 
 
 def _rate(rate: float, unit: str) -> str:

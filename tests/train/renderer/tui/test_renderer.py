@@ -276,7 +276,7 @@ def test_close_restores_the_terminal_then_prints_the_summary(screen: Screen) -> 
 
 
 def test_on_error_restores_the_terminal_and_prints_the_error(screen: Screen) -> None:
-    """on_error leaves the alternate screen first, then prints the error and its traceback."""
+    """on_error leaves the alternate screen first, then prints the error on one line."""
     screen.tui.start(1, 1)
     screen.tui.poll()
     try:
@@ -284,7 +284,8 @@ def test_on_error_restores_the_terminal_and_prints_the_error(screen: Screen) -> 
     except ValueError as error:
         screen.tui.on_error(error)
     after = screen.after_exit()
-    assert after.startswith("Training failed: ValueError: bad batch\nTraceback")
+    assert after.startswith("Training failed: ValueError: bad batch\n")
+    assert "Traceback" not in after
 
 
 def test_a_failure_while_drawing_restores_the_terminal(screen: Screen) -> None:
