@@ -232,11 +232,7 @@ class TrainingSession(Generic[M]):
         """The strategy's run: the model and the loaders placed, the optimizers built on the
         placed parameters; closed after the block (with the error that ended it, if any)."""
         plan, config = self.plan, self.plan.config
-        log.info(
-            "Starting training for %d epochs at epoch %d",
-            config.num_epochs,
-            self.counters.last_round + 1,
-        )
+        log.info("Starting training for %s", _duration(plan, self.counters.last_round + 1))
         notice = interval_notice(self.learner.lr_scheduler)
         if notice is not None and plan.main:  # in experiment.log and on the screen
             with warnings_to(member(self.renderer, Renderer, "on_warning")):
@@ -432,6 +428,21 @@ class TrainingSession(Generic[M]):
         except Exception as error:  # reported in the result (the renderer has shown it)
             return dataclasses.replace(result, error=error)
         return dataclasses.replace(result, evaluation=evaluation)
+
+
+def _duration(plan: RunPlan, starting: int) -> str:
+    """How long the run trains and where it starts, for ``experiment.log``: in epochs, or in
+    steps and rounds when ``max_steps`` bounds it (``_schedule.py``)."""
+    schedule = plan.schedule
+    epochs = schedule.max_epochs
+    if schedule.max_steps is None:
+        return f"{epochs} epoch{'s' * (epochs != 1)} at epoch {starting}"
+    steps = schedule.max_steps
+    bound = f"{steps} step{'s' * (steps != 1)}"
+    if epochs is not None:
+        bound += f" or {epochs} epoch{'s' * (epochs != 1)}, whichever ends first"
+    size, unit = int(schedule.validate.value), schedule.validate.unit  # a round's span
+    return f"{bound} in rounds of {size} {unit[:-1] if size == 1 else unit}, at round {starting}"
 
 
 def _on_cpu(run: StrategyRun) -> bool:
