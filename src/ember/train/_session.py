@@ -102,6 +102,9 @@ __all__ = ["TrainingSession"]
 M = TypeVar("M", bound=nn.Module)
 log = logging.getLogger("ember.train")
 
+_TOLD: set[str] = set()
+"""The notices this process has shown (each once: :meth:`TrainingSession._tell`)."""
+
 
 class TrainingSession(Generic[M]):
     """The resources of one run of ``plan`` with ``learner`` and its guaranteed ending (see the
@@ -234,9 +237,8 @@ class TrainingSession(Generic[M]):
         plan, config = self.plan, self.plan.config
         log.info("Starting training for %s", _duration(plan, self.counters.last_round + 1))
         notice = interval_notice(self.learner.lr_scheduler)
-        if notice is not None and plan.main:  # in experiment.log and on the screen
-            with warnings_to(member(self.renderer, Renderer, "on_warning")):
-                log.warning(notice)
+        if notice is not None and plan.main:
+            self._tell(notice)
         use_precision = member(plan.strategy, StrategyDefaults, "use_precision")
         use_precision(config.precision)  # e.g. FSDP's mixed-precision policy
         loaders = {"train": config.train}
@@ -252,6 +254,17 @@ class TrainingSession(Generic[M]):
             run.close(failure)
             raise
         run.close()
+
+    def _tell(self, notice: str) -> None:
+        """A notice on the screen and in ``experiment.log`` the first time this process says
+        it; later runs only write it to their ``experiment.log`` (a notebook or a sweep runs
+        the same script again and again)."""
+        if notice in _TOLD:
+            log.info(notice)
+            return
+        _TOLD.add(notice)
+        with warnings_to(member(self.renderer, Renderer, "on_warning")):
+            log.warning(notice)
 
     def ended(self, outcome: LoopOutcome) -> None:
         """Training ended without an error: flush; the summary; the run's end recorded beside its
