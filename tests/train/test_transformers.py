@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import io
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -259,7 +260,8 @@ def test_a_run_of_another_model_is_refused_naming_the_plain_export(tmp_path: Pat
 def test_the_gpt2_example_trains_in_steps_and_exports(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """examples/gpt2 in miniature: bf16, accumulation, clipping, warm-up and cosine, validation
+    """examples/gpt2 in miniature: bf16, accumulation averaged as transformers.Trainer does
+    (mean=True, what an HF user copying it expects), clipping, warm-up and cosine, validation
     and checkpoints every 2 steps; the export loads with from_pretrained."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("EMBER_RENDERER", "cli")
@@ -269,6 +271,8 @@ def test_the_gpt2_example_trains_in_steps_and_exports(
     result = example.main(["--steps", "4", "--every", "2", "--dir", str(tmp_path / "run"), *tiny])
     assert result.error is None, result.traceback
     assert result.last_epoch == 2
+    config = json.loads((tmp_path / "run" / "config.json").read_text(encoding="utf-8"))
+    assert config["grads_accumulation"] == 2 and config["mean_accumulation"] is True
     assert read_lines(tmp_path / "run" / "valid" / "epoch-2" / "Perplexity.log")[-1].endswith(
         ",final"
     )
