@@ -179,7 +179,7 @@ def _first_call(model: nn.Module, inputs: Any, name: str) -> Any:
     to the model's error); a model that takes other inputs on purpose runs as it is."""
     try:
         return _call(model, inputs)
-    except (TypeError, RuntimeError, ValueError, AttributeError) as error:
+    except (TypeError, AttributeError) as error:  # torch's "must be Tensor", "no attribute"
         values = list(inputs.values()) if isinstance(inputs, dict) else list(inputs)
         named = dict(zip(_input_names(inputs), values, strict=True))
         field = next((k for k, v in named.items() if not isinstance(v, torch.Tensor)), None)
