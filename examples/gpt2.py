@@ -6,9 +6,12 @@ downloaded) takes a batch of ``{"input_ids", "labels"}`` and returns its loss:
 causal language model, so its metrics read a ``CausalLMOutput`` (told from the model, said in
 ``experiment.log``): ``Loss`` is the model's own loss, and ``Perplexity`` and token
 ``Accuracy`` count the tokens that loss counts (shifted, ``-100`` ignored). The run uses what a
-``transformers.Trainer`` run would: bf16 autocast, gradient accumulation, clipping, a linear
-warm-up then cosine decay (``transformers``' own schedule), validation and checkpoints every
-``--every`` optimizer steps. The text is *Hamlet* (``examples/data/hamlet.md``), as bytes.
+``transformers.Trainer`` run would: bf16 autocast, gradient accumulation averaged over the
+window (``mean=True``: the gradient of one ``--accumulate`` times larger batch, as Trainer's
+``gradient_accumulation_steps`` gives it; ember's default sums, so ``clip_grad_norm(1.0)`` would
+clip a gradient that many times larger), clipping, a linear warm-up then cosine decay
+(``transformers``' own schedule), validation and checkpoints every ``--every`` optimizer steps.
+The text is *Hamlet* (``examples/data/hamlet.md``), as bytes.
 
     python examples/gpt2.py --steps 200 --every 50
     ember export --format hf artifacts/gpt2 -o artifacts/gpt2-hf     # from_pretrained loads it
@@ -101,7 +104,7 @@ def main(argv: list[str] | None = None) -> LearningResult[Any]:
         .validate_every(steps=args.every)
         .checkpoint_every(steps=args.every)
         .precision("bf16-mixed")
-        .grads_accumulation(args.accumulate)
+        .grads_accumulation(args.accumulate, mean=True)  # averaged, as Trainer does
         .clip_grad_norm(1.0)
         .with_default_checkpointers()
         .overwrite()  # a rerun replaces this example's earlier run

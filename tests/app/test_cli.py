@@ -317,3 +317,31 @@ def test_a_bad_number_is_named_without_private_names(
     err = capsys.readouterr().err
     assert message in err
     assert re.search(r"invalid _\w+ value|\b_\w+\(", err) is None
+
+
+@pytest.mark.parametrize(
+    "command", [["summary", "RUN"], ["compare", "RUN", "RUN"], ["--help"]], ids=str
+)
+def test_a_reader_that_goes_away_ends_the_command_quietly(
+    command: list[str], tmp_path: Path
+) -> None:
+    """`ember summary DIR | head`, the reader gone before ember writes: no BrokenPipeError
+    traceback, nothing on stderr, exit 141 as a Unix tool under SIGPIPE (argparse's --help
+    ignores a write that fails: 0)."""
+    write_run(tmp_path / "run")
+    args = [str(tmp_path / "run") if arg == "RUN" else arg for arg in command]
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone: every write to the pipe fails
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "ember", *args],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        os.close(write)
+    assert done.stderr == ""
+    assert done.returncode == (0 if command == ["--help"] else 141)

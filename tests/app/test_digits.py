@@ -84,7 +84,8 @@ def test_digits_test_trains_keeps_the_best_and_prints_the_test_table(
     out = capsys.readouterr().out
     assert "Starting evaluation with 1 test(s)." in out
     assert f"Starting test 'test' with {TEST_SIZE} items." in out
-    assert "| Test | Metric   | Value    |" in out
+    assert "| Test | Metric       | Value    |" in out
+    assert "| test | Accuracy (%) | " in out
     summary = json.loads((directory / "test" / "summary.json").read_text(encoding="utf-8"))
     values = {row["metric"]: row["value"] for row in summary["tests"]}
     assert set(values) == {"Accuracy", "Loss"}
@@ -121,11 +122,9 @@ def test_a_failed_digits_training_exits_1_naming_the_error(
 
     monkeypatch.setattr(DigitsMlp, "train_step", broken)
     assert main(["digits", "--dir", str(tmp_path / "digits"), "--epochs", "1"]) == 1
-    err = capsys.readouterr().err
-    assert (
-        "ember digits: training failed after 0 complete epoch(s): RuntimeError: a broken step"
-        in err
-    )
+    out, err = capsys.readouterr()
+    assert "Training failed: RuntimeError: a broken step (ember: the traceback is in" in out
+    assert "ember digits: training failed after 0 complete epoch(s), with the RuntimeError" in err
     assert "errors_in_result()" in err
 
 

@@ -88,7 +88,7 @@ def test_compare_knows_which_way_is_better(tmp_path: Path) -> None:
     run = load(tmp_path / "run")
     assert run.config["directions"] == {"Iteration Speed": "highest", "Loss": "lowest"}
     text = compare([run])
-    assert "Train Iteration Speed (higher is better)" in text
+    assert "Train Iteration Speed (iter/sec) (higher is better)" in text
     speeds = run.values("train", "Iteration Speed")
     best = max(speeds, key=speeds.__getitem__)
     assert f"| run | {format_cell(speeds[best])} | {best:<5} |" in text

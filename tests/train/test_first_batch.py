@@ -176,5 +176,6 @@ def test_a_torch_dataloader_is_taken_as_it_is(tmp_path: Path) -> None:
 
 
 def test_a_loader_that_is_neither_names_what_it_lacks(tmp_path: Path) -> None:
-    with pytest.raises(TypeError, match=r"the train loader list lacks .*ember.extend.DataLoader"):
-        SupervisedTraining(tmp_path, [1, 2, 3], loader(4))  # type: ignore[arg-type]
+    """An object that is neither a loader, a dataset nor a list: the members it lacks."""
+    with pytest.raises(TypeError, match=r"the train loader int lacks .*ember.extend.DataLoader"):
+        SupervisedTraining(tmp_path, 3, loader(4))  # type: ignore[arg-type]

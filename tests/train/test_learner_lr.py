@@ -18,6 +18,7 @@ from ember.train import (
     LossMetric,
     SupervisedTraining,
     TorchLrScheduler,
+    _session,
 )
 from tests.train.fixtures import TinyRegressor, bias, loader, weight
 
@@ -173,12 +174,13 @@ def raw_step_lr(interval: str, epochs: int = 2) -> tuple[TinyRegressor, Any, Any
 
 @pytest.mark.parametrize("given", ["bare", "step", "epoch"])
 def test_a_torch_scheduler_ends_where_a_raw_loop_leaves_it(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, given: str
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch, given: str
 ) -> None:
     """pytorch/examples' StepLR(step_size=1, gamma=0.7), handed to the Learner bare or wrapped
     with an interval: the weights, the optimizer's lr and the scheduler's state after training
     are a raw loop's bit for bit (they were one scheduler step behind); a bare scheduler says at
     launch which interval it runs at and how to choose the other, an explicit one is silent."""
+    monkeypatch.setattr(_session, "_TOLD", set())  # no notice shown yet in this process
     torch.manual_seed(0)
     model = TinyRegressor()
     optim = torch.optim.SGD(model.parameters(), lr=0.1)

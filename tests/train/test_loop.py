@@ -159,7 +159,8 @@ def test_event_lr_is_the_lr_the_optimizer_used(run_dir: Path) -> None:
 
 
 def test_loss_log_lines_and_final_mean(model: TinyRegressor, run_dir: Path) -> None:
-    """Loss.log has one 'value,1' line per batch and 'mean,final' last (docs/design.md)."""
+    """Loss.log has one 'value,items' line per batch and the per-item mean last
+    (docs/design.md): 27 items in batches of 4, the last batch of 3 weighs 3."""
     result = (
         quiet(run_dir, loader(27, 4), loader(9, 4))
         .metric_train_numeric(LossMetric())
@@ -170,9 +171,11 @@ def test_loss_log_lines_and_final_mean(model: TinyRegressor, run_dir: Path) -> N
     lines = read_lines(run_dir / "train" / "epoch-1" / "Loss.log")
     assert len(lines) == 8
     values = [float(line.split(",")[0]) for line in lines[:-1]]
-    assert all(line.endswith(",1") for line in lines[:-1])
+    weights = [int(line.split(",")[1]) for line in lines[:-1]]
+    assert weights == [4] * 6 + [3]
     assert lines[-1].endswith(",final")
-    assert float(lines[-1].split(",")[0]) == pytest.approx(sum(values) / 7, rel=1e-12)
+    per_item = sum(v * n for v, n in zip(values, weights, strict=True)) / 27
+    assert float(lines[-1].split(",")[0]) == pytest.approx(per_item, rel=1e-12)
     assert len(read_lines(run_dir / "valid" / "epoch-1" / "Loss.log")) == 4
 
 

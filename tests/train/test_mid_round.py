@@ -267,19 +267,18 @@ def test_the_renderer_is_told_the_steps_and_where_a_resumed_split_starts(tmp_pat
     stream = io.StringIO()
     directory = tmp_path / "run"
     launch(training(directory, max_steps=8).renderer(CliMetricsRenderer(stream)), stop_at=5)
-    assert "[epoch 1/1] train step 6/8 (75%) · 24/40 items (60%)" in stream.getvalue()
+    assert "[round 1/1] train step 6/8 (75%) · 24/40 items (60%)" in stream.getvalue()
     stream = io.StringIO()
     resumed = training(directory, max_steps=8).resume_latest()
     launch(resumed.renderer(CliMetricsRenderer(stream, interval=0.0)))
     lines = stream.getvalue().splitlines()
-    assert lines[:5] == [
+    assert lines[:4] == [
         f"Run directory: {directory}",
-        "Starting training for 1 epoch.",
-        "Resuming at step 6 of 8.",
+        "Starting training for 8 steps in 1 round. (resuming at step 6, in round 1)",
         "Starting split 'train' with 40 items.",
         "Resuming after 24 items.",
     ]
-    assert lines[5].startswith("[epoch 1/1] train step 7/8 (87%) · 28/40 items (70%)")
+    assert lines[4].startswith("[round 1/1] train step 7/8 (87%) · 28/40 items (70%)")
 
 
 @pytest.mark.parametrize(

@@ -43,7 +43,7 @@ def test_the_models_optimize_updates_as_the_raw_loop_does(
         with torch.no_grad():
             for param in raw.parameters():
                 param.add_(-0.1 * param.grad)
-        losses.append(f"{loss.item()!r},1")
+        losses.append(f"{loss.item()!r},{len(y)}")
     assert read_lines(tmp_path / "train" / "epoch-1" / "Loss.log")[:-1] == losses
     for ours, theirs in zip(result.model.parameters(), raw.parameters(), strict=True):
         assert torch.equal(ours, theirs)

@@ -3,6 +3,7 @@ given, models that compute their own loss, and the mistakes of a first batch nam
 
 from __future__ import annotations
 
+import copy
 import importlib
 import io
 import logging
@@ -15,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ember import TrainingError
 from ember.data import DataLoader, DataLoaderBuilder, InMemDataset
 from ember.train import (
     AccuracyMetric,
@@ -296,7 +298,7 @@ class Pair(nn.Module):
 
 
 def test_mistakes_of_the_first_batch_are_named_with_what_to_write() -> None:
-    """A batch without targets, a forward whose output no loss reads, a loss failing on the
+    """A batch without targets, a tuple output the loss does not read, a loss failing on the
     shapes, a tuple batch for a model without loss, a model output without a loss, loss= on a
     LearnerModel and an unknown task: each named with the fix."""
     x = torch.randn(4, 4)
@@ -305,7 +307,11 @@ def test_mistakes_of_the_first_batch_are_named_with_what_to_write() -> None:
         sgd(net(), loss=F.cross_entropy).inference_step(x)
     with pytest.raises(TypeError, match=r"fields: a, b\) has no targets.*targets, target, labels"):
         sgd(net(), loss=F.cross_entropy).inference_step({"a": x, "b": y})
-    with pytest.raises(TypeError, match=r"Pair's forward returned tuple.*return the scores"):
+    with pytest.raises(
+        ValueError,
+        match=r"Pair's output a tuple \(tensor \(4, 3\), tensor.*"
+        r"read its parts in the loss \(e\.g\. loss=lambda out, y",
+    ):
         sgd(Pair(), loss=F.cross_entropy).inference_step({"x": x, "y": y})
     with pytest.raises(ValueError, match=r"the loss cross_entropy\(output, targets\) failed on"):
         sgd(net(), loss=F.cross_entropy).inference_step((x, torch.tensor([0, 1, 2, 0, 1])))
@@ -374,10 +380,144 @@ def test_the_classifier_example_equals_a_raw_loop(
             loss = F.cross_entropy(raw(x), y)
             torch.autograd.backward(loss)
             optim.step()
-            losses.append(f"{loss.item()!r},1")
+            losses.append(f"{loss.item()!r},{len(y)}")
         assert read_lines(tmp_path / "train" / f"epoch-{epoch}" / "Loss.log")[:-1] == losses
         raw.eval()
         with torch.no_grad():
             correct = sum(int((raw(x).argmax(1) == y).sum()) for x, y in valid_loader)
         assert result.values("valid", "Accuracy")[epoch] == 100.0 * correct / 297
     assert same_weights(result.model, raw)
+
+
+class Vae(nn.Module):
+    """A VAE's forward: ``(recon, mu, logvar)``, as pytorch/examples' VAE returns."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(2)
+        self.encode, self.decode = nn.Linear(4, 4), nn.Linear(2, 4)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        mu, logvar = self.encode(x).chunk(2, dim=1)
+        z = mu + torch.randn_like(mu) * (0.5 * logvar).exp()
+        return self.decode(z), mu, logvar
+
+
+def vae_loss(out: tuple[torch.Tensor, torch.Tensor, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    recon, mu, logvar = out
+    kl = -0.5 * (1 + logvar - mu.pow(2) - logvar.exp()).sum(1).mean()
+    return F.mse_loss(recon, x) + kl
+
+
+class MinGpt(nn.Module):
+    """minGPT's forward: ``(logits, loss)``, the loss None without targets."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(3)
+        self.embed, self.head = nn.Embedding(5, 8), nn.Linear(8, 5)
+
+    def forward(
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        logits = self.head(self.embed(idx))
+        loss = None if targets is None else F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+        return logits, loss
+
+
+def gpt_loss(out: tuple[torch.Tensor, Any], y: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(out[0].flatten(0, 1), y.flatten())
+
+
+def tuple_runs() -> list[tuple[nn.Module, Any, list[Item]]]:
+    """(model, loss, (x, y) items) of a VAE and of minGPT."""
+    x = torch.randn(40, 4, generator=torch.Generator().manual_seed(4))
+    tokens = torch.randint(0, 5, (40, 7), generator=torch.Generator().manual_seed(5))
+    return [
+        (Vae(), vae_loss, list(zip(x, x, strict=True))),
+        (MinGpt(), gpt_loss, list(zip(tokens[:, :-1], tokens[:, 1:], strict=True))),
+    ]
+
+
+@pytest.mark.parametrize("case", [0, 1], ids=["vae", "mingpt"])
+def test_a_model_whose_forward_returns_a_tuple_trains_with_loss_reading_it(
+    case: int, tmp_path: Path
+) -> None:
+    """A VAE's (recon, mu, logvar) and minGPT's (logits, loss) go to loss= as they are: the
+    run logs Loss, each batch's the raw loop's, and ends with its weights, bit for bit."""
+    model, loss, data = tuple_runs()[case]
+    raw = copy.deepcopy(model)
+    learner = Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss=loss)
+    loader = DataLoaderBuilder().batch_size(16).build(InMemDataset(data))
+    torch.manual_seed(0)  # the VAE's noise: the same in both
+    result = (
+        SupervisedTraining(tmp_path, loader)
+        .renderer(CliMetricsRenderer(io.StringIO()))
+        .metrics(LossMetric())
+        .launch(learner)
+    )
+    assert result.error is None, result.traceback
+    assert learner.task is None
+    optim = torch.optim.SGD(raw.parameters(), lr=0.1)
+    torch.manual_seed(0)
+    lines = []
+    for x, y in loader:
+        optim.zero_grad()
+        value = loss(raw(x), y)
+        torch.autograd.backward(value)
+        optim.step()
+        lines.append(f"{value.item()!r},{len(y)}")
+    assert read_lines(tmp_path / "train" / "epoch-1" / "Loss.log")[:-1] == lines
+    assert same_weights(model, raw)
+
+
+def test_accuracy_on_a_tuple_output_says_what_it_needs(tmp_path: Path) -> None:
+    """Accuracy registered for minGPT's (logits, loss): the run fails naming what Accuracy
+    needs and the fix; task= with a tuple output is refused at the first batch."""
+    model, loss, data = tuple_runs()[1]
+    loader = DataLoaderBuilder().batch_size(16).build(InMemDataset(data))
+    result = (
+        SupervisedTraining(tmp_path, loader)
+        .renderer(CliMetricsRenderer(io.StringIO()))
+        .metrics(LossMetric(), AccuracyMetric())
+        .errors_in_result()
+        .launch(Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss=loss))
+    )
+    assert isinstance(result.error, TypeError)
+    message = str(result.error)
+    assert "the train metric 'Accuracy' (AccuracyMetric) cannot read the model's output" in message
+    assert "LossOutput holds only a loss, which cannot feed a metric that reads AccuracyInput" in (
+        message
+    )
+    assert "task='classification'" in message and "ClassificationOutput(loss, scores" in message
+    learner = sgd(MinGpt(), loss=loss, task="classification")
+    x, y = next(iter(loader))
+    refused = r"task='classification' reads the scores from MinGpt's output, and its forward "
+    with pytest.raises(TypeError, match=refused + r"returned a tuple \(tensor \(16, 6, 5\), None"):
+        first_output(learner, (x, y))
+
+
+def test_a_dataset_of_file_names_is_named_at_the_first_batch(tmp_path: Path) -> None:
+    """A dataset of (file name, label) items: the forward fails naming the batch's input x, a
+    list of str, and how to make tensors of it, not torch's "argument 'input' must be Tensor";
+    torch's error is chained."""
+    data = [(f"images/cat-{i}.png", i % 3) for i in range(16)]
+    model = nn.Linear(4, 3)
+    with pytest.raises(TrainingError) as raised:
+        (
+            SupervisedTraining(
+                tmp_path, DataLoaderBuilder().batch_size(8).build(InMemDataset(data))
+            )
+            .renderer(CliMetricsRenderer(io.StringIO()))
+            .metrics(LossMetric())
+            .launch(sgd(model, loss=F.cross_entropy))
+        )
+    error = raised.value.__cause__
+    assert isinstance(error, TypeError)
+    message = str(error)
+    assert message.startswith(
+        "Linear's forward failed on the batch's input x (the first value of an (x, y) batch), "
+        "which is a list of 8 str (['images/cat-0.png', 'images/cat-1.png', ...]), not a tensor"
+    )
+    assert "in a batcher that returns tensors (DataLoaderBuilder(batcher)" in message
+    assert "must be Tensor" in str(error.__cause__)

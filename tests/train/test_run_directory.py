@@ -302,8 +302,9 @@ def test_the_lock_is_held_during_the_run_and_released_after_an_error(run_dir: Pa
         raise RuntimeError("boom")
 
     model.on_train_step = look
-    with pytest.raises(Exception, match="boom"):
+    with pytest.raises(Exception, match="with the RuntimeError") as raised:
         training(run_dir).launch(Learner(model, torch.optim.SGD(model.parameters()), 0.1))
+    assert str(raised.value.__cause__) == "boom"
     assert seen[0]["pid"] == os.getpid() and seen[0]["host"] == socket.gethostname()
     assert not (run_dir / LOCK).exists()
 

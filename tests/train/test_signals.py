@@ -102,5 +102,6 @@ def test_a_training_that_fails_ends_with_its_error_whatever_the_signal(tmp_path:
             signal.raise_signal(signal.SIGTERM)
             raise ValueError("the step failed")
 
-    with pytest.raises(TrainingError, match="the step failed"):
+    with pytest.raises(TrainingError, match="with the ValueError") as raised:
         run(tmp_path, signal_then_fail)
+    assert str(raised.value.__cause__) == "the step failed"

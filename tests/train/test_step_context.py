@@ -63,8 +63,8 @@ class Logging(TinyRegressor):
 
 def test_values_logged_in_any_step_reach_value_metrics(tmp_path: Path) -> None:
     """train_step's and optimize's values on the train split, inference_step's on the valid
-    split, one line per batch, read on the metrics thread; a batch that logs nothing under a
-    name (validation has no optimize) logs no line there."""
+    split, one line per batch weighted by its items, read on the metrics thread; a batch that
+    logs nothing under a name (validation has no optimize) logs no line there."""
     torch.manual_seed(0)
     model = Logging()
     result = (
@@ -77,12 +77,12 @@ def test_values_logged_in_any_step_reach_value_metrics(tmp_path: Path) -> None:
     )
     assert result.error is None, result.traceback
     train = list(loader(12, 4))
-    expected = [f"{float(b.y.mean())!r},1" for b in train]
+    expected = [f"{float(b.y.mean())!r},4" for b in train]
     assert read_lines(tmp_path / "train" / "epoch-1" / "Target.log")[:-1] == expected
-    valid = [f"{float(b.y.mean())!r},1" for b in loader(8, 4)]
+    valid = [f"{float(b.y.mean())!r},4" for b in loader(8, 4)]
     assert read_lines(tmp_path / "valid" / "epoch-1" / "Target.log")[:-1] == valid
     norm = torch.cat([p.detach().flatten() for p in model.parameters()]).norm()
-    assert read_lines(tmp_path / "train" / "epoch-1" / "Norm.log")[-2] == f"{float(norm)!r},1"
+    assert read_lines(tmp_path / "train" / "epoch-1" / "Norm.log")[-2] == f"{float(norm)!r},4"
     assert not (tmp_path / "valid" / "epoch-1" / "Norm.log").exists()
 
 

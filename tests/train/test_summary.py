@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ember.data import DataLoaderBuilder, InMemDataset
+from ember.runs import compare, load
 from ember.train import (
     AccuracyMetric,
     ClassificationOutput,
@@ -162,3 +163,41 @@ def test_accuracy_is_in_percent_and_the_table_says_so(tmp_path: Path) -> None:
     assert LearnerSummary.from_json(written) == result.summary
     lines = (tmp_path / "valid" / "epoch-1" / "Accuracy.log").read_text().splitlines()
     assert lines[-1].endswith(",final")
+
+
+def test_accuracy_has_one_label_in_every_table_and_line(tmp_path: Path) -> None:
+    """The training table said "Accuracy (%)" and the evaluation table "Accuracy": every table
+    (training, evaluation, ember compare, ember summary from the logs) and every renderer line
+    says "Accuracy (%)"."""
+    generator = torch.Generator().manual_seed(3)
+    items = [(torch.randn(3, generator=generator), int(i % 3)) for i in range(36)]
+    loader = DataLoaderBuilder().batch_size(8)
+    model = Classifier()
+    stream = io.StringIO()
+    result = (
+        SupervisedTraining(
+            tmp_path, loader.build(InMemDataset(items)), loader.build(InMemDataset(items))
+        )
+        .renderer(CliMetricsRenderer(stream, interval=0))
+        .metrics(AccuracyMetric(), LossMetric())
+        .with_test("test", loader.build(InMemDataset(items)), checkpoint=None)
+        .summary()
+        .launch(Learner(model, torch.optim.SGD(model.parameters(), lr=0.1)))
+    )
+    assert result.error is None and result.evaluation is not None
+    (tmp_path / "summary.json").unlink()  # ember summary reads the logs then
+    texts = {
+        "training": str(result.summary),
+        "evaluation": str(result.evaluation),
+        "compare": compare([load(tmp_path)]),
+        "summary from the logs": str(load(tmp_path).summary_from_logs()),
+        "renderer": stream.getvalue(),
+    }
+    for where, text in texts.items():
+        assert "Accuracy (%)" in text, where
+        assert text.count("Accuracy") == text.count("Accuracy (%)"), where
+    assert "| test | Accuracy (%) | " in texts["evaluation"]
+    assert "Valid Accuracy (%) (higher is better)" in texts["compare"]
+    assert "| Train | Accuracy (%) | " in texts["summary from the logs"]
+    assert "Split ended: valid  Accuracy (%) " in texts["renderer"]
+    assert "Test ended.  Accuracy (%) " in texts["renderer"]

@@ -126,7 +126,7 @@ def test_gpt2_trains_with_no_wrapper_and_logs_its_own_loss_bit_for_bit(tmp_path:
             correct = (logits.argmax(1) == labels[:, 1:].flatten())[labels[:, 1:].flatten() != -100]
             expected.append(
                 (
-                    f"{out.loss.item()!r},1",
+                    f"{out.loss.item()!r},{len(batch['labels'])}",
                     f"{math.exp(nll.item() / count)!r},{count}",
                     f"{100.0 * int(correct.sum()) / count!r},{count}",
                 )
@@ -270,7 +270,8 @@ def test_a_run_of_another_model_is_refused_naming_the_plain_export(tmp_path: Pat
 def test_the_gpt2_example_trains_in_steps_and_exports(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """examples/gpt2 in miniature: bf16, accumulation, clipping, warm-up and cosine, validation
+    """examples/gpt2 in miniature: bf16, accumulation averaged as transformers.Trainer does
+    (mean=True, what an HF user copying it expects), clipping, warm-up and cosine, validation
     and checkpoints every 2 steps; the export loads with from_pretrained."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("EMBER_RENDERER", "cli")
@@ -280,6 +281,8 @@ def test_the_gpt2_example_trains_in_steps_and_exports(
     result = example.main(["--steps", "4", "--every", "2", "--dir", str(tmp_path / "run"), *tiny])
     assert result.error is None, result.traceback
     assert result.last_epoch == 2
+    config = json.loads((tmp_path / "run" / "config.json").read_text(encoding="utf-8"))
+    assert config["grads_accumulation"] == 2 and config["mean_accumulation"] is True
     assert read_lines(tmp_path / "run" / "valid" / "epoch-2" / "Perplexity.log")[-1].endswith(
         ",final"
     )

@@ -9,12 +9,16 @@ run's weights as one safetensors file (``--format hf``: a directory ``from_pretr
 for a run of a ``transformers`` model, a saved tokenizer beside it with ``--tokenizer``). Exit
 codes: 0 success, 1 training failed, 2 nothing to do (no run, a directory it will not
 overwrite, a missing optional extra, a missing or damaged checkpoint or tokenizer), 3 the
-demo's losses differ.
+demo's losses differ, 141 the reader of the output went away (``ember summary DIR | head``):
+the command ends quietly, as a Unix tool that SIGPIPE ends (128 + 13), without a traceback,
+and a training it ran stops there.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -207,9 +211,10 @@ def _compare(directories: list[Path]) -> int:
     from ember.runs import compare, load
 
     try:
-        print(compare(load(list(directories))))
+        text = compare(load(list(directories)))
     except (OSError, ValueError) as error:
         return _error("compare", error)
+    print(text)  # outside: a broken pipe is the reader's going, not a run that cannot be read
     return 0
 
 
@@ -228,7 +233,9 @@ def _digits(directory: Path | None, epochs: int, *, test: bool, command: str) ->
         directory = Path("artifacts/digits-test" if test else "artifacts/digits")
     try:
         report = run_digits(directory, epochs=epochs, test=test, command=command)
-    except TrainingError as error:  # the renderer has shown it with its traceback
+    except TrainingError as error:  # the renderer has shown it, and where its traceback is
+        if isinstance(error.__cause__, BrokenPipeError):  # the progress's reader went away
+            raise error.__cause__ from None
         print(f"ember {command}: {error}", file=sys.stderr)
         return 1
     except (ValueError, ImportError) as error:
@@ -266,8 +273,37 @@ def _export(
     return 0
 
 
+_READER_GONE = 141
+"""The exit code when standard output's reader went away: a Unix tool's under SIGPIPE."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command; the exit code is non-zero when training failed."""
+    """Run the command; the exit code is non-zero when training failed, 141 when the reader
+    of the output went away (see the module doc)."""
+    try:
+        try:
+            return _command(argv)
+        finally:  # a reader gone is found here (block-buffered pipe), not at the exit
+            sys.stdout.flush()
+    except BrokenPipeError:
+        _drop_stdout()
+        return _READER_GONE
+
+
+def _drop_stdout() -> None:
+    """Send what is left for standard output to ``os.devnull``: the interpreter flushes it at
+    exit, which would fail on the broken pipe again (Python's "Note on SIGPIPE")."""
+    try:
+        descriptor = sys.stdout.fileno()
+    except (OSError, ValueError, io.UnsupportedOperation):
+        return  # not a file (a test's capture): nothing is flushed at exit
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, descriptor)
+    os.close(devnull)
+
+
+def _command(argv: Sequence[str] | None) -> int:
+    """Parse ``argv`` and run the command it names."""
     args = _parser().parse_args(argv)
     if args.command == "demo":
         from ember.app.demo import format_report, run_demo

@@ -28,12 +28,14 @@ from torch.utils.data import (
     Subset,
 )
 from torch.utils.data import DataLoader as TorchLoader
+from torch.utils.data import Dataset as TorchDataset
 from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
 from ember._checks import check_slice
 from ember._device import DeviceLike, as_device, move_to_device
 from ember._errors import DataLoaderError
 from ember._protocols import check_protocol
+from ember.data._dataset import Dataset
 from ember.data._loader import DataLoader, DataLoaderIterator
 from ember.data._pass import PassIterator, PassTracker, check_state
 
@@ -223,11 +225,35 @@ class TorchDataLoader(PassTracker, Generic[BatchT]):
 def as_ember_loader(loader: Any, what: str) -> DataLoader[Any]:
     """``loader`` as an ember loader: a ``torch.utils.data.DataLoader`` (the loader a PyTorch
     user already has) in a :class:`TorchDataLoader`, anything else checked against the
-    ``DataLoader`` protocol (TypeError naming ``what`` and the missing members)."""
+    ``DataLoader`` protocol. A TypeError names ``what``: for a dataset or a list given instead
+    of a loader, with the line that makes one; else with the members it lacks."""
     if isinstance(loader, TorchLoader):
         return TorchDataLoader(loader)
-    check_protocol(loader, DataLoader, what)
+    try:
+        check_protocol(loader, DataLoader, what)
+    except TypeError:
+        fix = _loader_for(loader)
+        if fix is None:
+            raise
+        raise TypeError(f"{what} is a {type(loader).__name__}, not a loader: {fix}") from None
     return cast(DataLoader[Any], loader)
+
+
+def _loader_for(value: Any) -> str | None:
+    """The line that makes a loader of ``value`` (a list of items or batches, a dataset), or
+    None for anything else."""
+    if isinstance(value, list | tuple):
+        return (
+            f"its {len(value)} values have no batch size, position or device of a loader. "
+            "Items: DataLoaderBuilder().batch_size(32).build(InMemDataset(items)); batches "
+            "made already, each as it is: torch.utils.data.DataLoader(batches, batch_size=None)"
+        )
+    if isinstance(value, TorchDataset | Dataset):  # a torch or an ember (map-style) dataset
+        return (
+            "batch it with DataLoaderBuilder().batch_size(32).build(dataset) (from ember.data), "
+            "or torch.utils.data.DataLoader(dataset, batch_size=32)"
+        )
+    return None
 
 
 def torch_loader_like(loader: TorchLoader[Any], dataset: Any, **batching: Any) -> TorchLoader[Any]:

@@ -16,8 +16,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ember.runs._logs import MetricRow
-from ember.runs._run import Run, Runs
+from ember.runs._run import Run, Runs, unit_of
 from ember.train._logger.base import flatten_config
+from ember.train._metric.base import metric_label
 from ember.train._summary import format_cell
 
 __all__ = ["compare", "differing_config"]
@@ -37,7 +38,8 @@ def compare(runs: Runs | Sequence[Run]) -> str:
             series.setdefault((row.split, row.metric), {}).setdefault(run.name, []).append(row)
     for split, metric in sorted(series, key=lambda key: (_SPLIT_ORDER[key[0]], key[1])):
         higher = _higher_is_better(chosen, metric)
-        out += ["", f"{split.capitalize()} {metric} ({'higher' if higher else 'lower'} is better)"]
+        label = metric_label(metric, unit_of(chosen, metric))
+        out += ["", f"{split.capitalize()} {label} ({'higher' if higher else 'lower'} is better)"]
         out += [
             f"| {'Run':<{width}} | Best      | Epoch | Last      | Epoch |",
             f"|{'-' * (width + 2)}|-----------|-------|-----------|-------|",

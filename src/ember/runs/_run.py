@@ -37,7 +37,7 @@ from ember.train._logger.file import read_steps
 from ember.train._summary import LearnerSummary, MetricSummary
 from ember.train._vocabulary import Split
 
-__all__ = ["Level", "Many", "Run", "Runs", "load", "rows_to_pandas"]
+__all__ = ["Level", "Many", "Run", "Runs", "load", "rows_to_pandas", "unit_of"]
 
 Level = Literal["epoch", "item"]
 """Which rows: one per epoch value (``"epoch"``) or one per batch line (``"item"``)."""
@@ -126,7 +126,9 @@ class Run:
             if row is not None and log.epoch <= self.last_epoch:
                 values.setdefault((log.split, log.metric), []).append((log.epoch, row.value))
         order = sorted(values, key=lambda key: (SPLITS.index(key[0]), key[1]))
-        rows = tuple(MetricSummary.from_values(*key, values[key]) for key in order)
+        rows = tuple(
+            MetricSummary.from_values(*key, values[key], unit_of([self], key[1])) for key in order
+        )
         return LearnerSummary(self.last_epoch, rows)
 
     def describe(self) -> str:
@@ -298,3 +300,17 @@ def _split(split: str | Split) -> Split:
     if split in ("train", "valid"):
         return Split(split)
     raise ValueError(f"split must be 'train' or 'valid', got {split!r}")
+
+
+def unit_of(runs: Sequence[Run], metric: str) -> str | None:
+    """The unit of ``metric`` as the runs recorded it (the first that did: ``config.json``'s
+    ``units``, else a ``summary.json`` row), or None."""
+    for run in runs:
+        units = run.config.get("units")
+        if isinstance(units, Mapping) and metric in units:
+            return str(units[metric])
+        rows = [] if run.summary is None else run.summary.metrics
+        unit = next((row.unit for row in rows if row.name == metric and row.unit), None)
+        if unit is not None:
+            return unit
+    return None

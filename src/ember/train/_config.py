@@ -15,10 +15,13 @@ handed to every logger's ``start`` (trackers record it as the run's parameters):
      "optimizer": {"class": "torch.optim.sgd.SGD", "param_groups": [{"lr": 0.1, ...}]},
      "lr_scheduler": {"class": "...ConstantLr", "state": {...}},
      "metrics": {"train": ["Loss"], "valid": ["Loss"]}, "directions": {"Loss": "lowest"},
-     "resume": null, "hparams": {"hidden": 64}, "cli": {"lr": 0.1, "data": {"batch_size": 64}}}
+     "units": {}, "resume": null, "hparams": {"hidden": 64},
+     "cli": {"lr": 0.1, "data": {"batch_size": 64}}}
 
 ``directions`` says which way is better for each numeric metric (its attributes'
-``higher_is_better``), so that a run read back (``ember compare``) knows its best epoch. A run
+``higher_is_better``), so that a run read back (``ember compare``) knows its best epoch;
+``units`` the unit of each that has one (``{"Accuracy": "%"}``), so that it names the metric as
+the run's tables did (``Accuracy (%)``). A run
 of several validation sets (``_valid_sets.py``) names its main one in ``"valid": {..., "name":
 "clean"}``, describes the others in ``"valid_sets": {"noisy": {"batches": 4, ...}}``, and lists
 their values' names (``"Loss (noisy)"``) in ``metrics`` and ``directions``.
@@ -232,6 +235,7 @@ def run_configuration(config: TrainingConfig, learner: Learner[Any]) -> dict[str
         "lr_scheduler": _scheduler(learner.lr_scheduler),
         "metrics": metrics,
         "directions": _directions(config),
+        "units": _units(config),
         "resume": config.resume,
         "seed": config.seed,
         "data_module": None if config.data_module is None else _data_module(config),
@@ -293,6 +297,16 @@ def _directions(config: TrainingConfig) -> dict[str, str]:
         if isinstance(metric, Numeric)
     }
     return {name: directions[name].value for name in sorted(directions)}
+
+
+def _units(config: TrainingConfig) -> dict[str, str]:
+    """The unit of each numeric metric that has one, by name (sorted)."""
+    units = {
+        metric.name: metric.attributes.unit
+        for _, metric in config.metrics
+        if isinstance(metric, Numeric)
+    }
+    return {name: unit for name, unit in sorted(units.items()) if unit}
 
 
 def _loader(loader: DataLoader[Any]) -> dict[str, Any]:

@@ -7,8 +7,10 @@ need a number). Each output registers the metric inputs it adapts to (see
 
 Every output's ``summed_over`` says that its loss is a sum over that many samples
 (``reduction="sum"``, a VAE's): ``Loss`` then logs the mean per sample, ``loss / summed_over``
-weighted by it. :class:`CausalLMOutput` holds a causal language model's logits and labels as
-the model's own loss saw them: the shift and ``ignore_index`` applied exactly as ``transformers``
+weighted by it. Otherwise a batch's mean loss weighs the items it averages over: the first
+dimension of an output's targets (labels), or a :class:`LossOutput`'s ``items``.
+:class:`CausalLMOutput` holds a causal language model's logits and labels as the model's own
+loss saw them: the shift and ``ignore_index`` applied exactly as ``transformers``
 applies them, so ``Perplexity`` and token ``Accuracy`` count the tokens that loss counted.
 """
 
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Self, runtime_checkable
+from typing import Any, Protocol, Self, runtime_checkable
 
 import torch
 import torch.nn.functional as F
@@ -39,6 +41,7 @@ __all__ = [
     "MultiLabelClassificationOutput",
     "RegressionOutput",
     "SequenceOutput",
+    "leading_size",
 ]
 
 
@@ -80,21 +83,38 @@ class LossOutput(DetachOnSync):
     """A step's output when only its ``loss`` is known: it feeds ``Loss``.
 
     ``summed_over``: the loss is a sum over that many samples (see the module doc).
+    ``items``: the number of items (samples) the mean loss averages over, its weight in the
+    epoch's ``Loss``; None weighs the batch 1 (``Learner(model, optim, loss=...)`` fills it in).
     """
 
     loss: torch.Tensor
     summed_over: int | None = None
+    items: int | None = None
 
     @classmethod
     def merge(cls, parts: Sequence[LossOutput], sizes: Sequence[int]) -> LossOutput:
         """The global batch's output from data-parallel ranks' ``parts``: a summed loss (with
-        ``summed_over``) is the parts' sum, else their mean weighted by their ``sizes``."""
+        ``summed_over``) is the parts' sum, else their mean weighted by their ``sizes``, over
+        the sizes' total of items."""
+        total = sum(sizes)
         if parts[0].summed_over is not None:
             counts = [p.summed_over or 0 for p in parts]
-            return cls(torch.stack([p.loss for p in parts]).sum(), sum(counts))
-        total = sum(sizes)
+            return cls(torch.stack([p.loss for p in parts]).sum(), sum(counts), total)
         weighted = [p.loss * (n / total) for p, n in zip(parts, sizes, strict=True)]
-        return cls(torch.stack(weighted).sum())
+        return cls(torch.stack(weighted).sum(), items=total)
+
+    def adapt(self, input_type: type[Any]) -> Any:
+        """Nothing but ``Loss`` reads a loss alone: a metric that reads more (scores, targets)
+        is refused with a TypeError naming what would feed it."""
+        raise TypeError(
+            f"LossOutput holds only a loss, which cannot feed a metric that reads "
+            f"{input_type.__name__}. A model trained with Learner(model, optim, loss=...) "
+            "gives its metrics scores and targets only with a task (task='classification', "
+            "'regression', 'multilabel' or 'causal-lm'), which needs the model's output to be "
+            "the scores as a tensor or an object with .logits (experiment.log says why no task "
+            "was told: e.g. a forward that returns a tuple); a step of your own returns an "
+            "output that holds them (e.g. ClassificationOutput(loss, scores, targets))"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,19 +205,27 @@ class CausalLMOutput(DetachOnSync):
         return cls(loss, logits, labels, parts[0].ignore_index)
 
 
+def leading_size(value: object) -> int | None:
+    """The first dimension of a tensor of at least one dimension (a batch's item count), else
+    None."""
+    if isinstance(value, torch.Tensor) and value.dim() > 0:
+        return int(value.shape[0])
+    return None
+
+
 @register_adaptor(LossOutput, LossInput)
 def _loss_only(output: LossOutput) -> LossInput:
-    return LossInput(output.loss, summed_over=output.summed_over)
+    return LossInput(output.loss, summed_over=output.summed_over, items=output.items)
 
 
 @register_adaptor(RegressionOutput, LossInput)
 def _regression_loss(output: RegressionOutput) -> LossInput:
-    return LossInput(output.loss, summed_over=output.summed_over)
+    return LossInput(output.loss, None, output.summed_over, leading_size(output.targets))
 
 
 @register_adaptor(ClassificationOutput, LossInput)
 def _classification_loss(output: ClassificationOutput) -> LossInput:
-    return LossInput(output.loss, summed_over=output.summed_over)
+    return LossInput(output.loss, None, output.summed_over, leading_size(output.targets))
 
 
 @register_adaptor(ClassificationOutput, AccuracyInput)
@@ -228,7 +256,7 @@ def _classification_confusion(output: ClassificationOutput) -> ConfusionStatsInp
 
 @register_adaptor(MultiLabelClassificationOutput, LossInput)
 def _multilabel_loss(output: MultiLabelClassificationOutput) -> LossInput:
-    return LossInput(output.loss, summed_over=output.summed_over)
+    return LossInput(output.loss, None, output.summed_over, leading_size(output.targets))
 
 
 @register_adaptor(MultiLabelClassificationOutput, HammingScoreInput)
@@ -253,7 +281,7 @@ def _flat_logits(output: SequenceOutput) -> torch.Tensor:
 
 @register_adaptor(SequenceOutput, LossInput)
 def _sequence_loss(output: SequenceOutput) -> LossInput:
-    return LossInput(output.loss, summed_over=output.summed_over)
+    return LossInput(output.loss, None, output.summed_over, leading_size(output.targets))
 
 
 @register_adaptor(SequenceOutput, CerInput)
@@ -296,7 +324,7 @@ def _counted_tokens(output: CausalLMOutput) -> tuple[torch.Tensor, torch.Tensor]
 
 @register_adaptor(CausalLMOutput, LossInput)
 def _causal_lm_loss(output: CausalLMOutput) -> LossInput:
-    return LossInput(output.loss)
+    return LossInput(output.loss, items=leading_size(output.labels))  # sequences, as merged
 
 
 @register_adaptor(CausalLMOutput, PerplexityInput)

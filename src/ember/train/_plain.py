@@ -17,12 +17,16 @@ with ``"loss"``) with no wrapper. Both steps are what one would write in a ``Lea
 ``parts(batch)``: a tuple or list ``(x, y)`` (``(x1, ..., xn, y)``: the last value is the
 targets), or a mapping or dataclass with one field named ``targets``, ``target``, ``labels``,
 ``label`` or ``y`` (the targets) and the inputs in the others: one input is passed as it is,
-several by name. ``scores(output)``: the output tensor, or an output's ``logits``. The task (the
-output the metrics read, ``_task.py``) is told from the first batch when not given, and said in
-``experiment.log``. Everything after the step (precision, accumulation, clipping, strategies,
-checkpoints) is the same as for a ``LearnerModel``. The first batch's mistakes (a batch without
-targets, an output the loss cannot read, a loss that fails on the shapes) are named with what
-to write.
+several by name. ``scores(output)``: an output's ``logits`` (a Hugging Face output, a dict with
+``"logits"``), else the output as it is: a tensor, or a tuple the loss function reads itself
+(minGPT's ``(logits, loss)``, a VAE's ``(recon, mu, logvar)``: ``loss=lambda out, y: ...``). The
+task (the output the metrics read, ``_task.py``) is told from the first batch when not given,
+and said in ``experiment.log``; it needs the scores as a tensor, so a tuple output logs its
+loss only (``LossOutput``) and ``task=`` with one is refused at the first batch. Everything
+after the step (precision, accumulation, clipping, strategies, checkpoints) is the same as for
+a ``LearnerModel``. The first batch's mistakes (a batch without targets, a loss that fails on
+the output or the shapes, a task the output cannot give, an input that is not a tensor: file
+names, say) are named with what to write.
 """
 
 from __future__ import annotations
@@ -92,15 +96,16 @@ class PlainSteps:
                 self._tell(*guess_task_of_model(model, scores, targets))
             return loss, scores, targets
         inputs, targets = batch_parts(batch, checked=True)
-        scores = _checked_scores(_call(model, inputs), self.name)
+        scores = _scores(_first_call(model, inputs, self.name))
+        if self.task is not None and not isinstance(scores, torch.Tensor):
+            raise _no_scores(self.name, self.task, scores)
         try:
             loss = self.loss(scores, targets)
         except (RuntimeError, ValueError, TypeError, IndexError) as error:
             raise ValueError(
                 f"the loss {_name(self.loss)}(output, targets) failed on {self.name}'s output "
-                f"{_shape(scores)} and the targets {_shape(targets)}: {error}. Make the model's "
-                "output and the batch's targets fit the loss (e.g. F.cross_entropy: scores "
-                "[B, C] and class indices [B]; F.mse_loss: the same shape)"
+                f"{_shape(scores)} and the targets {_shape(targets)}: {error}. "
+                f"{_fit_the_loss(scores)}"
             ) from error
         if not isinstance(loss, torch.Tensor):
             raise TypeError(
@@ -168,6 +173,48 @@ def _call(model: nn.Module, inputs: Any) -> Any:
     return model(*inputs)
 
 
+def _first_call(model: nn.Module, inputs: Any, name: str) -> Any:
+    """:func:`_call` on the first batch: a forward that fails while an input is not a tensor
+    (file names a dataset gave, say) is named with that input and the fix (a TypeError chained
+    to the model's error); a model that takes other inputs on purpose runs as it is."""
+    try:
+        return _call(model, inputs)
+    except (TypeError, AttributeError) as error:  # torch's "must be Tensor", "no attribute"
+        values = list(inputs.values()) if isinstance(inputs, dict) else list(inputs)
+        named = dict(zip(_input_names(inputs), values, strict=True))
+        field = next((k for k, v in named.items() if not isinstance(v, torch.Tensor)), None)
+        if field is None:
+            raise
+        value = named[field]
+        raise TypeError(
+            f"{name}'s forward failed on the batch's input {field}, which is {_kind(value)}, "
+            f"not a tensor ({error}). Make the items' inputs tensors before they are batched: "
+            "in the dataset (e.g. read the image a file name names, in __getitem__), or in a "
+            "batcher that returns tensors (DataLoaderBuilder(batcher).batch_size(32)"
+            ".build(dataset), batcher(items, device) stacking each item's tensors)"
+        ) from error
+
+
+def _input_names(inputs: Any) -> list[str]:
+    """How a message names the inputs: a mapping's keys; ``x`` of an ``(x, y)`` batch, else
+    ``x1``, ``x2``..."""
+    if isinstance(inputs, dict):
+        return list(inputs)
+    if len(inputs) == 1:
+        return ["x (the first value of an (x, y) batch)"]
+    return [f"x{index} (value {index} of the batch)" for index in range(1, len(inputs) + 1)]
+
+
+def _kind(value: Any) -> str:
+    """``a list of 32 str (['cat.png', 'dog.png', ...])``, or ``a str ('cat.png')``."""
+    if isinstance(value, list | tuple) and value:
+        kinds = sorted({type(v).__name__ for v in value})
+        shown = ", ".join(repr(v)[:40] for v in value[:2])
+        more = ", ..." if len(value) > 2 else ""
+        return f"a {type(value).__name__} of {len(value)} {'/'.join(kinds)} ([{shown}{more}])"
+    return f"a {type(value).__name__} ({repr(value)[:60]})"
+
+
 def _scores(output: Any) -> Any:
     """What the loss reads: the output tensor, or an output's ``logits``."""
     if isinstance(output, torch.Tensor):
@@ -177,15 +224,28 @@ def _scores(output: Any) -> Any:
     return getattr(output, "logits", output)
 
 
-def _checked_scores(output: Any, name: str) -> torch.Tensor:
-    scores = _scores(output)
-    if not isinstance(scores, torch.Tensor):
-        raise TypeError(
-            f"{name}'s forward returned {type(output).__name__}, which a loss function cannot "
-            "read: return the scores as a tensor (or an object with .logits), or give the "
-            "model its own train_step and inference_step (subclass LearnerModel)"
+def _fit_the_loss(output: Any) -> str:
+    """What to do when the loss fails on ``output``: fit the shapes, or read a tuple."""
+    if isinstance(output, torch.Tensor):
+        return (
+            "Make the model's output and the batch's targets fit the loss (e.g. "
+            "F.cross_entropy: scores [B, C] and class indices [B]; F.mse_loss: the same shape)"
         )
-    return scores
+    return (
+        "The loss gets the model's output as it is: read its parts in the loss (e.g. "
+        "loss=lambda out, y: F.cross_entropy(out[0], y) for a (scores, ...) tuple)"
+    )
+
+
+def _no_scores(name: str, task: str, output: Any) -> TypeError:
+    return TypeError(
+        f"task={task!r} reads the scores from {name}'s output, and its forward returned "
+        f"{_shape(output)}: the metrics of a task need the scores as a tensor (or an object "
+        "with .logits). Leave task= out to train it with Loss only (the loss function reads "
+        "the output as it is), or give the model its own train_step and inference_step "
+        "(subclass LearnerModel) returning an output that holds the scores (e.g. "
+        "ClassificationOutput(loss, scores, targets))"
+    )
 
 
 def _own_loss(
@@ -227,4 +287,10 @@ def _name(loss: Any) -> str:
 def _shape(value: Any) -> str:
     if isinstance(value, torch.Tensor):
         return f"of shape {tuple(value.shape)} ({value.dtype})"
+    if isinstance(value, tuple | list):
+        parts = ", ".join(
+            f"tensor {tuple(v.shape)}" if isinstance(v, torch.Tensor) else type(v).__name__
+            for v in value
+        )
+        return f"a {type(value).__name__} ({parts})"
     return f"of type {type(value).__name__}"

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from torch import nn
+from torch.utils.data import DataLoader as TorchLoader
 
 from ember.data import DataLoader
 from ember.train._checkpoint.export import CheckpointEpoch, load_checkpoint
@@ -107,7 +108,7 @@ class LearningResult(Generic[M]):
 
     def evaluate(
         self,
-        tests: Sequence[tuple[str, DataLoader[Any]]],
+        tests: Sequence[tuple[str, DataLoader[Any] | TorchLoader[Any]]],
         *metrics: Metric,
         checkpoint: CheckpointEpoch | None = "best",
         renderer: EvaluationRenderer | None = None,

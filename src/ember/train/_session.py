@@ -29,11 +29,13 @@
                                                          # every process takes the main one's
                                                          # summary, checkpoints and best epoch
     leaving, whatever happened (each step runs even if one before it failed):
-        drain train-worker; after an error the callbacks' on_error(error); log the error;
-        finish the checkpoint writes; End(summary); stop train-worker; renderer.on_error(error);
-        the artifacts the loggers asked for (the best checkpoint exported, the curves drawn);
-        after an error the loggers' on_error(error) (a tracker marks the run failed); the
-        loggers' end(summary, artifacts); close the loggers, the renderer and experiment.log
+        drain train-worker; after an error the callbacks' on_error(error); log the error (then
+        a note on it: where its traceback is, which the renderer's line and Python's traceback
+        show); finish the checkpoint writes; End(summary); stop train-worker;
+        renderer.on_error(error); the artifacts the loggers asked for (the best checkpoint
+        exported, the curves drawn); after an error the loggers' on_error(error) (a tracker
+        marks the run failed); the loggers' end(summary, artifacts); close the loggers, the
+        renderer and experiment.log
         session.result = LearningResult(model in eval mode, renderer, error, summary, stop
             reason, the checkpoints and the best epoch); with_test tests, if training succeeded
         release the run directory
@@ -104,6 +106,9 @@ __all__ = ["TrainingSession"]
 
 M = TypeVar("M", bound=nn.Module)
 log = logging.getLogger("ember.train")
+
+_TOLD: set[str] = set()
+"""The notices this process has shown (each once: :meth:`TrainingSession._tell`)."""
 
 
 class TrainingSession(Generic[M]):
@@ -256,15 +261,10 @@ class TrainingSession(Generic[M]):
         """The strategy's run: the model and the loaders placed, the optimizers built on the
         placed parameters; closed after the block (with the error that ended it, if any)."""
         plan, config = self.plan, self.plan.config
-        log.info(
-            "Starting training for %d epochs at epoch %d",
-            config.num_epochs,
-            self.counters.last_round + 1,
-        )
+        log.info("Starting training for %s", _duration(plan, self.counters.last_round + 1))
         notice = interval_notice(self.learner.lr_scheduler)
-        if notice is not None and plan.main:  # in experiment.log and on the screen
-            with warnings_to(member(self.renderer, Renderer, "on_warning")):
-                log.warning(notice)
+        if notice is not None and plan.main:
+            self._tell(notice)
         use_precision = member(plan.strategy, StrategyDefaults, "use_precision")
         use_precision(config.precision)  # e.g. FSDP's mixed-precision policy
         loaders = {"train": config.train_loader}
@@ -282,6 +282,17 @@ class TrainingSession(Generic[M]):
             run.close(failure)
             raise
         run.close()
+
+    def _tell(self, notice: str) -> None:
+        """A notice on the screen and in ``experiment.log`` the first time this process says
+        it; later runs only write it to their ``experiment.log`` (a notebook or a sweep runs
+        the same script again and again)."""
+        if notice in _TOLD:
+            log.info(notice)
+            return
+        _TOLD.add(notice)
+        with warnings_to(member(self.renderer, Renderer, "on_warning")):
+            log.warning(notice)
 
     def ended(self, outcome: LoopOutcome) -> None:
         """Training ended without an error: flush; the summary; the run's end recorded in its
@@ -374,6 +385,9 @@ class TrainingSession(Generic[M]):
             failure = outcome.error
             outcome.run(lambda: plan.callbacks.call("on_error", failure))
             outcome.run(lambda: log.error("Training failed", exc_info=failure))
+            where = plan.config.application_log
+            if plan.main and where is not None:  # shown by the renderer and with the traceback
+                failure.add_note(f"ember: the traceback is in {where}")
         if plan.checkpointer is not None and not self._checkpoints_closed:
             outcome.run(plan.checkpointer.close)  # a failed write is the run's error
         outcome.run(lambda: worker.process_train(End(self._summary)))
@@ -411,11 +425,22 @@ class TrainingSession(Generic[M]):
             error,
             self._summary,
             self._outcome.stop_reason,
-            self.counters.last_round,
+            self._complete_rounds(),
             self._listing if self._listing is not None else self._checkpoints(),
             self.store,
         )
         return self._test(result) if config.tests and error is None else result
+
+    def _complete_rounds(self) -> int:
+        """The rounds the run completed: the loop's count, less the round whose split the
+        metrics thread failed in (it may process behind the loop, which trains on until it
+        next waits for it: a non-finite loss at epoch 1 of two leaves 0 complete)."""
+        last, worker = self.counters.last_round, self._worker
+        if worker is not None and worker.error is not None:
+            failed = worker.processor.split_epoch
+            if failed is not None:
+                last = min(last, failed - 1)
+        return last
 
     def _checkpoints(self) -> tuple[dict[int, Path], int | None]:
         """The run's checkpointed model files by epoch, and its best epoch (ember's layout)."""
@@ -447,6 +472,21 @@ class TrainingSession(Generic[M]):
         except Exception as error:  # reported in the result (the renderer has shown it)
             return dataclasses.replace(result, error=error)
         return dataclasses.replace(result, evaluation=evaluation)
+
+
+def _duration(plan: RunPlan, starting: int) -> str:
+    """How long the run trains and where it starts, for ``experiment.log``: in epochs, or in
+    steps and rounds when ``max_steps`` bounds it (``_schedule.py``)."""
+    schedule = plan.schedule
+    epochs = schedule.max_epochs
+    if schedule.max_steps is None:
+        return f"{epochs} epoch{'s' * (epochs != 1)} at epoch {starting}"
+    steps = schedule.max_steps
+    bound = f"{steps} step{'s' * (steps != 1)}"
+    if epochs is not None:
+        bound += f" or {epochs} epoch{'s' * (epochs != 1)}, whichever ends first"
+    size, unit = int(schedule.validate.value), schedule.validate.unit  # a round's span
+    return f"{bound} in rounds of {size} {unit[:-1] if size == 1 else unit}, at round {starting}"
 
 
 def _on_cpu(run: StrategyRun) -> bool:

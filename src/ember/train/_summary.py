@@ -17,6 +17,7 @@ from typing import Any
 
 from torch import nn
 
+from ember.train._metric.base import metric_label
 from ember.train._metric.query import MetricQuery
 from ember.train._vocabulary import Split
 
@@ -89,7 +90,7 @@ class MetricSummary:
     @property
     def label(self) -> str:
         """The Metric column's text: ``Accuracy (%)``, or the bare name without a unit."""
-        return f"{self.name} ({self.unit})" if self.unit else self.name
+        return metric_label(self.name, self.unit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,13 +175,20 @@ class LearnerSummary:
 
 @dataclass(frozen=True, slots=True)
 class TestValue:
-    """One row: the value of ``metric`` over the whole test ``test``."""
+    """One row: the value of ``metric`` over the whole test ``test``; ``unit`` (the metric's
+    ``attributes.unit``) is shown after the name, as in the training summary."""
 
     __test__ = False  # not a pytest class, whatever its name
 
     test: str
     metric: str
     value: float
+    unit: str | None = None
+
+    @property
+    def label(self) -> str:
+        """The Metric column's text: ``Accuracy (%)``, or the bare name without a unit."""
+        return metric_label(self.metric, self.unit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,11 +198,16 @@ class EvaluationSummary:
     values: tuple[TestValue, ...] = ()
 
     @classmethod
-    def from_values(cls, values: Mapping[str, Mapping[str, float]]) -> EvaluationSummary:
-        """Rows from ``{test: {metric: value}}``: tests in the order given, metrics sorted."""
+    def from_values(
+        cls,
+        values: Mapping[str, Mapping[str, float]],
+        units: Mapping[str, str | None] | None = None,
+    ) -> EvaluationSummary:
+        """Rows from ``{test: {metric: value}}``: tests in the order given, metrics sorted;
+        ``units`` gives a metric's unit by name."""
         return cls(
             tuple(
-                TestValue(test, metric, float(metrics[metric]))
+                TestValue(test, metric, float(metrics[metric]), (units or {}).get(metric))
                 for test, metrics in values.items()
                 for metric in sorted(metrics)
             )
@@ -236,7 +249,7 @@ class EvaluationSummary:
 
     def __str__(self) -> str:
         width_test = max([4, *(len(row.test) for row in self.values)])
-        width_name = max([6, *(len(row.metric) for row in self.values)])
+        width_name = max([6, *(len(row.label) for row in self.values)])
         out = [
             f"{_RULE} Evaluation Summary {_RULE}",
             f"| {'Test':<{width_test}} | {'Metric':<{width_name}} | Value    |",
@@ -244,7 +257,7 @@ class EvaluationSummary:
         ]
         for row in self.values:
             out.append(
-                f"| {row.test:<{width_test}} | {row.metric:<{width_name}} "
+                f"| {row.test:<{width_test}} | {row.label:<{width_name}} "
                 f"| {format_cell(row.value)}|"
             )
         return "\n".join(out)

@@ -10,13 +10,14 @@ its reason are written to ``experiment.log``)::
     "regression"       RegressionOutput(loss, output, targets)       Loss
     "multilabel"       MultiLabelClassificationOutput(...)           Loss, Hamming, F-beta...
     "causal-lm"        CausalLMOutput(loss, logits, labels)          Loss, Perplexity, Accuracy
-    none told          LossOutput(loss)                              Loss
+    none told          LossOutput(loss, items=...)                   Loss
 
 Told from the first batch: a binary cross-entropy loss is multi-label; integer targets with one
 dimension fewer than the scores are classification; floating targets shaped as the output are
-regression (unless the loss is a classification one: soft labels); a ``transformers`` causal
-language model (``GPT2LMHeadModel``, ``*ForCausalLM``) is ``"causal-lm"``; a Hugging Face
-output with ``logits`` and integer ``labels`` is classification. Anything else logs its loss.
+regression (unless the loss is a classification one: soft labels); an output that is not a
+tensor (a tuple the loss reads) logs its loss only; a ``transformers`` causal language model
+(``GPT2LMHeadModel``, ``*ForCausalLM``) is ``"causal-lm"``; a Hugging Face output with
+``logits`` and integer ``labels`` is classification. Anything else logs its loss.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from ember.train._outputs import (
     LossOutput,
     MultiLabelClassificationOutput,
     RegressionOutput,
+    leading_size,
 )
 
 __all__ = ["Task", "check_task", "guess_task", "guess_task_of_model", "task_output"]
@@ -69,12 +71,16 @@ def check_task(task: object) -> Task | None:
     return task  # type: ignore[return-value]  # checked above
 
 
-def task_output(
-    task: Task | None, loss: torch.Tensor, output: torch.Tensor | None, targets: Any
-) -> Any:
-    """The output of ``task`` for the metrics (:class:`LossOutput` without one)."""
-    if task is None or output is None or not isinstance(targets, torch.Tensor):
-        return LossOutput(loss)
+def task_output(task: Task | None, loss: torch.Tensor, output: Any, targets: Any) -> Any:
+    """The output of ``task`` for the metrics (:class:`LossOutput` without one, or without
+    scores as a tensor, over the items of the targets or else of the output)."""
+    if (
+        task is None
+        or not isinstance(output, torch.Tensor)
+        or not isinstance(targets, torch.Tensor)
+    ):
+        items = leading_size(targets)
+        return LossOutput(loss, items=leading_size(output) if items is None else items)
     if task == "classification":
         return ClassificationOutput(loss, output, targets)
     if task == "regression":
@@ -91,10 +97,10 @@ def _is(loss: Callable[..., Any], kinds: tuple[Any, ...]) -> bool:
     )
 
 
-def guess_task(
-    loss: Callable[..., Any], output: torch.Tensor, targets: Any
-) -> tuple[Task | None, str]:
+def guess_task(loss: Callable[..., Any], output: Any, targets: Any) -> tuple[Task | None, str]:
     """The task of ``loss(output, targets)`` and why (see the module doc)."""
+    if not isinstance(output, torch.Tensor):
+        return None, f"the model's output is a {type(output).__name__}, not a tensor of scores"
     if not isinstance(targets, torch.Tensor):
         return None, f"the targets are a {type(targets).__name__}, not a tensor"
     shapes = f"output {tuple(output.shape)}, targets {tuple(targets.shape)} {targets.dtype}"

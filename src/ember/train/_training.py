@@ -78,10 +78,11 @@ def launch(config: TrainingConfig, learner: Learner[M]) -> LearningResult[M]:
         signals.requeue_if_preempted(failed=result.error is not None)
     if result.error is None or config.errors_in_result:
         return result
+    # the message does not repeat the error's: Python prints its traceback above this one
     raise TrainingError(
-        f"training failed after {result.last_epoch} complete epoch(s): "
-        f"{type(result.error).__name__}: {result.error} (the run's log: "
-        f"{plan.config.application_log}). The result is on this error's `.result`; call "
-        "errors_in_result() on the builder to have launch return it instead",
+        f"training failed after {result.last_epoch} complete epoch(s), with the "
+        f"{type(result.error).__name__} this error is raised from. The result is on this "
+        "error's `.result`; call errors_in_result() on the builder to have launch return it "
+        "instead",
         result,
     ) from result.error

@@ -200,8 +200,8 @@ def test_with_test_evaluates_the_best_checkpoint(tmp_path: Path) -> None:
     assert result.evaluation is not None
     best = load_checkpoint(tmp_path, "best", into=TinyRegressor())
     with torch.inference_mode():
-        means = [float(best.inference_step(batch).loss) for batch in test]
-    assert result.evaluation.value("Loss") == pytest.approx(sum(means) / len(means), rel=1e-6)
+        sums = [float(best.inference_step(batch).loss) * len(batch.y) for batch in test]
+    assert result.evaluation.value("Loss") == pytest.approx(sum(sums) / 7, rel=1e-6)
     assert torch.equal(weight(result.model), weight(best))
     assert (tmp_path / "test" / "test" / "Loss.log").exists()
     assert (tmp_path / "test" / "summary.json").exists()
@@ -244,6 +244,6 @@ def test_result_evaluate_loads_the_named_epoch(tmp_path: Path) -> None:
     epoch2 = load_file(directory / "checkpoint" / "model-2.safetensors")
     assert torch.equal(weight(result.model), epoch2["linear.weight"])
     with torch.inference_mode():
-        means = [float(result.model.inference_step(batch).loss) for batch in test]
-    assert summary.value("Loss") == pytest.approx(sum(means) / len(means), rel=1e-6)
+        sums = [float(result.model.inference_step(batch).loss) * len(batch.y) for batch in test]
+    assert summary.value("Loss") == pytest.approx(sum(sums) / 6, rel=1e-6)
     assert not (directory / "test" / "summary.json").exists()

@@ -83,15 +83,16 @@ def test_loss_equals_a_hand_computation_over_the_whole_test_set(tmp_path: Path) 
     assert entries[-1].final and entries[-1].value == pytest.approx(expected, rel=1e-6)
 
 
-def test_a_scalar_loss_is_the_mean_of_batch_means_as_in_training(tmp_path: Path) -> None:
-    """Burn's Loss rule, as for validation: a reduced loss weighs 1 per batch."""
+def test_a_scalar_loss_is_the_per_item_mean_as_in_training(tmp_path: Path) -> None:
+    """As for validation: a reduced loss weighs its batch's items (10 items in batches of 4:
+    the last batch of 2 weighs 2)."""
     torch.manual_seed(0)
     model = TinyRegressor()
     test = loader(10, 4)
     summary = builder(tmp_path).metrics(LossMetric()).build(model).eval("test", test)
     with torch.inference_mode():
-        means = [float(model.inference_step(batch).loss) for batch in test]
-    assert summary.value("Loss") == pytest.approx(sum(means) / len(means), rel=1e-6)
+        sums = [float(model.inference_step(b).loss) * len(b.y) for b in test]
+    assert summary.value("Loss") == pytest.approx(sum(sums) / 10, rel=1e-6)
 
 
 @settings(max_examples=15, deadline=None)

@@ -106,7 +106,8 @@ def test_numbers_configuration_and_end(model: TinyRegressor, run_dir: Path) -> N
     assert all(type(v.value) is float for v in recorder.values)
     assert train_steps(recorder.values) == list(range(1, 2 * TRAIN_BATCHES + 1))
     batches = [v for v in recorder.values if v.split is Split.TRAIN and not v.final]
-    assert {v.weight for v in batches} == {1.0}  # LossMetric weighs each batch 1
+    # LossMetric weighs each batch its items: 10 items in batches of 4
+    assert [v.weight for v in batches] == [4.0, 4.0, 2.0] * 2
     finals = [v for v in recorder.values if v.final]
     assert [(v.split, v.epoch, v.step) for v in finals] == [
         (Split.TRAIN, 1, 3),

@@ -3,16 +3,27 @@
 from __future__ import annotations
 
 import collections
+import io
 import json
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from torch.optim import lr_scheduler as tl
 
-from ember.train import ComposedLr, TorchLrScheduler
+from ember.train import (
+    CliMetricsRenderer,
+    ComposedLr,
+    Learner,
+    LossMetric,
+    SupervisedTraining,
+    TorchLrScheduler,
+    _session,
+)
+from tests.train.fixtures import TinyRegressor, loader
 from tests.train.lr_scheduler.helpers import (
     TORCH_SCHEDULERS,
     learner_like,
@@ -235,3 +246,61 @@ def test_end_training_takes_the_owed_advance_once_and_survives_a_state_round_tri
     assert other.step() == adapter.step() == 0.125  # the 4th step's lr, not advanced twice
     with pytest.raises(ValueError, match="caught_up"):
         other.load_state_dict({**state, "caught_up": "yes"})
+
+
+def quiet_launch(directory: Path, schedule: Callable[[torch.optim.Optimizer], Any]) -> str:
+    """Train a tiny model with ``schedule(optimizer)`` handed to the Learner bare; what the
+    renderer printed."""
+    torch.manual_seed(0)
+    model = TinyRegressor()
+    optim = torch.optim.SGD(model.parameters(), lr=0.1)
+    stream = io.StringIO()
+    result = (
+        SupervisedTraining(directory, loader(8, 4))
+        .renderer(CliMetricsRenderer(stream))
+        .metrics(LossMetric())
+        .launch(Learner(model, optim, schedule(optim)))
+    )
+    assert result.error is None, result.traceback
+    return stream.getvalue()
+
+
+def test_a_hugging_face_schedule_handed_bare_says_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """transformers' get_cosine_schedule_with_warmup (and its other schedules) are step
+    schedules: no interval notice, on the screen or in experiment.log; a LambdaLR of one's own
+    still gets it."""
+    transformers = pytest.importorskip("transformers")
+    monkeypatch.setattr(_session, "_TOLD", set())
+    schedules: list[Callable[[torch.optim.Optimizer], Any]] = [
+        lambda optim: transformers.get_cosine_schedule_with_warmup(optim, 2, 10),
+        lambda optim: transformers.get_linear_schedule_with_warmup(optim, 2, 10),
+        lambda optim: transformers.get_constant_schedule(optim),
+        lambda optim: transformers.get_scheduler("cosine", optim, 2, 10),
+    ]
+    for index, schedule in enumerate(schedules):
+        directory = tmp_path / f"hf-{index}"
+        shown = quiet_launch(directory, schedule)
+        logged = (directory / "experiment.log").read_text(encoding="utf-8")
+        assert "stepped after every optimizer step" not in shown + logged
+    own = quiet_launch(tmp_path / "own", lambda optim: tl.LambdaLR(optim, lambda step: 0.9**step))
+    assert "the torch scheduler LambdaLR handed to the Learner is stepped after every" in own
+
+
+def test_an_interval_notice_is_shown_once_per_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A notebook or a sweep launching the same script again: the notice is on the screen the
+    first time; later runs write it to their experiment.log only."""
+    monkeypatch.setattr(_session, "_TOLD", set())
+    notice = "the torch scheduler StepLR handed to the Learner is stepped after every"
+    for run in range(3):
+        directory = tmp_path / f"run-{run}"
+        shown = quiet_launch(directory, lambda optim: tl.StepLR(optim, step_size=1))
+        assert (notice in shown) == (run == 0)
+        logged = (directory / "experiment.log").read_text(encoding="utf-8")
+        assert notice in logged
+        assert ("WARNING" if run == 0 else "INFO") in next(
+            line for line in logged.splitlines() if notice in line
+        )

@@ -5,9 +5,14 @@ from __future__ import annotations
 import io
 import itertools
 import re
+from pathlib import Path
 
+import torch
+import torch.nn.functional as F
+
+from ember.data import DataLoaderBuilder, InMemDataset
 from ember.extend import MetricEntry, MetricState, NumericEntry
-from ember.train import CliMetricsRenderer, Split
+from ember.train import CliMetricsRenderer, Learner, LossMetric, Split, SupervisedTraining
 
 
 class FakeClock:
@@ -82,22 +87,26 @@ def test_a_piped_run_says_its_loss_speed_and_what_is_left() -> None:
     )
 
 
-def test_error_is_printed_with_traceback() -> None:
-    """on_error prints the error type, message and traceback."""
+def test_an_error_is_printed_on_one_line_with_its_notes() -> None:
+    """on_error prints the error type, message and notes (where its traceback is) on one line,
+    no traceback: the TrainingError raised from it prints that once."""
     stream = io.StringIO()
     try:
         raise ValueError("bad")
     except ValueError as error:
+        error.add_note("ember: the traceback is in run/experiment.log")
         CliMetricsRenderer(stream).on_error(error)
-    text = stream.getvalue()
-    assert text.startswith("Training failed: ValueError: bad")
-    assert "Traceback" in text
+    assert stream.getvalue() == (
+        "Training failed: ValueError: bad (ember: the traceback is in run/experiment.log)\n"
+    )
 
 
 def test_resume_is_announced() -> None:
-    """Starting past epoch 1 says so."""
+    """Starting past epoch 1 says so (the line goes out before the next one, or at close)."""
     stream = io.StringIO()
-    CliMetricsRenderer(stream).start(5, 3)
+    renderer = CliMetricsRenderer(stream)
+    renderer.start(5, 3)
+    renderer.close()
     assert stream.getvalue() == "Starting training for 5 epochs. (resuming at epoch 3)\n"
 
 
@@ -142,7 +151,7 @@ def test_split_end_lines_go_out_with_the_next_line_and_all_by_the_end() -> None:
         renderer.update_epoch(epoch)
     renderer.end()
     assert stream.flushed == len(stream.getvalue())
-    assert stream.flushes == 1 + 50 * 2 + 1
+    assert stream.flushes == 50 * 2 + 1  # the run's line goes out with the first split's
     assert stream.getvalue().count("Split ended: ") == 100
 
 
@@ -173,10 +182,13 @@ def test_a_run_bounded_by_steps_shows_steps_out_of_the_run_and_an_eta_from_them(
     renderer.update_step(150)
     renderer.update_split(4800)
     lines = stream.getvalue().splitlines()
-    assert lines[1] == "Resuming at step 100 of 400."
-    assert lines[-2] == "Resuming after 3200 items."
+    assert lines[:3] == [
+        "Starting training for 400 steps in 8 rounds. (resuming at step 100, in round 3)",
+        "Starting split 'train' at step 100 of 400.",
+        "Resuming after 3200 items.",
+    ]
     assert lines[-1] == (
-        "[epoch 3/8] train step 150/400 (37%) · 4800 items · 160 items/s · 5 steps/s "
+        "[round 3/8] train step 150/400 (37%) · 4800 items · 160 items/s · 5 steps/s "
         "· elapsed 0:00:10 · ETA run 0:00:50"
     )
     renderer.end_split()
@@ -184,7 +196,7 @@ def test_a_run_bounded_by_steps_shows_steps_out_of_the_run_and_an_eta_from_them(
     clock.now = 12.0
     renderer.update_split(40)
     assert stream.getvalue().splitlines()[-1] == (
-        "[epoch 3/8] valid 40/40 items (100%) · 20 items/s · 4.17 steps/s · elapsed 0:00:12 "
+        "[round 3/8] valid 40/40 items (100%) · 20 items/s · 4.17 steps/s · elapsed 0:00:12 "
         "· ETA run 0:01:00"
     )
 
@@ -256,3 +268,36 @@ def test_a_split_too_short_to_measure_shows_no_speed() -> None:
     assert stream.getvalue().splitlines()[-1] == (
         "[test test] 120/360 items (33%) · 120 items/s · elapsed 0:00:01 · ETA test 0:00:02"
     )
+
+
+def test_a_run_bounded_by_steps_on_an_in_memory_dataset_speaks_of_rounds_and_steps(
+    tmp_path: Path,
+) -> None:
+    """max_steps(20), validating every 6 steps, over 64 in-memory items: the lines say 20 steps
+    in 4 rounds and the step each round's training starts at, never "4 epochs" or "a stream
+    of items"; experiment.log's line says the steps and the rounds."""
+    torch.manual_seed(0)
+    items = [(torch.randn(3), torch.randn(1)) for _ in range(64)]
+    loader = DataLoaderBuilder().batch_size(8)
+    model = torch.nn.Linear(3, 1)
+    stream = io.StringIO()
+    result = (
+        SupervisedTraining(
+            tmp_path, loader.build(InMemDataset(items)), loader.build(InMemDataset(items[:16]))
+        )
+        .renderer(CliMetricsRenderer(stream, interval=1e9))
+        .metrics(LossMetric())
+        .max_steps(20)
+        .validate_every(steps=6)
+        .launch(Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss=F.mse_loss))
+    )
+    assert result.error is None
+    text = stream.getvalue()
+    lines = text.splitlines()
+    assert lines[0] == "Starting training for 20 steps in 4 rounds."
+    starts = [line for line in lines if line.startswith("Starting split 'train'")]
+    assert starts == [f"Starting split 'train' at step {step} of 20." for step in (0, 6, 12, 18)]
+    assert "[round 4/4] train step 20/20 (100%)" in text
+    assert "epoch" not in text and "stream" not in text
+    log = (tmp_path / "experiment.log").read_text(encoding="utf-8")
+    assert "Starting training for 20 steps in rounds of 6 steps, at round 1\n" in log

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from torch import nn
+from torch.utils.data import DataLoader as TorchLoader
 
 from ember._checks import check_directory
 from ember._errors import DistributedError
@@ -79,7 +80,10 @@ from ember.train._vocabulary import Split
 
 __all__ = ["Evaluator", "EvaluatorBuilder", "EvaluatorConfig", "check_tests"]
 
-Test = tuple[str, DataLoader[Any]]
+Test = tuple[str, DataLoader[Any] | TorchLoader[Any]]
+"""A test: its name and its loader (an ember loader, or a ``torch.utils.data.DataLoader``)."""
+Checked = tuple[str, DataLoader[Any]]
+"""A test checked: its loader an ember loader."""
 log = logging.getLogger("ember.train")
 
 
@@ -205,7 +209,7 @@ class Evaluator:
         """The model evaluated."""
         return self._model
 
-    def eval(self, name: str, loader: DataLoader[Any]) -> EvaluationSummary:
+    def eval(self, name: str, loader: DataLoader[Any] | TorchLoader[Any]) -> EvaluationSummary:
         """Evaluate the test ``name`` over ``loader``; see :meth:`eval_all`."""
         return self.eval_all([(name, loader)])
 
@@ -269,7 +273,7 @@ class Evaluator:
     def _run(
         self,
         strategy: SupervisedLearningStrategy,
-        tests: Sequence[Test],
+        tests: Sequence[Checked],
         emit: Callable[[EvaluatorEvent], None],
         processor: AsyncProcessorTraining | None,
         full: FullEventProcessorEvaluation | None,
@@ -315,12 +319,15 @@ class Evaluator:
         processor.flush()
         if processor.error is not None:
             return None
-        names = {metric.name for metric, summarised in self._config.metrics if summarised}
+        summarised = [metric for metric, summarised in self._config.metrics if summarised]
+        names = {metric.name for metric in summarised}
         values = {
             test: {name: value for name, value in metrics.items() if name in names}
             for test, metrics in full.values.items()
         }
-        rows: list[dict[str, Any]] = EvaluationSummary.from_values(values).to_json()["tests"]
+        units = {m.name: m.attributes.unit for m in summarised if isinstance(m, Numeric)}
+        summary = EvaluationSummary.from_values(values, units)
+        rows: list[dict[str, Any]] = summary.to_json()["tests"]
         return rows
 
 
@@ -334,13 +341,13 @@ def _drop(event: EvaluatorEvent) -> None:
     """An event on a process that neither logs nor renders (DDP ranks other than 0)."""
 
 
-def check_tests(tests: Sequence[Test]) -> list[Test]:
+def check_tests(tests: Sequence[Test]) -> list[Checked]:
     """``tests`` as a list, each name a plain directory name, unique, each loader non-empty."""
     if isinstance(tests, str | bytes) or not isinstance(tests, Sequence):
         raise TypeError(f"tests must be a sequence of (name, loader) pairs, got {tests!r}")
     if not tests:
         raise ValueError("tests is empty: give at least one (name, loader) pair")
-    checked: list[Test] = []
+    checked: list[Checked] = []
     for index, test in enumerate(tests):
         if not isinstance(test, tuple) or len(test) != 2:
             raise TypeError(f"tests[{index}] must be a (name, loader) pair, got {test!r}")

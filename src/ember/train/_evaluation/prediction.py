@@ -1,13 +1,14 @@
 """Predictions: a model's outputs over a loader, as validation computes them.
 
-``predict(model, loader)`` runs ``model.inference_step`` (or ``step(batch)``; a plain module's
-forward ``model(batch)``, ``model(**batch)`` for a mapping) on every batch with
-the model in eval mode and each step under ``torch.inference_mode()``, the batches built on the
-device of the model's first parameter, and returns the outputs in loader order with their tensors
-moved to the CPU. ``iter_predictions`` yields each output as it comes, on the model's device
-(nothing is kept). Both are the inference pass of validation and the Evaluator
-(``train/_inference.py``): they equal a hand loop ``model.eval(); with torch.inference_mode():
-...`` bit for bit, and give the model back in the mode it was in.
+``predict(model, loader)`` (an ember loader, or a ``torch.utils.data.DataLoader``) runs
+``model.inference_step`` (or ``step(batch)``; a plain module's forward ``model(batch)``,
+``model(**batch)`` for a mapping) on every batch with the model in eval mode and each step under
+``torch.inference_mode()``, the batches built on the device of the model's first parameter, and
+returns the outputs in loader order with their tensors moved to the CPU. ``iter_predictions``
+yields each output as it comes, on the model's device (nothing is kept). Both are the inference
+pass of validation and the Evaluator (``train/_inference.py``): they equal a hand loop
+``model.eval(); with torch.inference_mode(): ...`` bit for bit, and give the model back in the
+mode it was in.
 
 With ``strategy=DistributedDataParallel()`` (called on every rank, and consumed to the end on
 every rank) each rank runs its share of every global batch and rank 0 gets the global batch's
@@ -24,9 +25,11 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.data import DataLoader as TorchLoader
 
-from ember._protocols import check_protocol, with_defaults
+from ember._protocols import with_defaults
 from ember.data import DataLoader
+from ember.data._torch_loader import as_ember_loader
 from ember.train._inference import inference_pass
 from ember.train._outputs import ItemLazy
 from ember.train._step import InferenceStep
@@ -38,17 +41,17 @@ __all__ = ["iter_predictions", "predict", "to_host"]
 
 def iter_predictions(
     model: nn.Module,
-    loader: DataLoader[Any],
+    loader: DataLoader[Any] | TorchLoader[Any],
     *,
     step: Step | None = None,
     strategy: SupervisedLearningStrategy | None = None,
 ) -> Iterator[Any]:
     """Each batch's output, streamed; see the module doc. Arguments are checked at the call."""
     step = _check_step(model, step)
-    check_protocol(loader, DataLoader, "loader")
+    ember_loader = as_ember_loader(loader, "loader")
     placing = SingleDevice() if strategy is None else strategy
     placing = with_defaults(placing, SupervisedLearningStrategy, "strategy")
-    return _predictions(model, loader, step, placing)
+    return _predictions(model, ember_loader, step, placing)
 
 
 def _predictions(
@@ -72,7 +75,7 @@ def _predictions(
 
 def predict(
     model: nn.Module,
-    loader: DataLoader[Any],
+    loader: DataLoader[Any] | TorchLoader[Any],
     *,
     step: Step | None = None,
     strategy: SupervisedLearningStrategy | None = None,

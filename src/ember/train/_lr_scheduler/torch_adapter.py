@@ -9,12 +9,13 @@ get tagged forms that :func:`_from_json` turns back.
 from __future__ import annotations
 
 import collections
+import functools
 import numbers
 import warnings
 from typing import Any
 
 import torch
-from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
+from torch.optim.lr_scheduler import LambdaLR, LRScheduler, ReduceLROnPlateau
 
 from ember.train._lr_scheduler.validation import check_state, state_count
 
@@ -250,7 +251,8 @@ def interval_notice(scheduler: object, within: str | None = None) -> str | None:
     """What the launch says about a torch scheduler whose interval nobody chose (handed to the
     Learner bare, or ``TorchLrScheduler(scheduler)``, also as a child of a ``ComposedLr`` or
     ``SequentialLr``: ``within`` names it): it is stepped after every optimizer step, and how
-    to choose; None when there is no such scheduler."""
+    to choose; None when there is no such scheduler, or it is one of ``transformers``' (a step
+    schedule by design: :func:`_from_transformers`)."""
     if not isinstance(scheduler, TorchLrScheduler):
         for child in getattr(scheduler, "schedulers", ()):  # ComposedLr, SequentialLr
             notice = interval_notice(child, type(scheduler).__name__)
@@ -258,6 +260,8 @@ def interval_notice(scheduler: object, within: str | None = None) -> str | None:
                 return notice
         return None
     if scheduler._chosen or scheduler.interval != "step":  # ReduceLROnPlateau: per epoch
+        return None
+    if _from_transformers(scheduler.scheduler):
         return None
     name = type(scheduler.scheduler).__qualname__
     where = "handed to the Learner" if within is None else f"in the {within}"
@@ -269,6 +273,22 @@ def interval_notice(scheduler: object, within: str | None = None) -> str | None:
         'interval="epoch"); TorchLrScheduler(scheduler, interval="step") keeps this and is '
         "silent"
     )
+
+
+def _from_transformers(scheduler: object) -> bool:
+    """Whether ``scheduler`` is made by ``transformers`` (``get_cosine_schedule_with_warmup``,
+    ``get_linear_schedule_with_warmup``, ``get_scheduler(...)``): a ``LambdaLR`` whose every
+    lambda is a function of a ``transformers`` module (``transformers.optimization``), wrapped
+    in ``functools.partial`` or not. Told without importing ``transformers``."""
+    if not isinstance(scheduler, LambdaLR):
+        return False
+
+    def module(function: Any) -> str:
+        while isinstance(function, functools.partial):
+            function = function.func
+        return str(getattr(function, "__module__", None) or "")  # a callable may have none
+
+    return all(module(f).startswith("transformers.") for f in scheduler.lr_lambdas)
 
 
 # --- torch state <-> JSON --------------------------------------------------------------------

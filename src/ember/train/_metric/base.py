@@ -34,6 +34,7 @@ __all__ = [
     "NumericEntry",
     "adapt",
     "format_number",
+    "metric_label",
     "metric_name",
     "register_adaptor",
 ]
@@ -72,6 +73,9 @@ class MetricMetadata:
     values: Mapping[str, Any] | None = None
     """What the batch's step logged with ``current_step().log(name, value)``, by name, or
     None (a number or a one-element tensor each)."""
+    items: int | None = None
+    """The batch's item count as its output says it (``LossInput.items``: the weight of its
+    mean loss), or None when the output does not say it."""
 
     def __init__(  # written out: one per batch (ember/_frozen.py)
         self,
@@ -80,12 +84,14 @@ class MetricMetadata:
         lr: float | None,
         grad_norm: Any = None,
         values: Mapping[str, Any] | None = None,
+        items: int | None = None,
     ) -> None:
         set_field(self, "progress", progress)
         set_field(self, "iteration", iteration)
         set_field(self, "lr", lr)
         set_field(self, "grad_norm", grad_norm)
         set_field(self, "values", values)
+        set_field(self, "items", items)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +100,12 @@ class MetricAttributes:
 
     unit: str | None = None
     higher_is_better: bool = False
+
+
+def metric_label(name: str, unit: str | None) -> str:
+    """How a metric is named beside its values, the same in every table and renderer line:
+    its name, then its unit in parentheses if it has one (``Accuracy (%)``, ``Loss``)."""
+    return f"{name} ({unit})" if unit else name
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +120,11 @@ class MetricDefinition:
     def is_numeric(self) -> bool:
         """Numeric metrics have attributes; they get plots and summary rows."""
         return self.attributes is not None
+
+    @property
+    def label(self) -> str:
+        """The metric's name with its unit (:func:`metric_label`)."""
+        return metric_label(self.name, None if self.attributes is None else self.attributes.unit)
 
 
 class MetricEntry:

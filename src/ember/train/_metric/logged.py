@@ -1,4 +1,5 @@
-"""A value a step logs itself: ``current_step().log(name, value)``, averaged per epoch."""
+"""A value a step logs itself: ``current_step().log(name, value)``, averaged per epoch over
+the items, as ``Loss`` is."""
 
 from __future__ import annotations
 
@@ -7,14 +8,16 @@ from typing import Any
 import torch
 
 from ember.train._metric.base import MetricEntry, MetricMetadata
-from ember.train._metric.state import MeanMetric
+from ember.train._metric.state import ItemMeanMetric
 
 __all__ = ["ValueMetric"]
 
 
-class ValueMetric(MeanMetric):
+class ValueMetric(ItemMeanMetric):
     """``{name}``: the values a step logged as ``name`` with ``current_step().log(name, value)``
-    (in ``train_step``, ``optimize`` or ``inference_step``), the epoch value their mean.
+    (in ``train_step``, ``optimize`` or ``inference_step``), the epoch value their mean, each
+    batch weighted by its items as ``Loss`` weighs it (``MetricMetadata.items``; 1 when the
+    output does not say it): the epoch values of a loss's terms add up to the epoch ``Loss``.
 
     For what the model's output does not hold: a GAN's generator loss computed in
     ``optimize``, a term of a loss. A tensor is read on the metrics thread, never on the
@@ -40,7 +43,7 @@ class ValueMetric(MeanMetric):
         if value is None:
             return MetricEntry(self.name, "N/A", MetricEntry.NOT_AVAILABLE)
         number = value.item() if isinstance(value, torch.Tensor) else float(value)
-        return self._state.update(float(number), 1)
+        return self._state.update(float(number), self._weight(metadata.items))
 
     def __repr__(self) -> str:
         return f"ValueMetric({self.metric_name!r})"

@@ -1,4 +1,4 @@
-"""The loss metric: the mean of each batch's loss tensor, weighted by its number of elements."""
+"""The loss metric: the mean of each batch's loss, weighted by the items it averages over."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 
 from ember._frozen import set_field
 from ember.train._metric.base import MetricEntry, MetricMetadata
-from ember.train._metric.state import MeanMetric
+from ember.train._metric.state import ItemMeanMetric
 
 __all__ = ["LossInput", "LossMetric"]
 
@@ -20,19 +20,27 @@ class LossInput:
 
     ``value`` is the mean already read to the host, when the caller has it (the metrics
     thread reads a whole chunk of scalar losses at once). ``summed_over``: the scalar loss is
-    a sum over that many samples (``reduction="sum"``), logged per sample.
+    a sum over that many samples (``reduction="sum"``), logged per sample. ``items``: the
+    number of items (samples, sequences) the batch's mean loss averages over, when the output
+    says it (the built-in outputs: their targets' first dimension).
     """
 
     tensor: torch.Tensor
     value: float | None = None
     summed_over: int | None = None
+    items: int | None = None
 
     def __init__(
-        self, tensor: torch.Tensor, value: float | None = None, summed_over: int | None = None
+        self,
+        tensor: torch.Tensor,
+        value: float | None = None,
+        summed_over: int | None = None,
+        items: int | None = None,
     ) -> None:
         set_field(self, "tensor", tensor)  # written out: one per batch (ember/_frozen.py)
         set_field(self, "value", value)
         set_field(self, "summed_over", summed_over)
+        set_field(self, "items", items)
 
     def host_value(self) -> float:
         """The mean loss as a Python float (read from the tensor unless already known)."""
@@ -42,13 +50,16 @@ class LossInput:
         return tensor.item() if tensor.numel() == 1 else tensor.double().mean().item()
 
 
-class LossMetric(MeanMetric):
-    """``Loss``: the batch value is ``loss.mean()``, its weight the number of loss elements.
+class LossMetric(ItemMeanMetric):
+    """``Loss``: the batch value is ``loss.mean()``, its weight the number of items it averages.
 
-    A mean-reduced loss weighs 1, so the epoch value is the plain mean of the batch losses
-    (Burn's rule); pass per-sample losses (``reduction="none"``) to weight by samples. A loss
-    summed over ``n`` samples (the output's ``summed_over=n``) logs ``loss / n`` with weight
-    ``n``: the epoch value is the mean per sample.
+    The epoch value is the mean per item, as Keras, Lightning's ``self.log`` and a hand loop's
+    ``sum(loss * len(batch)) / N`` give it: a short last batch weighs its few items, not as
+    much as a full batch (Burn weighs every mean-reduced batch 1). The weight of a mean-reduced
+    loss is the output's item count (``LossInput.items``: a built-in output's targets, the
+    ``items`` of a ``LossOutput``); an output that does not say it weighs 1. Per-sample losses
+    (``reduction="none"``) weigh their number of elements. A loss summed over ``n`` samples
+    (the output's ``summed_over=n``) logs ``loss / n`` with weight ``n``.
     """
 
     metric_name = "Loss"
@@ -63,4 +74,6 @@ class LossMetric(MeanMetric):
         if item.summed_over is not None:
             total = item.host_value()  # the epoch's sum adds these, as a raw loop's total does
             return self._state.update(total / item.summed_over, item.summed_over, total)
-        return self._state.update(item.host_value(), item.tensor.numel())
+        numel = item.tensor.numel()  # above 1: one loss per sample (or element), each weighs 1
+        weight = numel if numel > 1 else self._weight(item.items)
+        return self._state.update(item.host_value(), weight)

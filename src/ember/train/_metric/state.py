@@ -10,7 +10,13 @@ from typing import Any
 from ember.train._metric.base import MetricAttributes, MetricEntry, NumericEntry, format_number
 from ember.train._metric.resumable import check_state_fields, state_float
 
-__all__ = ["MeanMetric", "NumericMetricBase", "NumericMetricState", "format_value"]
+__all__ = [
+    "ItemMeanMetric",
+    "MeanMetric",
+    "NumericMetricBase",
+    "NumericMetricState",
+    "format_value",
+]
 
 
 def format_value(value: float, precision: int, unit: str | None) -> str:
@@ -172,3 +178,35 @@ class MeanMetric(NumericMetricBase):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
+
+
+class ItemMeanMetric(MeanMetric):
+    """A mean metric whose batches weigh their items (``Loss``, ``ValueMetric``): the epoch
+    value is the mean per item.
+
+    Until ember 0.2 these batches weighed 1. An epoch resumed from a mid-round checkpoint of
+    0.2 (its state has no ``"weights"``) goes on weighing its batches 1, as it began, so its
+    batch lines and epoch value are those 0.2 would have logged; the next epoch weighs items.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._per_batch = False  # an epoch begun by ember 0.2: its batches weigh 1
+
+    def _weight(self, items: int | None) -> int:
+        """A batch's weight: its ``items`` (1 when unknown, or in an epoch begun by 0.2)."""
+        return 1 if items is None or self._per_batch else items
+
+    def clear(self) -> None:
+        """Start a new epoch, its batches weighing their items."""
+        super().clear()
+        self._per_batch = False
+
+    def state_dict(self) -> dict[str, Any]:
+        """The epoch's running mean, its batches weighing items."""
+        return {**super().state_dict(), "weights": "items"}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue the epoch from a :meth:`state_dict` (or 0.2's, whose batches weighed 1)."""
+        super().load_state_dict(state)
+        self._per_batch = state.get("weights") != "items"

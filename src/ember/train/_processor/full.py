@@ -90,6 +90,9 @@ class FullEventProcessorTraining:
         self.renderer = renderer
         self.store = store
         self._epoch = 0
+        self.split_epoch: int | None = None
+        """The epoch of the split under way, from its ``StartSplit`` until its ``EndSplit`` is
+        processed; None between splits. After a failure: the epoch whose split it ended."""
         # per split: (epoch, iteration) of the first and of the last item since the last line
         self._iterations: dict[Split, tuple[int, int, int, int]] = {}
         # per split: the first and the last epoch started since the last line
@@ -146,6 +149,7 @@ class FullEventProcessorTraining:
                 metadata = MetricMetadata(
                     training_item.progress, training_item.iteration, training_item.lr,
                     training_item.grad_norm, training_item.values,
+                    None if loss is None else loss.items,
                 )  # fmt: skip
                 states = update(split, item, metadata, loss, valid_set)
                 self._step = training_item.step
@@ -178,7 +182,7 @@ class FullEventProcessorTraining:
         """The training loss, refused when it is not finite (no checkpoint is written then)."""
         value = loss.host_value()
         if loss.value is None:  # a per-sample loss: its mean, once for the check and the metric
-            loss = LossInput(loss.tensor, value, loss.summed_over)
+            loss = LossInput(loss.tensor, value, loss.summed_over, loss.items)
         if not math.isfinite(value):
             raise NonFiniteLossError(
                 f"the training loss is not finite at epoch {self._epoch}, iteration "
@@ -190,7 +194,7 @@ class FullEventProcessorTraining:
     def _process_event(self, split: Split, event: Event) -> None:
         renderer = self.renderer
         if isinstance(event, StartSplit):
-            self._epoch = event.epoch
+            self._epoch = self.split_epoch = event.epoch
             self._set, self._items_before, self._set_items = None, 0, 0
             started = self._started.get(split)
             self._started[split] = (event.epoch if started is None else started[0], event.epoch)
@@ -200,6 +204,7 @@ class FullEventProcessorTraining:
             self._publish(split, self.metrics.end_epoch(split))
             self.store.end_split(split)
             renderer.end_split()
+            self.split_epoch = None
         elif isinstance(event, EndEpoch):
             renderer.update_epoch(event.epoch)
         elif isinstance(event, Start):
@@ -233,6 +238,7 @@ class FullEventProcessorTraining:
                 loss.tensor,
                 next(values) if loss.tensor.numel() == 1 else None,
                 loss.summed_over,
+                loss.items,
             )
             for loss in losses
         ]

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import sys
 import time
-import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TextIO
 
@@ -39,7 +38,7 @@ if TYPE_CHECKING:
 
     from ember.train._summary import EvaluationSummary, LearnerSummary
 
-__all__ = ["CliMetricsRenderer"]
+__all__ = ["CliMetricsRenderer", "failure_line"]
 
 _MIN_RATE_SECONDS = 0.5
 """A speed measured over less time than this is not shown (nor used for an ETA)."""
@@ -75,6 +74,7 @@ class CliMetricsRenderer:
         self._split_done = 0
         self._last_print: float | None = None
         self._epoch_values: dict[str, str] = {}
+        self._labels: dict[str, str] = {}  # by name: the name with its unit (Accuracy (%))
         self._test: str | None = None
         self._started = 0.0  # when the split started (the clock's time)
         self._run_started = 0.0  # when the run (or the evaluation) started
@@ -82,6 +82,7 @@ class CliMetricsRenderer:
         self._pace: dict[Split, tuple[int, float]] = {}  # items of a pass, seconds per item
         self._split_base = 0  # items of the split done before it started (a resumed split)
         self._total_steps: int | None = None  # set when max_steps bounds the run
+        self._announced = True  # the run's first line: printed (start() defers it)
         self._step = 0
         self._steps_since: tuple[int, float] = (0, 0.0)  # steps and time when counting began
 
@@ -95,39 +96,63 @@ class CliMetricsRenderer:
 
         A split's closing lines are not flushed on their own: the next split's opening line,
         or the end of training, follows at once and flushes them. A flush on a pipe or a file is
-        a system call, and a small model can end hundreds of splits a second.
+        a system call, and a small model can end hundreds of splits a second. The run's first
+        line goes before any other (see :meth:`start`).
         """
+        self._announce()
         self.stream.write(line + "\n")
         if flush:
             self.stream.flush()
 
     def register_metric(self, definition: MetricDefinition) -> None:
-        """Nothing to prepare."""
+        """Name the metric as the summary tables do: with its unit (``Accuracy (%)``)."""
+        self._labels[definition.name] = definition.label
 
     def start(self, total_epochs: int, starting_epoch: int) -> None:
-        """Announce the run."""
+        """Begin the run: its line (``Starting training for 3 epochs.``) is printed before the
+        next one, once :meth:`start_steps`, which follows when steps bound the run, has said
+        whether to speak of steps and rounds."""
         self._total_epochs = total_epochs
         self._epoch = starting_epoch
         self._run_started = self._clock()
-        resumed = f" (resuming at epoch {starting_epoch})" if starting_epoch > 1 else ""
-        epochs = "1 epoch" if total_epochs == 1 else f"{total_epochs} epochs"
-        self._print(f"Starting training for {epochs}.{resumed}")
+        self._total_steps, self._step, self._announced = None, 0, False
 
     def start_steps(self, total_steps: int, starting_step: int) -> None:
         """Show training in optimizer steps out of ``total_steps`` (an optional renderer member)."""
         self._total_steps, self._step = total_steps, starting_step
         self._steps_since = (starting_step, self._clock())
-        if starting_step:
-            self._print(f"Resuming at step {starting_step} of {total_steps}.")
+
+    def _announce(self) -> None:
+        """Write the run's line if :meth:`start` left it to write."""
+        if not self._announced:
+            self._announced = True
+            self.stream.write(self._start_line() + "\n")
+
+    def _start_line(self) -> str:
+        """``Starting training for 3 epochs.``, or, bounded by steps, ``... for 400 steps in 8
+        rounds.`` (a round: what validation follows), each saying where a resumed run starts."""
+        total, epoch, steps = self._total_epochs, self._epoch, self._total_steps
+        if steps is None:
+            resumed = f" (resuming at epoch {epoch})" if epoch > 1 else ""
+            return f"Starting training for {_count(total, 'epoch')}.{resumed}"
+        step = self._step
+        resumed = f" (resuming at step {step}, in round {epoch})" if step or epoch > 1 else ""
+        return (
+            f"Starting training for {_count(steps, 'step')} in {_count(total, 'round')}.{resumed}"
+        )
 
     def update_step(self, step: int) -> None:
         """The optimizer steps taken so far."""
         self._step = step
 
     def start_split(self, split: Split, total_items: int | None) -> None:
-        """Announce a pass."""
+        """Announce a pass (training in a run bounded by steps: the step it starts at)."""
         self._begin(split, total_items)
-        self._print(f"Starting split '{split.value}' with {_items(total_items)}.")
+        if total_items is None and split is Split.TRAIN and self._total_steps is not None:
+            where = f"at step {self._step} of {self._total_steps}"  # a round of steps
+        else:
+            where = f"with {_items(total_items)}"
+        self._print(f"Starting split '{split.value}' {where}.")
 
     def resume_split(self, items_done: int) -> None:
         """The split goes on after ``items_done`` items (an optional renderer member)."""
@@ -159,21 +184,22 @@ class CliMetricsRenderer:
         self._remember(state)
 
     def _remember(self, state: MetricState) -> None:
-        numeric = state.numeric
+        numeric, name = state.numeric, state.entry.name
+        label = self._labels.get(name, name)
         if numeric is not None and not numeric.final:
             running, weight = self._running, numeric.weight or 1.0
             if running is None:
-                self._running = (state.entry.name, numeric.value * weight, weight)
-            elif running[0] == state.entry.name:
+                self._running = (label, numeric.value * weight, weight)
+            elif running[0] == label:
                 self._running = (
                     running[0],
                     running[1] + numeric.value * weight,
                     running[2] + weight,
                 )
-        if state.numeric is not None and state.numeric.final:
-            self._epoch_values[state.entry.name] = f"{state.numeric.value:.4g}"
-        elif state.numeric is None and state.entry.is_available:
-            self._epoch_values[state.entry.name] = state.entry.formatted
+        if numeric is not None and numeric.final:
+            self._epoch_values[label] = f"{numeric.value:.4g}"
+        elif numeric is None and state.entry.is_available:
+            self._epoch_values[label] = state.entry.formatted
 
     def end_split(self) -> None:
         """Print the last progress line and the split's epoch values."""
@@ -210,9 +236,8 @@ class CliMetricsRenderer:
             self._print(str(summary))
 
     def on_error(self, error: BaseException) -> None:
-        """Print the error with its traceback."""
-        text = "".join(traceback.format_exception(error)).rstrip()
-        self._print(f"Training failed: {type(error).__name__}: {error}\n{text}")
+        """Print the error on one line (see :func:`failure_line`)."""
+        self._print(failure_line(error))
 
     def on_warning(self, message: str) -> None:
         """Print the warning on a line of its own."""
@@ -223,7 +248,8 @@ class CliMetricsRenderer:
         self._print(f"Run directory: {directory}")
 
     def close(self) -> None:
-        """Flush what was written."""
+        """Flush what was written (the run's line too, if nothing followed it)."""
+        self._announce()
         self.stream.flush()
 
     # evaluation ----------------------------------------------------------------------------
@@ -262,7 +288,8 @@ class CliMetricsRenderer:
             where = f"[test {self._test}]"
         else:
             split = self._split.value if self._split else "?"
-            where = f"[epoch {self._epoch}/{self._total_epochs}] {split}"
+            round_ = "epoch" if self._total_steps is None else "round"
+            where = f"[{round_} {self._epoch}/{self._total_epochs}] {split}"
         total = self._split_total
         if total is None:  # a stream, or a round of steps: counts without a total
             done = f"{self._split_done} items"
@@ -331,6 +358,16 @@ class CliMetricsRenderer:
         return taken / seconds if taken > 0 and seconds >= _MIN_RATE_SECONDS else None
 
 
+def failure_line(error: BaseException) -> str:
+    """A failed training on one line: the error and its notes (PEP 678: the run adds where
+    its traceback is, ``experiment.log``). No traceback: ``launch`` then raises
+    ``TrainingError`` from the error, whose traceback Python prints below (once), and
+    ``errors_in_result()`` keeps it on ``result.traceback``."""
+    notes = getattr(error, "__notes__", None) or []  # PEP 678: absent without a note
+    said = f" ({'; '.join(str(note) for note in notes)})" if notes else ""
+    return f"Training failed: {type(error).__name__}: {error}{said}"
+
+
 def _rate(rate: float, unit: str) -> str:
     """``640 items/s``; three significant digits below 10."""
     return f"{rate:.0f} {unit}/s" if rate >= 10 else f"{rate:.3g} {unit}/s"
@@ -345,3 +382,8 @@ def _duration(seconds: float) -> str:
 def _items(total: int | None) -> str:
     """``"N items"``, or ``"a stream of items"`` for a pass of unknown length."""
     return "a stream of items" if total is None else f"{total} items"
+
+
+def _count(number: int, unit: str) -> str:
+    """``1 epoch``, ``3 epochs``."""
+    return f"{number} {unit}{'' if number == 1 else 's'}"

@@ -285,7 +285,7 @@ def test_the_run_directory_is_printed_before_the_screen_is_taken(screen: Screen)
 
 
 def test_on_error_restores_the_terminal_and_prints_the_error(screen: Screen) -> None:
-    """on_error leaves the alternate screen first, then prints the error and its traceback."""
+    """on_error leaves the alternate screen first, then prints the error on one line."""
     screen.tui.start(1, 1)
     screen.tui.poll()
     try:
@@ -293,7 +293,8 @@ def test_on_error_restores_the_terminal_and_prints_the_error(screen: Screen) -> 
     except ValueError as error:
         screen.tui.on_error(error)
     after = screen.after_exit()
-    assert after.startswith("Training failed: ValueError: bad batch\nTraceback")
+    assert after.startswith("Training failed: ValueError: bad batch\n")
+    assert "Traceback" not in after
 
 
 def test_a_failure_while_drawing_restores_the_terminal(screen: Screen) -> None:

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ember.train._interrupter import Interrupter
 from ember.train._metric.base import MetricDefinition
 from ember.train._metric.values import MetricState
+from ember.train._renderer.cli import failure_line
 from ember.train._renderer.tui.state import RunState
 from ember.train._vocabulary import Split
 
@@ -165,10 +165,9 @@ class StateRenderer:
         self._summary = summary
 
     def on_error(self, error: BaseException) -> None:
-        """Give the screen back and print the error with its traceback."""
+        """Give the screen back and print the error on one line (as the CLI renderer does)."""
         self._restore()
-        text = "".join(traceback.format_exception(error)).rstrip()
-        self._print(f"Training failed: {type(error).__name__}: {error}\n{text}")
+        self._print(failure_line(error))
 
     def close(self) -> None:
         """Give the screen back, then print how training ended and the summary."""
