@@ -370,8 +370,9 @@ def test_a_checkpoint_without_a_callbacks_state_is_refused_naming_it(tmp_path: P
         .with_callbacks(StepCounter(), StepCounter())
         .resume_latest()
     )
-    with pytest.raises(TrainingError, match=r"holds no callback state named 'StepCounter#2'"):
+    with pytest.raises(TrainingError) as raised:
         other.launch(learner_of(TinyRegressor()))
+    assert "holds no callback state named 'StepCounter#2'" in str(raised.value.__cause__)
 
 
 class Logs(Callback):

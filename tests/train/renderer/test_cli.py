@@ -294,7 +294,8 @@ def test_a_run_bounded_by_steps_on_an_in_memory_dataset_speaks_of_rounds_and_ste
     assert result.error is None
     text = stream.getvalue()
     lines = text.splitlines()
-    assert lines[0] == "Starting training for 20 steps in 4 rounds."
+    assert lines[0] == f"Run directory: {tmp_path}"
+    assert lines[1] == "Starting training for 20 steps in 4 rounds."
     starts = [line for line in lines if line.startswith("Starting split 'train'")]
     assert starts == [f"Starting split 'train' at step {step} of 20." for step in (0, 6, 12, 18)]
     assert "[round 4/4] train step 20/20 (100%)" in text
