@@ -148,3 +148,39 @@ def test_under_ddp_prepare_runs_once_and_setup_on_every_rank(tmp_path: Path) -> 
     )
     calls = sorted(read_lines(tmp_path / "calls.txt"))
     assert calls == ["prepare 0", "setup 0", "setup 1"]
+
+
+class WithTest(Regression):
+    """A data module with a test set."""
+
+    def test_loader(self) -> Any:
+        return DataLoaderBuilder(batcher).batch_size(8).build(InMemDataset(self.items[:8]))
+
+
+def test_with_test_without_a_loader_evaluates_the_modules_test_loader(tmp_path: Path) -> None:
+    """with_test("test") takes the data module's test_loader() at launch: the evaluation is the
+    one with_test("test", loader) makes; a run without such a module is refused naming the fix."""
+    torch.manual_seed(0)
+    model = TinyRegressor()
+    training = (
+        SupervisedTraining(tmp_path / "a", WithTest())
+        .renderer(CliMetricsRenderer(io.StringIO()))
+        .metrics(LossMetric())
+        .with_test("test", checkpoint=None)
+    )
+    ours = training.launch(Learner(model, torch.optim.SGD(model.parameters(), lr=0.05)))
+    reference = WithTest()
+    reference.setup()
+    torch.manual_seed(0)
+    model = TinyRegressor()
+    theirs = (
+        SupervisedTraining(tmp_path / "b", reference.train_loader(), reference.valid_loader())
+        .renderer(CliMetricsRenderer(io.StringIO()))
+        .metrics(LossMetric())
+        .with_test("test", reference.test_loader(), checkpoint=None)
+        .launch(Learner(model, torch.optim.SGD(model.parameters(), lr=0.05)))
+    )
+    assert ours.evaluation is not None and theirs.evaluation is not None
+    assert str(ours.evaluation) == str(theirs.evaluation)
+    with pytest.raises(ValueError, match=r"has no data module that gives one: pass the loader"):
+        SupervisedTraining(tmp_path / "c", Regression()).with_test("test")

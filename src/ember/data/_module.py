@@ -66,7 +66,7 @@ class DataModule:
         return None
 
     def test_loader(self) -> Any:
-        """A test loader (``with_test``), or None."""
+        """A test loader, or None: ``with_test(name)`` without a loader evaluates it."""
         return None
 
     def predict_loader(self) -> Any:

@@ -37,7 +37,7 @@ from ember.train._checkpoint.export import CheckpointEpoch, check_checkpoint_epo
 from ember.train._checkpoint.strategy import CheckpointingStrategy
 from ember.train._config import DEFAULT_CHECKPOINTERS, TrainingConfig, check_hparams
 from ember.train._early_stopping import EarlyStoppingStrategy
-from ember.train._evaluation.evaluator import check_tests
+from ember.train._evaluation.evaluator import check_test_name, check_tests
 from ember.train._gradient_checkpointing import check_module_names
 from ember.train._hooks import HOOKS, Stateful, TrainingHooks, has_hooks
 from ember.train._interrupter import Interrupter
@@ -490,13 +490,14 @@ class SupervisedTraining:
     def with_test(
         self,
         name: str,
-        loader: DataLoader[Any] | TorchLoader[Any],
+        loader: DataLoader[Any] | TorchLoader[Any] | None = None,
         *,
         checkpoint: CheckpointEpoch | None = "best",
     ) -> SupervisedTraining:
         """After training, evaluate the test ``name`` over ``loader`` with the valid split's
         metrics, from the weights of ``checkpoint`` (``"best"``: the epoch the checkpointing
         strategy keeps for its metric; ``"last"``; an epoch; None: the model as trained).
+        Without ``loader``, the run's data module's ``test_loader()`` (taken at launch).
 
         The values are in ``LearningResult.evaluation``, the logs in ``directory/test/{name}/``
         and, with ``summary()``, the table is printed and written to ``test/summary.json``. A
@@ -509,6 +510,8 @@ class SupervisedTraining:
                 f"every test of a run is evaluated from one checkpoint; the earlier tests use "
                 f"{config.test_checkpoint!r}, this one asks for {checkpoint!r}"
             )
+        if loader is None:
+            return self._set(module_test=_module_test(config, name), test_checkpoint=checkpoint)
         tests = check_tests(
             [*config.tests, (name, as_ember_loader(loader, f"loader of test {name!r}"))]
         )
@@ -527,3 +530,20 @@ class SupervisedTraining:
         A failed training raises ``TrainingError`` (its ``.result`` is the run's result) once the
         run is finished, unless ``errors_in_result()``."""
         return launch(self._config, learner)
+
+
+def _module_test(config: TrainingConfig, name: str) -> str:
+    """The name of the test a data module's ``test_loader()`` gives (``with_test(name)``)."""
+    module = config.data_module
+    if module is None or type(module).test_loader is DataModule.test_loader:
+        raise ValueError(
+            f"with_test({name!r}) without a loader evaluates the data module's test_loader(), "
+            "and this run has no data module that gives one: pass the loader, "
+            f"with_test({name!r}, loader), or override test_loader() in the data module"
+        )
+    if config.module_test is not None:
+        raise ValueError(
+            f"the data module's test loader is evaluated once, as {config.module_test!r}: give "
+            "the other tests their loaders"
+        )
+    return check_test_name(name)

@@ -148,6 +148,8 @@ class TrainingConfig:
     tests: tuple[tuple[str, DataLoader[Any]], ...] = ()
     """Evaluated after training (``with_test``), from the checkpoint ``test_checkpoint``."""
     test_checkpoint: CheckpointEpoch | None = "best"
+    module_test: str | None = None
+    """``with_test(name)``: the test the data module's ``test_loader()`` gives, at launch."""
     file_logs: bool = True
     """False: no ``FileMetricLogger`` on the directory beside the given loggers."""
     hparams: Mapping[str, Any] = field(default_factory=dict)

@@ -8,6 +8,7 @@ loaders taken into the configuration (``ember.data.DataModule``).
         prepare()        on the main process of each machine (local rank 0); the others wait
         setup()          on every process
         train_loader(), valid_loader() (a run that validates)  ->  config.train, config.valid
+        test_loader() (with_test(name) without a loader)       ->  config.tests
 
 The training layer never imports a data module's code: it calls the methods of the object the
 builder was given.
@@ -23,6 +24,7 @@ from ember._protocols import member
 from ember.data import DataLoader, DataModule
 from ember.data._torch_loader import as_ember_loader
 from ember.train._config import TrainingConfig, defines_valid
+from ember.train._evaluation.evaluator import check_tests
 from ember.train._strategy.base import StrategyDefaults
 from ember.train._valid_sets import valid_loaders
 
@@ -39,6 +41,10 @@ def with_data(config: TrainingConfig) -> TrainingConfig:
     module.setup()
     name = type(module).__name__
     train = _loader(module.train_loader(), f"{name}.train_loader()")
+    if config.module_test is not None:  # with_test(name): the module's test loader
+        test = _loader(module.test_loader(), f"{name}.test_loader()")
+        tests = check_tests([*config.tests, (config.module_test, test)])
+        config = dataclasses.replace(config, tests=tuple(tests))
     if not defines_valid(module):
         return dataclasses.replace(config, train=train)
     given = module.valid_loader()

@@ -341,6 +341,21 @@ def _drop(event: EvaluatorEvent) -> None:
     """An event on a process that neither logs nor renders (DDP ranks other than 0)."""
 
 
+def check_test_name(name: object) -> str:
+    """``name`` if it can name a test: a plain directory name (``test/{name}/`` holds its
+    logs); TypeError or ValueError naming it otherwise."""
+    if not isinstance(name, str):
+        raise TypeError(f"test name must be a str, got {name!r}")
+    try:
+        check_name(name)
+    except ValueError:
+        raise ValueError(
+            f"test name {name!r} must be a plain directory name (test/{{name}}/ holds its "
+            "logs): not empty, not '.' or '..', without a path separator"
+        ) from None
+    return name
+
+
 def check_tests(tests: Sequence[Test]) -> list[Checked]:
     """``tests`` as a list, each name a plain directory name, unique, each loader non-empty."""
     if isinstance(tests, str | bytes) or not isinstance(tests, Sequence):
@@ -352,15 +367,7 @@ def check_tests(tests: Sequence[Test]) -> list[Checked]:
         if not isinstance(test, tuple) or len(test) != 2:
             raise TypeError(f"tests[{index}] must be a (name, loader) pair, got {test!r}")
         name, loader = test
-        if not isinstance(name, str):
-            raise TypeError(f"test name must be a str, got {name!r}")
-        try:
-            check_name(name)
-        except ValueError:
-            raise ValueError(
-                f"test name {name!r} must be a plain directory name (test/{{name}}/ holds its "
-                "logs): not empty, not '.' or '..', without a path separator"
-            ) from None
+        check_test_name(name)
         if any(name == other for other, _ in checked):
             raise ValueError(f"test name {name!r} is given twice; each test needs its own name")
         loader = as_ember_loader(loader, f"loader of test {name!r}")
