@@ -15,13 +15,13 @@ import time
 from typing import Any
 
 from ember._errors import CheckpointError
+from ember._rundir.end import clear_run_end
 from ember.train._callbacks.called import stateful_callbacks
 from ember.train._checkpoint.checkpointer import (
     MidRoundCheckpointer,
     RunCheckpointer,
     TrainingRecords,
 )
-from ember.train._checkpoint.end import clear_run_end
 from ember.train._checkpoint.mid_round import ResumePoint, point_directory
 from ember.train._counters import RunCounters
 from ember.train._hooks import Stateful

@@ -60,13 +60,13 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from ember._errors import RunDirectoryError
-from ember.train._checkpoint.end import RUN_END
-from ember.train._checkpoint.file import SUFFIX
+from ember._rundir.checkpoints import SUFFIX
+from ember._rundir.config import CONFIG_YAML
+from ember._rundir.end import RUN_END
+from ember._rundir.steps import STEPS_FILE
 from ember.train._checkpoint.learning import NAMES
 from ember.train._checkpoint.mid_round import step_directories
 from ember.train._config import DEFAULT_CHECKPOINTERS, TrainingConfig
-from ember.train._experiment import CONFIG_YAML
-from ember.train._logger.file import STEPS_FILE
 from ember.train._strategy.single import SingleDevice
 
 __all__ = [

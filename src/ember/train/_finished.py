@@ -1,7 +1,7 @@
 """A run that already finished: what ``resume_latest()`` says and returns instead of training.
 
 A run that reached ``num_epochs`` or was stopped by early stopping records its end in its
-directory (``run-end.json``, ``_checkpoint/end.py``). ``resume_latest()`` on it, asking
+directory (``run-end.json``, ``ember/_rundir/end.py``). ``resume_latest()`` on it, asking
 for no more epochs than that run was, warns that the run is complete (in ``experiment.log`` and
 through the renderer's warnings) and returns its result: its learner as the last epoch left it
 (weights, optimizer state, scheduler), its summary (``summary.json``), its stop reason and
@@ -17,7 +17,6 @@ in its directory would overwrite it.
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import TypeVar
@@ -25,9 +24,10 @@ from typing import TypeVar
 from torch import nn
 
 from ember._errors import RunDirectoryError
+from ember._rundir.end import RunEnd, read_run_end
+from ember._rundir.manifest import manifest_epochs
+from ember._rundir.summary import read_own_summary
 from ember.train._checkpoint.checkpointer import RunCheckpointer
-from ember.train._checkpoint.end import RunEnd, read_run_end
-from ember.train._checkpoint.manifest import manifest_epochs
 from ember.train._checkpoint.mid_round import ResumePoint
 from ember.train._config import TrainingConfig
 from ember.train._counters import RunCounters
@@ -116,11 +116,8 @@ def finished_result(
     restore_learner(learner, checkpointer, end.epoch)
     model = learner.model
     model.eval()
-    path = config.directory / "summary.json"
-    summary = None
-    if config.summary and path.is_file():
-        data = json.loads(path.read_text(encoding="utf-8"))
-        summary = LearnerSummary.from_json(data) if isinstance(data, dict) else None
+    data = read_own_summary(config.directory) if config.summary else None
+    summary = None if data is None else LearnerSummary.from_json(data)
     store = EventStore(run_loggers(config))  # read only: nothing is started or written
     return run_result(
         config, learner, renderer, None, summary, end.stop_reason, end.epoch, listing, store

@@ -50,7 +50,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import io
-import json
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -63,14 +62,17 @@ from torch import nn
 
 from ember._errors import CheckpointError
 from ember._protocols import member
+from ember._rundir.best_epoch import best_epoch
+from ember._rundir.config import write_config
+from ember._rundir.end import RunEnd
+from ember._rundir.summary import write_summary
 from ember.train._application_log import (
     ExperimentLogHandler,
     begin_attempt,
     experiment_log,
     warnings_to,
 )
-from ember.train._checkpoint.end import RunEnd
-from ember.train._checkpoint.export import best_epoch, model_checkpoints
+from ember.train._checkpoint.export import model_checkpoints
 from ember.train._checkpoint.mid_round import ResumePoint
 from ember.train._checkpoint.resume import requested_point, resume_latest_point
 from ember.train._config import run_configuration
@@ -78,7 +80,6 @@ from ember.train._counters import RunCounters
 from ember.train._directory import claim_for_run
 from ember.train._events import End
 from ember.train._experiment import write_experiment_config
-from ember.train._files import atomic_write
 from ember.train._finished import finished_result, finished_run, nothing_to_resume, run_result
 from ember.train._learner import Learner
 from ember.train._logger.store import EventStore
@@ -244,10 +245,7 @@ class TrainingSession(Generic[M]):
         described = run_configuration(config, self.learner)
         try:
             if config.keeps_files:
-                text = json.dumps(described, indent=2, sort_keys=True) + "\n"
-                # not flushed to disk: written again by every launch (a resume too), and two
-                # flushes cost a short run several percent of its time (benchmarks/precision.py)
-                atomic_write(config.directory / "config.json", text.encode("utf-8"), sync=False)
+                write_config(config.directory, described)
                 write_experiment_config(config.directory)  # ember.cli's config.yaml
             self.store.start(described)
         except BaseException:
@@ -349,7 +347,7 @@ class TrainingSession(Generic[M]):
             stop_reason=self._outcome.stop_reason,
             units={name: m.attributes.unit for name, m in named if isinstance(m, Numeric)},
         )
-        atomic_write(config.directory / "summary.json", summary.dumps().encode("utf-8"))
+        write_summary(config.directory, summary.dumps())
         return summary
 
     # --- leaving -------------------------------------------------------------------------------

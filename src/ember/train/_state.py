@@ -49,6 +49,7 @@ import torch
 
 from ember._errors import CheckpointError
 from ember._protocols import member
+from ember._rundir.atomic import CheckpointFile
 from ember.data import DataLoader
 from ember.train._checkpoint.checkpointer import TrainingRecords
 from ember.train._checkpoint.mid_round import ResumePoint, point_directory
@@ -68,7 +69,6 @@ from ember.train._checkpoint.rng import rng_state, set_rng_state
 from ember.train._checkpoint.sharded import ShardingRun, has_shards, is_sharded, load_shards
 from ember.train._counters import RunCounters
 from ember.train._early_stopping import EarlyStoppingStrategy
-from ember.train._files import CheckpointFile
 from ember.train._hooks import Stateful
 from ember.train._learner import Learner
 from ember.train._logger.store import EventStore

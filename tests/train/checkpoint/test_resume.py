@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from ember import CheckpointError
+from ember._rundir.manifest import manifest_path, read_manifest, write_manifest
 from ember.extend import Record
 from ember.train import (
     CliMetricsRenderer,
@@ -21,7 +22,6 @@ from ember.train import (
     LearningResult,
     SupervisedTraining,
 )
-from ember.train._checkpoint.manifest import manifest_path, read_manifest, write_manifest
 from tests.train.fixtures import TinyRegressor, ember_threads, loader
 
 pytestmark = pytest.mark.timeout(120)

@@ -14,10 +14,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from ember._errors import CheckpointError
+from ember._rundir.atomic import CheckpointFile
 from ember.train._background import BackgroundWorker, Job
 from ember.train._checkpoint.file import Checkpointer
 from ember.train._checkpoint.record import Record
-from ember.train._files import CheckpointFile
 
 __all__ = ["AsyncCheckpointer", "checkpoint_writer"]
 

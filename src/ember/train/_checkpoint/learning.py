@@ -36,14 +36,9 @@ from typing import Any
 
 from ember._checks import check_positive_int
 from ember._errors import CheckpointError
-from ember.train._checkpoint.asynchronous import checkpoint_writer
-from ember.train._checkpoint.checkpointer import TrainingRecords
-from ember.train._checkpoint.file import (
-    FileCheckpointer,
-    check_epoch,
-    checked_directory,
-)
-from ember.train._checkpoint.manifest import (
+from ember._rundir.best_epoch import STRATEGY_STATE_KEY
+from ember._rundir.checkpoints import check_epoch
+from ember._rundir.manifest import (
     complete_epochs,
     delete_manifest,
     latest_complete_epoch,
@@ -51,6 +46,9 @@ from ember.train._checkpoint.manifest import (
     read_manifest,
     write_manifest,
 )
+from ember.train._checkpoint.asynchronous import checkpoint_writer
+from ember.train._checkpoint.checkpointer import TrainingRecords
+from ember.train._checkpoint.file import FileCheckpointer, checked_directory
 from ember.train._checkpoint.mid_round import (
     ResumePoint,
     delete_mid_round,
@@ -69,9 +67,8 @@ from ember.train._checkpoint.strategy import (
 )
 from ember.train._metric.query import MetricQuery
 
-__all__ = ["STRATEGY_STATE_KEY", "LearningCheckpointer"]
+__all__ = ["NAMES", "LearningCheckpointer"]
 
-STRATEGY_STATE_KEY = "checkpointing_strategy"
 NAMES = ("model", "optim", "scheduler", "state")
 _log = logging.getLogger(__name__)
 

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ember._errors import CheckpointError
-from ember.train._checkpoint.file import checkpoint_file_name, read_metadata
-from ember.train._checkpoint.manifest import (
+from ember._rundir.checkpoints import checkpoint_file_name, read_metadata
+from ember._rundir.manifest import (
     delete_manifest,
     epoch_problem,
     manifest_epochs,

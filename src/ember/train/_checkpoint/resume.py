@@ -18,10 +18,10 @@ import re
 from pathlib import Path
 
 from ember._errors import CheckpointError
+from ember._rundir.checkpoints import SUFFIX
+from ember._rundir.manifest import manifest_epochs, manifest_path
 from ember.train._checkpoint.checkpointer import MidRoundCheckpointer, RunCheckpointer
-from ember.train._checkpoint.file import SUFFIX
 from ember.train._checkpoint.learning import NAMES
-from ember.train._checkpoint.manifest import manifest_epochs, manifest_path
 from ember.train._checkpoint.mid_round import ResumePoint, point_problem, step_directories
 
 __all__ = ["requested_point", "resume_latest_point"]

@@ -42,16 +42,16 @@ import torch
 from torch import nn
 
 from ember._errors import CheckpointError
-from ember.train._checkpoint.file import (
+from ember._rundir.atomic import CheckpointFile
+from ember._rundir.checkpoints import (
     MAX_FILE_SIZE,
     SUFFIX,
-    FileCheckpointer,
     checkpoint_file_name,
-    deserialize,
     read_regular,
     verify_bytes,
 )
-from ember.train._checkpoint.manifest import manifest_path, read_manifest
+from ember._rundir.manifest import manifest_path, read_manifest
+from ember.train._checkpoint.file import FileCheckpointer, deserialize
 from ember.train._checkpoint.record import (
     TRANSFORMERS_CONFIG,
     TRANSFORMERS_GENERATION_CONFIG,
@@ -60,7 +60,6 @@ from ember.train._checkpoint.record import (
     transformers_metadata,
 )
 from ember.train._checkpoint.shard_index import FORMAT, ShardPiece, optimizer_extras, read_index
-from ember.train._files import CheckpointFile
 from ember.train._learner import Learner
 
 __all__ = [
