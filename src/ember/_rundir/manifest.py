@@ -27,6 +27,7 @@ from pathlib import Path
 from ember._errors import CheckpointError
 from ember._rundir.atomic import CheckpointFile, atomic_write, fsync_directory, remove_stale_temps
 from ember._rundir.checkpoints import (
+    MAX_FILE_SIZE,
     check_epoch,
     check_name,
     checkpoint_file_name,
@@ -150,16 +151,25 @@ def _is_plain_name(name: str) -> bool:
 
 
 def verify_manifest(
-    directory: str | Path, manifest: Manifest, required: Collection[str] = ()
-) -> None:
+    directory: str | Path,
+    manifest: Manifest,
+    required: Collection[str] = (),
+    keep: Collection[str] = (),
+) -> dict[str, bytes]:
     """Check every listed file's size and SHA-256, and that the checkpoints named in
-    ``required`` (e.g. ``"model"``) are listed; CheckpointError naming the file otherwise."""
+    ``required`` (e.g. ``"model"``) are listed; CheckpointError naming the file otherwise.
+
+    The files named in ``keep`` (file names) are read whole, hashed as read and returned, by
+    name: what was verified is what their reader parses, never read or hashed again. The others
+    are hashed a block at a time and not kept (a sharded checkpoint's shard files: each rank
+    reads only the pieces it needs)."""
     directory = Path(directory)
     where = manifest_path(directory, manifest.epoch).name
     for name in required:
         file_name = checkpoint_file_name(name, manifest.epoch)
         if manifest.file(file_name) is None:
             raise CheckpointError(f"checkpoint manifest {where} does not list {file_name}")
+    kept: dict[str, bytes] = {}
     for entry in manifest.files:
         path = directory / entry.name
         if not path.exists() and not path.is_symlink():
@@ -170,12 +180,19 @@ def verify_manifest(
                 f"checkpoint file {path} is damaged: its size is {size} bytes, "
                 f"{where} expects {entry.size} bytes"
             )
-        actual = _sha256(path, entry.size)
+        if entry.name in keep:
+            data = kept[entry.name] = read_regular(
+                path, "checkpoint file", entry.size, limit=MAX_FILE_SIZE
+            )
+            actual = hashlib.sha256(data).hexdigest()
+        else:
+            actual = _sha256(path, entry.size)
         if actual != entry.sha256:
             raise CheckpointError(
                 f"checkpoint file {path} is damaged: its SHA-256 is {actual}, "
                 f"{where} expects {entry.sha256}"
             )
+    return kept
 
 
 def _sha256(path: Path, size: int) -> str:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ember._errors import CheckpointError
 from ember._rundir.end import clear_run_end
 from ember.train._callbacks.called import stateful_callbacks
 from ember.train._checkpoint.checkpointer import (
@@ -23,6 +22,7 @@ from ember.train._checkpoint.checkpointer import (
     TrainingRecords,
 )
 from ember.train._checkpoint.mid_round import ResumePoint, point_directory
+from ember.train._checkpoint.resume import restore_point
 from ember.train._counters import RunCounters
 from ember.train._hooks import Stateful
 from ember.train._learner import Learner
@@ -80,19 +80,13 @@ class CheckpointSaver:
         return resumed
 
     def _restore(self, point: ResumePoint) -> Resumed:
+        """The run's state put back from the checkpoint of ``point``: as choosing it read and
+        verified it (``_checkpoint/resume.py``), or read by the checkpointer now."""
         checkpointer = self.checkpointer
         if checkpointer is None:
             raise ValueError(f"resuming from the checkpoint of {point} needs checkpointers")
+        records = restore_point(checkpointer, point)
         where = f"{point} in {point_directory(checkpointer.directory, point)}"
-        if point.step is None:
-            records = checkpointer.restore(point.epoch)
-        elif isinstance(checkpointer, MidRoundCheckpointer):
-            records = checkpointer.restore_mid_round(point.epoch, point.step)
-        else:
-            raise CheckpointError(
-                f"{checkpointer!r} cannot restore the checkpoint of {where}: it has no "
-                "mid-round checkpoints"
-            )
         return self.state.restore(records, point, where)
 
     def round_end(self, epoch: int) -> bool:

@@ -29,6 +29,7 @@ from ember._rundir.manifest import manifest_epochs
 from ember._rundir.summary import read_own_summary
 from ember.train._checkpoint.checkpointer import RunCheckpointer
 from ember.train._checkpoint.mid_round import ResumePoint
+from ember.train._checkpoint.resume import restore_point
 from ember.train._config import TrainingConfig
 from ember.train._counters import RunCounters
 from ember.train._learner import Learner
@@ -106,14 +107,16 @@ def finished_result(
     config: TrainingConfig,
     learner: Learner[M],
     checkpointer: RunCheckpointer,
+    point: ResumePoint,
     end: RunEnd,
     renderer: MetricsRenderer,
     listing: tuple[dict[int, Path], int | None],
 ) -> LearningResult[M]:
     """The finished run's result: its learner as it ended (weights, optimizer state, scheduler;
-    the model in eval mode), its summary (``summary.json``, when the builder asks for one), the
+    the model in eval mode, from the checkpoint of ``point``, the end of round ``end.epoch``),
+    its summary (``summary.json``, when the builder asks for one), the
     checkpoints of ``listing`` and its logs to read :meth:`~LearningResult.values` from."""
-    restore_learner(learner, checkpointer, end.epoch)
+    restore_learner(learner, checkpointer, point)
     model = learner.model
     model.eval()
     data = read_own_summary(config.directory) if config.summary else None
@@ -124,16 +127,16 @@ def finished_result(
     )
 
 
-def restore_learner(learner: Learner[M], checkpointer: RunCheckpointer, epoch: int) -> None:
-    """Put back everything the checkpoint of round ``epoch`` holds for ``learner``: the
-    weights, the optimizers' state, the scheduler and the last lr, as the run left them (a
+def restore_learner(learner: Learner[M], checkpointer: RunCheckpointer, point: ResumePoint) -> None:
+    """Put back everything the checkpoint of ``point`` (a round's end) holds for ``learner``:
+    the weights, the optimizers' state, the scheduler and the last lr, as the run left them (a
     sharded run's shards into the plain model), through the parts a resume restores."""
     state = RunState(main=True)
-    state.register("loop", CountersPart(RunCounters.starting(epoch + 1), learner, None))
+    state.register("loop", CountersPart(RunCounters.starting(point.epoch + 1), learner, None))
     state.register("scheduler", SchedulerPart(learner))
     state.register("weights", WeightsPart(learner, None, checkpointer.directory))
-    point = ResumePoint(epoch)
-    state.restore(checkpointer.restore(epoch), point, f"{point} in {checkpointer.directory}")
+    records = restore_point(checkpointer, point)
+    state.restore(records, point, f"{point} in {checkpointer.directory}")
     learner.end_training()  # the checkpoint was taken before the run's end caught it up
 
 

@@ -211,7 +211,7 @@ class TrainingSession(Generic[M]):
         if end is not None:
             renderer.close()
             self.finished = finished_result(
-                config, self.learner, checkpointer, end, renderer, self._checkpoints()
+                config, self.learner, checkpointer, start, end, renderer, self._checkpoints()
             )
 
     def _checkpointer(self, who: str) -> Any:

@@ -52,7 +52,7 @@ from ember._protocols import member
 from ember._rundir.atomic import CheckpointFile
 from ember.data import DataLoader
 from ember.train._checkpoint.checkpointer import TrainingRecords
-from ember.train._checkpoint.mid_round import ResumePoint, point_directory
+from ember.train._checkpoint.mid_round import ResumePoint, VerifiedPoint, point_directory
 from ember.train._checkpoint.record import (
     Record,
     decode,
@@ -505,7 +505,9 @@ class WeightsPart:
         model, optim = snapshot.model, snapshot.optim
         assert model is not None and optim is not None  # the checkpointer read every file
         if is_sharded(model):  # any world size, into a sharded model or a plain one
-            load_shards(point_directory(self.directory, point), point.epoch, learner, model, optim)
+            verified = point.manifest if isinstance(point, VerifiedPoint) else None
+            directory = point_directory(self.directory, point)
+            load_shards(directory, point.epoch, learner, model, optim, verified)
         elif has_shards(learner.model):
             raise CheckpointError(
                 f"the checkpoint of {snapshot.where} is not sharded: a FullyShardedDataParallel "
