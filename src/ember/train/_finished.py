@@ -18,7 +18,6 @@ in its directory would overwrite it.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import TypeVar
 
 from torch import nn
@@ -32,10 +31,11 @@ from ember.train._checkpoint.mid_round import ResumePoint
 from ember.train._checkpoint.resume import restore_point
 from ember.train._config import TrainingConfig
 from ember.train._counters import RunCounters
+from ember.train._facts import Listing, run_result
 from ember.train._learner import Learner
 from ember.train._logger.store import EventStore
 from ember.train._renderer.base import MetricsRenderer
-from ember.train._result import LearningResult, metric_names
+from ember.train._result import LearningResult
 from ember.train._state import CountersPart, RunState, SchedulerPart, WeightsPart
 from ember.train._summary import LearnerSummary
 from ember.train._tracking import run_loggers
@@ -45,7 +45,6 @@ __all__ = [
     "finished_run",
     "nothing_to_resume",
     "restore_learner",
-    "run_result",
 ]
 
 M = TypeVar("M", bound=nn.Module)
@@ -110,7 +109,7 @@ def finished_result(
     point: ResumePoint,
     end: RunEnd,
     renderer: MetricsRenderer,
-    listing: tuple[dict[int, Path], int | None],
+    listing: Listing,
 ) -> LearningResult[M]:
     """The finished run's result: its learner as it ended (weights, optimizer state, scheduler;
     the model in eval mode, from the checkpoint of ``point``, the end of round ``end.epoch``),
@@ -138,34 +137,3 @@ def restore_learner(learner: Learner[M], checkpointer: RunCheckpointer, point: R
     records = restore_point(checkpointer, point)
     state.restore(records, point, f"{point} in {checkpointer.directory}")
     learner.end_training()  # the checkpoint was taken before the run's end caught it up
-
-
-def run_result(
-    config: TrainingConfig,
-    learner: Learner[M],
-    renderer: MetricsRenderer,
-    error: BaseException | None,
-    summary: LearnerSummary | None,
-    stop_reason: str | None,
-    last_epoch: int,
-    listing: tuple[dict[int, Path], int | None],
-    store: EventStore,
-) -> LearningResult[M]:
-    """The ``LearningResult`` of ``config``'s run, trained now or finished before: its outcome,
-    and what every result of a run reads back (directory, checkpoints, best epoch, logs)."""
-    checkpoints, best = listing
-    return LearningResult(
-        learner.model,
-        renderer,
-        error,
-        summary,
-        stop_reason,
-        last_epoch,
-        directory=config.directory if config.keeps_files else None,
-        best_epoch=best,
-        checkpoints=checkpoints,
-        strategy=config.strategy,
-        reader=store if store.readers else None,
-        metric_names=metric_names(config.metrics, config.valid_sets),
-        inference_step=learner.inference_step,
-    )
