@@ -89,8 +89,8 @@ class CheckpointSaver:
         where = f"{point} in {point_directory(checkpointer.directory, point)}"
         return self.state.restore(records, point, where)
 
-    def round_end(self, epoch: int) -> bool:
-        """Checkpoint the end of round ``epoch`` if ``checkpoint_every`` says so (always the
+    def round_end(self, round: int) -> bool:
+        """Checkpoint the end of the round ``round`` if ``checkpoint_every`` says so (always the
         run's last round); the checkpointing strategy decides what is kept. True when a
         checkpoint was taken."""
         checkpointer = self.checkpointer
@@ -103,9 +103,9 @@ class CheckpointSaver:
             due = self.run.decide(due)  # the processes' clocks differ: the main process's says
         if not due:
             return False
-        records = self._snapshot(ResumePoint(epoch))
+        records = self._snapshot(ResumePoint(round))
         if records is not None:
-            self.last_saved = (epoch, checkpointer.checkpoint(epoch, records, self.store))
+            self.last_saved = (round, checkpointer.checkpoint(round, records, self.store))
         return True
 
     def mid_round_due(self, step: int) -> bool:
@@ -118,17 +118,17 @@ class CheckpointSaver:
             return self.marks.due(interval, step, 0, 0.0)
         return self.run.decide(self.marks.due(interval, step, 0, time.monotonic()))
 
-    def mid_round(self, epoch: int, *, trained: bool) -> None:
-        """Checkpoint this optimizer step inside round ``epoch``: every item is logged and the
+    def mid_round(self, round: int, *, trained: bool) -> None:
+        """Checkpoint this optimizer step inside the round ``round``: every item is logged and the
         metrics thread flushed already; ``trained``: the round's training is over (a stop on
         its last step)."""
         checkpointer = self.checkpointer
         assert isinstance(checkpointer, MidRoundCheckpointer)  # else mid_round_blocker is set
         counters = self.counters
         step = counters.optimizer_steps
-        records = self._snapshot(ResumePoint(epoch, step), trained=trained)
+        records = self._snapshot(ResumePoint(round, step), trained=trained)
         if records is not None:
-            checkpointer.checkpoint_mid_round(epoch, step, records)
+            checkpointer.checkpoint_mid_round(round, step, records)
         self.marks = RoundMarks(step, counters.passes, time.monotonic())
 
     def keep_last_round(self) -> None:
