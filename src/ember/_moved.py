@@ -192,7 +192,6 @@ MOVED: Final[dict[str, dict[str, str]]] = {
 """``{old namespace: {name: new namespace}}``: the same object, importable from its new home."""
 
 
-
 class Deprecated(NamedTuple):
     """A deprecated name: where the object lives now, what to write instead, and the release
     that deprecated it (the next minor release removes it)."""

@@ -1,8 +1,11 @@
 """A checkpoint directory's files: their names, ember's header in each, and how they are read.
 
-A checkpoint file is ``{name}-{epoch}.safetensors`` (Burn's naming; Burn writes ``.bpk``, ember
-never writes pickle). Its safetensors string header ``__metadata__`` holds one JSON document under
-the key ``"ember"``::
+A round's checkpoint is its record files, ``{model,optim,scheduler,state}-{epoch}.safetensors``
+(:data:`RECORDS`), and a manifest (``manifest.py``), in the checkpoint directory; a mid-round
+checkpoint, taken at optimizer step ``k``, is the same files in ``step-{k}/`` beside them
+(:func:`step_directories`). A checkpoint file is ``{name}-{epoch}.safetensors`` (Burn's naming;
+Burn writes ``.bpk``, ember never writes pickle). Its safetensors string header ``__metadata__``
+holds one JSON document under the key ``"ember"``::
 
     {"format": "ember.checkpoint", "version": 1, "name": "model", "epoch": 3, "metadata": {...}}
 
@@ -22,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -32,15 +36,18 @@ from ember._rundir.atomic import CheckpointFile
 
 __all__ = [
     "MAX_FILE_SIZE",
+    "RECORDS",
     "SUFFIX",
     "check_epoch",
     "check_name",
     "checkpoint_file_name",
+    "mid_round_directory",
     "read_header",
     "read_metadata",
     "read_regular",
     "record_header",
     "regular_size",
+    "step_directories",
     "verify_bytes",
 ]
 
@@ -51,6 +58,9 @@ _HEADER_KEY = "ember"
 _MAX_HEADER_SIZE = 100_000_000  # safetensors refuses a bigger header too
 MAX_FILE_SIZE = 1 << 40
 """The largest checkpoint file read without a manifest stating its size (1 TiB)."""
+RECORDS = ("model", "optim", "scheduler", "state")
+"""The record files of a checkpoint, by name, as ember's checkpointer writes them."""
+_STEP_DIRECTORY = re.compile(r"step-([1-9][0-9]*)")
 
 
 def check_epoch(epoch: object) -> int:
@@ -71,6 +81,23 @@ def check_name(name: object) -> str:
 def checkpoint_file_name(name: str, epoch: int) -> str:
     """``{name}-{epoch}.safetensors``, the file name of a checkpoint (Burn's scheme)."""
     return f"{check_name(name)}-{check_epoch(epoch)}{SUFFIX}"
+
+
+def mid_round_directory(directory: Path, step: int) -> Path:
+    """``{directory}/step-{step}``, where the mid-round checkpoint at ``step`` is."""
+    return directory / f"step-{step}"
+
+
+def step_directories(directory: Path) -> dict[int, Path]:
+    """The directories of mid-round checkpoints in ``directory`` (``step-{k}``), by step."""
+    if not directory.is_dir():
+        return {}
+    found = {}
+    for path in directory.iterdir():
+        match = _STEP_DIRECTORY.fullmatch(path.name)
+        if match and path.is_dir() and not path.is_symlink():
+            found[int(match.group(1))] = path
+    return dict(sorted(found.items()))
 
 
 def regular_size(path: Path, what: str) -> int:

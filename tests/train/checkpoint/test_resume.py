@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from ember import CheckpointError
+from ember._rundir.checkpoints import RECORDS
 from ember._rundir.manifest import manifest_path, read_manifest, write_manifest
 from ember.extend import Record
 from ember.train import (
@@ -29,7 +30,6 @@ from ember.train import (
     LearningResult,
     SupervisedTraining,
 )
-from ember.train._checkpoint.learning import NAMES
 from tests.train.fixtures import TinyRegressor, ember_threads, loader
 
 pytestmark = pytest.mark.timeout(120)
@@ -190,5 +190,5 @@ def test_a_resume_reads_and_verifies_its_checkpoint_once(tmp_path: Path, resume:
         result = train(configured)
     assert result.error is None and result.last_epoch == 2
     names = Counter(Path(path).name for path in opened)
-    files = ["manifest-1.json", *(f"{name}-1.safetensors" for name in NAMES)]
+    files = ["manifest-1.json", *(f"{name}-1.safetensors" for name in RECORDS)]
     assert {name: names[name] for name in files} == dict.fromkeys(files, 1)

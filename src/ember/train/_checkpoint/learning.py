@@ -37,7 +37,12 @@ from typing import Any
 from ember._checks import check_positive_int
 from ember._errors import CheckpointError
 from ember._rundir.best_epoch import STRATEGY_STATE_KEY
-from ember._rundir.checkpoints import check_epoch, checkpoint_file_name
+from ember._rundir.checkpoints import (
+    RECORDS,
+    check_epoch,
+    checkpoint_file_name,
+    mid_round_directory,
+)
 from ember._rundir.manifest import (
     complete_epochs,
     delete_manifest,
@@ -54,7 +59,6 @@ from ember.train._checkpoint.mid_round import (
     VerifiedPoint,
     delete_mid_round,
     latest_complete_point,
-    mid_round_directory,
     mid_round_points,
     point_directory,
 )
@@ -69,9 +73,8 @@ from ember.train._checkpoint.strategy import (
 )
 from ember.train._metric.query import MetricQuery
 
-__all__ = ["NAMES", "LearningCheckpointer", "restore_verified"]
+__all__ = ["LearningCheckpointer", "restore_verified"]
 
-NAMES = ("model", "optim", "scheduler", "state")
 _log = logging.getLogger(__name__)
 
 
@@ -210,7 +213,7 @@ class LearningCheckpointer:
     def latest_complete_point(self) -> ResumePoint | None:
         """The newest complete checkpoint of either kind (damaged ones are skipped), or None."""
         self._wait()
-        return latest_complete_point(self._directory, NAMES)
+        return latest_complete_point(self._directory, RECORDS)
 
     def save(self, epoch: int, records: TrainingRecords) -> None:
         """Make sure ``epoch`` is on disk, whatever the strategy decided for it.
@@ -272,12 +275,12 @@ class LearningCheckpointer:
     def complete_epochs(self) -> list[int]:
         """Epochs whose manifest lists all four files and every file verifies (reads them all)."""
         self._wait()
-        return complete_epochs(self._directory, NAMES)
+        return complete_epochs(self._directory, RECORDS)
 
     def latest_complete_epoch(self) -> int | None:
         """The newest complete epoch (damaged ones are skipped), or None."""
         self._wait()
-        return latest_complete_epoch(self._directory, NAMES)
+        return latest_complete_epoch(self._directory, RECORDS)
 
     def flush(self) -> None:
         """Wait for pending writes; raise the error of a failed one (once)."""
@@ -345,14 +348,14 @@ class LearningCheckpointer:
         manifest = manifest_path(directory, epoch)
         # every file is checked before anything changes on disk: a record with a NaN (a NaN
         # gradient under a finite loss) leaves the older checkpoints as they are
-        for name in NAMES:
+        for name in RECORDS:
             checkpointers[name].refuse_non_finite(epoch, getattr(records, name))
         # an older checkpoint of this epoch (from a run resumed before it) must stop being
         # complete before its files are replaced
         with _noting(what, manifest):
             delete_manifest(directory, epoch)
         files = []
-        for name in NAMES:
+        for name in RECORDS:
             checkpointer = checkpointers[name]
             with _noting(what, checkpointer.path(epoch)):
                 files.append(checkpointer.write(epoch, getattr(records, name)))
@@ -386,7 +389,7 @@ def restore_verified(checkpointer: LearningCheckpointer, point: VerifiedPoint) -
     epoch, files = point.epoch, point.take()
     try:
         loaded = {}
-        for name in NAMES:
+        for name in RECORDS:
             check_index_size(directory, point.manifest, name)
             path = directory / checkpoint_file_name(name, epoch)
             loaded[name] = deserialize(files.pop(name), path, name, epoch)
@@ -394,7 +397,7 @@ def restore_verified(checkpointer: LearningCheckpointer, point: VerifiedPoint) -
         return _with_strategy_loaded(checkpointer.strategy, epoch, loaded, state)
     except CheckpointError as error:
         if point.step is None:
-            complete = complete_epochs(checkpointer.directory, NAMES)
+            complete = complete_epochs(checkpointer.directory, RECORDS)
             error.add_note(f"complete epochs in {checkpointer.directory}: {complete}")
         raise
 
@@ -427,7 +430,7 @@ def _load_strategy_state(strategy: CheckpointingStrategy, epoch: int, state: Any
 
 def _files(directory: Path) -> dict[str, FileCheckpointer]:
     """The four files of a checkpoint in ``directory``, by name."""
-    return {name: FileCheckpointer(directory, name) for name in NAMES}
+    return {name: FileCheckpointer(directory, name) for name in RECORDS}
 
 
 @contextmanager

@@ -25,14 +25,19 @@ which parses them as they are.
 from __future__ import annotations
 
 import logging
-import re
 import shutil
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ember._errors import CheckpointError
-from ember._rundir.checkpoints import checkpoint_file_name, read_header, read_metadata
+from ember._rundir.checkpoints import (
+    checkpoint_file_name,
+    mid_round_directory,
+    read_header,
+    read_metadata,
+    step_directories,
+)
 from ember._rundir.manifest import (
     Manifest,
     delete_manifest,
@@ -49,16 +54,13 @@ __all__ = [
     "is_complete_point",
     "latest_complete_point",
     "latest_verified_point",
-    "mid_round_directory",
     "mid_round_points",
     "point_directory",
     "point_problem",
-    "step_directories",
     "verify_point",
 ]
 
 _log = logging.getLogger(__name__)
-_DIRECTORY_RE = re.compile(r"step-([1-9][0-9]*)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,23 +111,6 @@ class VerifiedPoint(ResumePoint):
         files = dict(self.files)
         self.files.clear()
         return files
-
-
-def mid_round_directory(directory: Path, step: int) -> Path:
-    """``{directory}/step-{step}``, where the mid-round checkpoint at ``step`` is."""
-    return directory / f"step-{step}"
-
-
-def step_directories(directory: Path) -> dict[int, Path]:
-    """The directories of mid-round checkpoints in ``directory`` (``step-{k}``), by step."""
-    if not directory.is_dir():
-        return {}
-    found = {}
-    for path in directory.iterdir():
-        match = _DIRECTORY_RE.fullmatch(path.name)
-        if match and path.is_dir() and not path.is_symlink():
-            found[int(match.group(1))] = path
-    return dict(sorted(found.items()))
 
 
 def mid_round_points(directory: Path) -> list[ResumePoint]:

@@ -24,21 +24,20 @@ import re
 from pathlib import Path
 
 from ember._errors import CheckpointError
-from ember._rundir.checkpoints import SUFFIX
+from ember._rundir.checkpoints import RECORDS, SUFFIX, step_directories
 from ember._rundir.manifest import manifest_epochs, manifest_path
 from ember.train._checkpoint.checkpointer import (
     MidRoundCheckpointer,
     RunCheckpointer,
     TrainingRecords,
 )
-from ember.train._checkpoint.learning import NAMES, LearningCheckpointer, restore_verified
+from ember.train._checkpoint.learning import LearningCheckpointer, restore_verified
 from ember.train._checkpoint.mid_round import (
     ResumePoint,
     VerifiedPoint,
     latest_verified_point,
     point_directory,
     point_problem,
-    step_directories,
     verify_point,
 )
 
@@ -46,7 +45,7 @@ __all__ = ["requested_point", "restore_point", "resume_latest_point"]
 
 log = logging.getLogger("ember.train")
 _FILE_RE = re.compile(
-    rf"(?:manifest-([1-9][0-9]*)\.json|(?:{'|'.join(NAMES)})-([1-9][0-9]*){re.escape(SUFFIX)})"
+    rf"(?:manifest-([1-9][0-9]*)\.json|(?:{'|'.join(RECORDS)})-([1-9][0-9]*){re.escape(SUFFIX)})"
 )
 
 
@@ -99,9 +98,9 @@ def requested_point(checkpointer: RunCheckpointer, epoch: int) -> ResumePoint:
     if not manifest_path(directory, epoch).exists():
         problem = "there is none"
     else:
-        keep = NAMES if isinstance(checkpointer, LearningCheckpointer) else ()
+        keep = RECORDS if isinstance(checkpointer, LearningCheckpointer) else ()
         try:
-            verified = verify_point(directory, point, NAMES, keep)
+            verified = verify_point(directory, point, RECORDS, keep)
         except CheckpointError as found:
             problem = str(found)
         else:
@@ -135,7 +134,7 @@ def _latest_point(
     """The newest complete checkpoint (ember's checkpointer's read and verified once), and the
     problems found with newer ones on the way."""
     if isinstance(checkpointer, LearningCheckpointer):
-        return latest_verified_point(checkpointer.directory, NAMES)
+        return latest_verified_point(checkpointer.directory, RECORDS)
     if isinstance(checkpointer, MidRoundCheckpointer):
         return checkpointer.latest_complete_point(), {}
     epoch = checkpointer.latest_complete_epoch()
@@ -162,5 +161,5 @@ def _checkpointed_epochs(directory: Path) -> list[int]:
 def _problem(directory: Path, point: ResumePoint, found: dict[ResumePoint, CheckpointError]) -> str:
     """What is wrong with the checkpoint of ``point`` (as met choosing the latest, else
     verified now)."""
-    problem = found.get(point) or point_problem(directory, point, NAMES)
+    problem = found.get(point) or point_problem(directory, point, RECORDS)
     return "it is incomplete" if problem is None else str(problem)
