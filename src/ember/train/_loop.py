@@ -10,7 +10,7 @@ places the model before it. The loop reads the configuration through the plan
     saver.begin(start)                                  # resuming: every process restores the
                                                         # run's state from the checkpoint of a
                                                         # round end, or of a step inside a round
-                                                        # (_state.py); then the
+                                                        # (_state/); then the
                                                         # directory's recorded end is forgotten
     Start(rounds, starting round, total steps when max_steps bounds the run, steps taken,
           whether a stop writes a mid-round checkpoint)

@@ -150,7 +150,7 @@ def _check_step(where: Path, point: ResumePoint, state: bytes | None) -> None:
     """CheckpointError when the state file in ``where`` (its bytes ``state``, when read
     already) records another point than ``point``."""
     path = where / checkpoint_file_name("state", point.epoch)
-    # the run's state records the step of a mid-round checkpoint (``_state.py``); a state that
+    # the run's state records the step of a mid-round checkpoint (``_state/parts.py``); a state that
     # records none (another writer's records) is taken at its directory's word
     if state is None:
         metadata = read_metadata(path, "state", point.epoch)
