@@ -2,7 +2,7 @@
 restoring the run from one, and keeping the last round end after a stop.
 
 The loop (``_loop.py``) says where it is; the saver turns that into the run's state
-(``state.py``: a registry of named parts) and hands the records to the run's checkpointer.
+(``_state/``: a registry of named parts) and hands the records to the run's checkpointer.
 ``checkpoint_every`` is followed with :class:`~ember.train._schedule.RoundMarks`: steps and
 passes are the same on every process; seconds are read on the main process's clock and
 agreed. Every process takes part in a checkpoint (the RNG states are gathered, a sharded model's
