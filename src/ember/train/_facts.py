@@ -32,7 +32,6 @@ from ember.train._config import TrainingConfig
 from ember.train._learner import Learner
 from ember.train._logger.store import EventStore
 from ember.train._metric.base import Numeric
-from ember.train._plan import RunPlan
 from ember.train._processor import AsyncProcessorTraining
 from ember.train._renderer.base import MetricsRenderer
 from ember.train._result import LearningResult, metric_names
@@ -57,7 +56,7 @@ Listing = tuple[dict[int, Path], int | None]
 
 
 def summary_written(
-    plan: RunPlan,
+    config: TrainingConfig,
     learner: Learner[Any],
     store: EventStore,
     last_round: int,
@@ -65,7 +64,6 @@ def summary_written(
 ) -> LearnerSummary:
     """The run's summary table, from the epoch values its loggers read back (every validation
     set's: ``Loss (noisy)`` is summarised where ``Loss`` is), written to ``summary.json``."""
-    config = plan.config
     named = [(m.name, m) for _, m in config.metrics]
     named += set_metrics(config.metrics, config.valid_sets)
     summary = LearnerSummary.collect(
@@ -92,13 +90,17 @@ def checkpoint_listing(checkpointer: RunCheckpointer | None) -> Listing:
 
 
 def agreed_facts(
-    plan: RunPlan, run: StrategyRun, summary: LearnerSummary | None
+    run: StrategyRun,
+    main: bool,
+    checkpointer: RunCheckpointer | None,
+    summary: LearnerSummary | None,
 ) -> tuple[Listing, LearnerSummary | None]:
-    """The main process's checkpoints, best round and ``summary`` (listed by it now, once its
-    checkpoint writes are done), on every process."""
+    """The main process's checkpoints, best round (of ``checkpointer``, listed now, once its
+    writes are done) and ``summary``, on every process of ``run`` (``main``: this is the main
+    process, whose facts they are)."""
     facts: dict[str, Any] | None = None
-    if plan.main:
-        checkpoints, best = checkpoint_listing(plan.checkpointer)
+    if main:
+        checkpoints, best = checkpoint_listing(checkpointer)
         facts = {
             "checkpoints": {str(epoch): str(path) for epoch, path in checkpoints.items()},
             "best": best,

@@ -162,7 +162,7 @@ class TrainingSession(Generic[M]):
         plan = self.plan
         config, main = plan.config, plan.main
         if config.resume is not None and config.resume != "latest":
-            self.start = requested_start(plan, config.resume)
+            self.start = requested_start(plan.checkpointer, config.resume)
         if config.compile_options is not None:
             self.learner.model.compile(**config.compile_options)
         self._application_log = self._log.enter_context(
@@ -196,10 +196,10 @@ class TrainingSession(Generic[M]):
         warnings reach the screen too."""
         plan, renderer = self.plan, self.renderer
         show = member(renderer, Renderer, "on_warning") if plan.main else None
-        self.start, end = latest_start(plan, show)
+        self.start, end = latest_start(plan.config, plan.checkpointer, show)
         if self.start is not None and end is not None:
             renderer.close()
-            checkpointer = checkpointer_for(plan, "resume_latest()")
+            checkpointer = checkpointer_for(plan.checkpointer, "resume_latest()")
             listing = checkpoint_listing(checkpointer)
             self.finished = finished_result(
                 plan.config, self.learner, checkpointer, self.start, end, renderer, listing
@@ -284,7 +284,7 @@ class TrainingSession(Generic[M]):
         worker.flush()
         if config.summary and worker.error is None and plan.main:
             self._summary = summary_written(
-                plan, self.learner, self.store, outcome.last_round, outcome.stop_reason
+                config, self.learner, self.store, outcome.last_round, outcome.stop_reason
             )
         if plan.writes_files and outcome.complete and worker.error is None:
             end = RunEnd(
@@ -301,7 +301,9 @@ class TrainingSession(Generic[M]):
         if plan.checkpointer is not None:
             self._checkpoints_closed = True
             self._error.run(plan.checkpointer.close)
-        self._listing, self._summary = agreed_facts(plan, run, self._summary)
+        self._listing, self._summary = agreed_facts(
+            run, plan.main, plan.checkpointer, self._summary
+        )
 
     # --- leaving -------------------------------------------------------------------------------
 
