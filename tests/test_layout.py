@@ -343,25 +343,69 @@ def test_no_folder_level_import_loops() -> None:
 BELOW = {
     "ember.data": ("ember.data.",),
     "ember.train._metric": ("ember.train._metric.", "ember.data", "ember.train._vocabulary"),
+    "ember._rundir": ("ember._rundir.",),
 }
 """What the bottom packages may import besides ember's private helpers at the root."""
 
 
+def is_root_helper(name: str) -> bool:
+    """A private module at the root (``ember._errors``) or in a private package there (the run
+    directory's formats, ``ember._rundir.manifest``): below every layer, the helpers all share."""
+    parts = name.split(".")
+    return len(parts) > 1 and parts[1].startswith("_") and name in modules()
+
+
 @pytest.mark.parametrize("package", sorted(BELOW))
 def test_no_upward_imports(package: str) -> None:
-    """The data layer and the metric package stand below what uses them: the data layer imports
-    only its own modules (never its package's ``__init__``), the metric package the data
-    layer and the vocabulary (``Split``), never a logger, renderer or the summary."""
+    """The data layer, the metric package and the run directory's formats stand below what uses
+    them: the data layer imports only its own modules (never its package's ``__init__``), the
+    metric package the data layer and the vocabulary (``Split``), never a logger, renderer or
+    the summary; the formats (``ember._rundir``), which the writers in ``ember.train`` and the
+    readers in ``ember.runs`` stand on, import neither of them (nor the data layer)."""
     allowed = BELOW[package]
     upward = sorted(
         f"{name} -> {dep}"
         for name, deps in graph().items()
         if modules()[name].within(package) and not modules()[name].is_package
         for dep in deps
-        if not (dep.count(".") == 1 and dep.split(".")[1].startswith("_"))  # not a root helper
+        if not (is_root_helper(dep) and not modules()[dep].within(package))
         if not any(dep == prefix or dep.startswith(prefix) for prefix in allowed) or dep == package
     )
     assert upward == [], f"upward imports: {upward}"
+
+
+def is_private_in(name: str, package: str) -> bool:
+    """Whether ``name`` is a private module of ``package`` (a ``_`` component below it)."""
+    if not modules()[name].within(package) or name == package:
+        return False
+    return any(part.startswith("_") for part in name[len(package) + 1 :].split("."))
+
+
+def test_the_readers_use_only_the_training_layers_public_names() -> None:
+    """``ember.runs`` (the readers) imports no private module of ``ember.train``: what both
+    need of a run directory's files is the formats' package (``ember._rundir``) they stand on,
+    and the rest comes through ``ember.train``'s public names."""
+    private = sorted(
+        f"{name} -> {dep}"
+        for name, deps in graph().items()
+        if modules()[name].within("ember.runs")
+        for dep in deps
+        if is_private_in(dep, "ember.train")
+    )
+    assert private == [], f"ember.runs imports private modules of ember.train: {private}"
+
+
+def test_the_training_layer_never_imports_the_readers() -> None:
+    """``ember.train`` never imports ``ember.runs``, not even inside a function: the readers
+    stand above the training layer (the ``curves`` artifact is drawn by ``ember._rundir``)."""
+    readers = sorted(
+        f"{name} -> {dep}"
+        for name, deps in graph().items()
+        if modules()[name].within("ember.train")
+        for dep in deps
+        if modules()[dep].within("ember.runs")
+    )
+    assert readers == [], f"ember.train imports ember.runs: {readers}"
 
 
 SEAMS = {
@@ -377,7 +421,9 @@ SEAMS = {
 def test_train_reaches_into_other_packages_only_through_their_seams() -> None:
     """``ember.train`` uses another package through its public names; the few private modules
     it needs (``SEAMS``) are the only ones, so a package's insides can change without the
-    training layer noticing. Devices and the other helpers all packages share sit at the root."""
+    training layer noticing. Devices and the other helpers all packages share sit at the root,
+    the run directory's formats among them (``ember._rundir``: a private package whose modules
+    are the helpers, named without ``_``)."""
     reached = sorted(
         f"{name} -> {dep}"
         for name, deps in graph().items()

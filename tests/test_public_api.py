@@ -163,7 +163,6 @@ DOCUMENTED_NAMES_TRAIN = {
     "LearnerModel",
     "TrainOutput",
     "GradientsParams",
-    "GradientsAccumulator",
     "LrScheduler",
     "Learner",
     "SupervisedTraining",

@@ -1,4 +1,4 @@
-"""0.1.0's public names that moved or went: where each is now, and what importing it says.
+"""Public names that moved or went: where each is now, and what importing it says.
 
 The one table of moved names (``docs/design.md``, "Stability"). A namespace that lost names
 serves them from its module ``__getattr__``::
@@ -7,14 +7,15 @@ serves them from its module ``__getattr__``::
 
 - a **moved** name is the same object as at its new home; the first access warns once
   (``DeprecationWarning``) with the import line to write instead;
-- a **deprecated** name still works, warns once, and says what replaces it;
+- a **deprecated** name still works, warns once, and says what replaces it and the release it
+  goes in (the minor release after the one that deprecated it);
 - a **removed** name raises ``ImportError`` saying what to use instead (also for
   ``from old import name``, which would otherwise hide the message).
 
 0.1.0's removed modules (``ember.errors``, ``ember.train.checkpoint``, ``ember.train.logger``,
 ``ember.train.lr_scheduler``, ``ember.train.metric``, ``ember.train.renderer``,
 ``ember.train.strategy``) are one-line alias modules of this kind. Every entry here is also in
-``CHANGELOG.md``; the old spellings go in the release named by :data:`REMOVED_IN`.
+``CHANGELOG.md``; 0.1.0's spellings go in the release named by :data:`REMOVED_IN`.
 """
 
 from __future__ import annotations
@@ -22,12 +23,20 @@ from __future__ import annotations
 import importlib
 import warnings
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
-__all__ = ["DEPRECATED", "FORMER_CONTRACTS", "MOVED", "REMOVED", "REMOVED_IN", "moved_names"]
+__all__ = [
+    "DEPRECATED",
+    "FORMER_CONTRACTS",
+    "MOVED",
+    "REMOVED",
+    "REMOVED_IN",
+    "Deprecated",
+    "moved_names",
+]
 
 REMOVED_IN: Final = "0.3.0"
-"""The release in which the moved and deprecated spellings below stop working."""
+"""The release in which 0.1.0's moved and deprecated spellings stop working."""
 
 _EXTEND, _TRAIN = "ember.extend", "ember.train"
 
@@ -78,7 +87,6 @@ MOVED: Final[dict[str, dict[str, str]]] = {
         _EXTEND,
     ),
     "ember.train.checkpoint": {
-        "AsyncCheckpointer": _TRAIN,
         "CheckpointFile": _EXTEND,
         "Checkpointer": _EXTEND,
         "CheckpointingAction": _EXTEND,
@@ -183,14 +191,24 @@ MOVED: Final[dict[str, dict[str, str]]] = {
 }
 """``{old namespace: {name: new namespace}}``: the same object, importable from its new home."""
 
-_AGGREGATE = (
+
+class Deprecated(NamedTuple):
+    """A deprecated name: where the object lives now, what to write instead, and the release
+    that deprecated it (the next minor release removes it)."""
+
+    where: str
+    instead: str
+    since: str = "0.2.0"
+
+
+_AGGREGATE = Deprecated(
     "ember.train._vocabulary.Aggregate",
     "an epoch's value is always the mean of its batches: drop the argument "
     "(MetricEarlyStoppingStrategy(metric, direction, split, condition), "
     "MetricCheckpointingStrategy(metric, direction, split), query.find_metric(name, epoch, split))",
 )
 
-_RENDERER = (
+_RENDERER = Deprecated(
     "ember.train._renderer.base.MetricsRenderer",
     "a renderer is one protocol since 0.2.0, both Burn's roles in it: write "
     "`from ember.extend import MetricsRenderer` (or subclass ember.extend.Renderer, whose every "
@@ -198,12 +216,32 @@ _RENDERER = (
 )
 _ROLES = dict.fromkeys(("MetricsRendererTraining", "TrainingProgressLogger"), _RENDERER)
 
-DEPRECATED: Final[dict[str, dict[str, tuple[str, str]]]] = {
-    "ember.train": {"Aggregate": _AGGREGATE, **_ROLES},
+_ASYNC = (
+    "ember's checkpointer writes on its own thread already: with_default_checkpointers(), or "
+    "ember.train.LearningCheckpointer(directory, strategy) (asynchronous=True by default); a "
+    "Checkpointer of your own writes as it likes"
+)
+_ASYNC_CHECKPOINTER = "ember.train._checkpoint.asynchronous.AsyncCheckpointer"
+
+DEPRECATED: Final[dict[str, dict[str, Deprecated]]] = {
+    "ember.train": {
+        "Aggregate": _AGGREGATE,
+        **_ROLES,
+        "AsyncCheckpointer": Deprecated(_ASYNC_CHECKPOINTER, _ASYNC, "0.3.0"),
+        "GradientsAccumulator": Deprecated(
+            "ember.train._step.GradientsAccumulator",
+            "the loop accumulates gradients in the .grad slots itself: call "
+            "grads_accumulation(n) on SupervisedTraining; to add gradients by hand, add the "
+            "tensors of the GradientsParams (a mapping of parameter names to gradients)",
+            "0.3.0",
+        ),
+    },
+    "ember.train.checkpoint": {"AsyncCheckpointer": Deprecated(_ASYNC_CHECKPOINTER, _ASYNC)},
     "ember.train.metric": {"Aggregate": _AGGREGATE},
     "ember.train.renderer": _ROLES,
 }
-"""``{old namespace: {name: (where it lives now, what to write instead)}}``: it still works."""
+"""``{old namespace: {name: Deprecated(where it lives now, what to write instead, since)}}``: it
+still works."""
 
 _LOOP = (
     "the training loop lives in ember: train with SupervisedTraining(directory, train, valid)"
@@ -347,6 +385,12 @@ def _warn_once(old: str, message: str) -> None:
     warnings.warn(message, DeprecationWarning, stacklevel=4)
 
 
+def _next_minor(release: str) -> str:
+    """The minor release after ``release`` (``0.2.0`` -> ``0.3.0``)."""
+    major, minor, _ = release.split(".")
+    return f"{major}.{int(minor) + 1}.0"
+
+
 def _resolve(path: str) -> Any:
     module, _, name = path.rpartition(".")
     return getattr(importlib.import_module(module), name)
@@ -364,9 +408,12 @@ def _lookup(namespace: str, name: str) -> Any:
         return getattr(importlib.import_module(home), name)
     kept = DEPRECATED.get(namespace, {}).get(name)
     if kept is not None:
-        where, instead = kept
-        _warn_once(old, f"{old} is deprecated since 0.2.0 and goes in {REMOVED_IN}: {instead}")
-        return _resolve(where)
+        _warn_once(
+            old,
+            f"{old} is deprecated since {kept.since} and goes in {_next_minor(kept.since)}: "
+            f"{kept.instead}",
+        )
+        return _resolve(kept.where)
     gone = REMOVED.get(namespace, {}).get(name)
     if gone is not None:
         raise ImportError(f"{old} was removed in ember 0.2.0: {gone}", name=name)

@@ -6,6 +6,8 @@ travel with them. A plain class with the protocol's members is an extension; see
 ``docs/design.md`` for the contracts and the event order.
 """
 
+from ember._rundir.atomic import CheckpointFile
+from ember._rundir.metric_logs import NumericEntry
 from ember.data._pass import Progress
 from ember.train._checkpoint.checkpointer import (
     MidRoundCheckpointer,
@@ -37,7 +39,6 @@ from ember.train._events import (
     StartTest,
     TrainingItem,
 )
-from ember.train._files import CheckpointFile
 from ember.train._hooks import Stateful, TrainingHooks
 from ember.train._logger.base import Logger, MetricLogger, MetricReader, ResumableLogger
 from ember.train._metric.accuracy import AccuracyInput
@@ -48,7 +49,6 @@ from ember.train._metric.base import (
     MetricEntry,
     MetricMetadata,
     Numeric,
-    NumericEntry,
     adapt,
     register_adaptor,
 )

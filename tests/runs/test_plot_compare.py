@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from ember._table import format_cell
 from ember.app.cli import main
 from ember.runs import compare, load, plot
 from ember.train import IterationSpeedMetric, Learner, LossMetric
-from ember.train._summary import format_cell
 from tests.runs.test_run import train
 from tests.train.fixtures import TinyRegressor, loader, quiet
 
@@ -34,10 +34,11 @@ def test_plot_overlays_runs_with_a_colour_and_a_legend_entry_each(tmp_path: Path
     pytest.importorskip("matplotlib")
     from matplotlib.image import imread
 
-    import ember.runs._plot as drawing
+    import ember._rundir.curves as drawing
+    from ember.runs._plot import _curves
 
     runs = load(three_runs(tmp_path))
-    figure = drawing._draw(list(runs), runs.rows(), ["Loss"])
+    figure = drawing._draw([_curves(run) for run in runs], ["Loss"])
     (ax,) = [ax for ax in figure.axes if ax.get_visible()]
     colours = [line.get_color() for line in ax.get_lines()]
     assert colours == ["C0", "C0", "C1", "C1", "C2", "C2"]  # train and valid of each run

@@ -17,10 +17,10 @@ import pytest
 import torch
 
 from ember import EmberError, RunFileError
+from ember._rundir.guards import MAX_JSON_DEPTH, MAX_LINE, parse_json
 from ember.app.cli import main
 from ember.runs import load
 from ember.train import Learner, LossMetric
-from ember.train._run_files import MAX_JSON_DEPTH, MAX_LINE, parse_json
 from tests.train.fixtures import TinyRegressor, loader, quiet
 
 pytestmark = pytest.mark.timeout(120)  # a read that hangs fails its test, never the suite

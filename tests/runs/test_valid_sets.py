@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from ember._table import format_cell
 from ember.app.cli import main
 from ember.runs import compare, load
 from ember.train import CliMetricsRenderer, Learner, LearnerSummary, LossMetric, SupervisedTraining
-from ember.train._summary import format_cell
 from tests.train.fixtures import TinyRegressor, loader
 from tests.train.test_valid_sets import noisy
 
@@ -74,10 +74,11 @@ def test_compare_and_plot_show_each_set(tmp_path: Path, capsys: pytest.CaptureFi
     assert main(["summary", str(tmp_path / "a")]) == 0
     assert "| Valid | Loss (noisy) |" in capsys.readouterr().out
     pytest.importorskip("matplotlib")
-    import ember.runs._plot as drawing
+    import ember._rundir.curves as drawing
+    from ember.runs._plot import _curves
 
     one = runs[0]
-    figure = drawing._draw([one], one.rows(), ["Loss", "Loss (noisy)"])
+    figure = drawing._draw([_curves(one)], ["Loss", "Loss (noisy)"])
     panels = {ax.get_title(): ax for ax in figure.axes if ax.get_visible()}
     assert sorted(panels) == ["Loss", "Loss (noisy)"]
     (line,) = panels["Loss (noisy)"].get_lines()

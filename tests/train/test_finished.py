@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from ember import CheckpointError, RunDirectoryError
+from ember._rundir.end import RUN_END
 from ember.extend import Direction, Split
 from ember.train import (
     CliMetricsRenderer,
@@ -20,7 +21,6 @@ from ember.train import (
     SupervisedTraining,
     TorchLrScheduler,
 )
-from ember.train._checkpoint.end import RUN_END
 from tests.train.fixtures import TinyRegressor, loader
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from ember._rundir.metric_logs import epoch_value
 from ember.extend import NumericEntry
 from ember.train import (
     CliMetricsRenderer,
@@ -17,7 +18,6 @@ from ember.train import (
     RegressionOutput,
     SupervisedTraining,
 )
-from ember.train._logger.store import epoch_value
 from tests.train.fixtures import Batch, TinyRegressor, loader, read_lines
 
 

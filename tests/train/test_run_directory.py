@@ -18,8 +18,9 @@ import pytest
 import torch
 
 from ember import RunDirectoryError
+from ember._rundir.layout import LOCK
 from ember.train import CliMetricsRenderer, Learner, LossMetric, SupervisedTraining
-from ember.train._directory import LOCK, claim_for_run, claim_new, siblings, versions
+from ember.train._directory import claim_for_run, claim_new, siblings, versions
 from tests.train.fixtures import TinyRegressor, loader
 
 

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from ember._errors import REQUEUE_EXIT_CODE, TrainingError
+from ember._rundir.layout import LOCK
 from ember.train import (
     CliMetricsRenderer,
     KeepLastNCheckpoints,
@@ -21,7 +22,6 @@ from ember.train import (
     LossMetric,
     SupervisedTraining,
 )
-from ember.train._directory import LOCK
 from tests.train.fixtures import Batch, TinyRegressor, loader
 
 HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)

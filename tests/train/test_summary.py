@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ember._table import format_cell
 from ember.data import DataLoaderBuilder, InMemDataset
 from ember.runs import compare, load
 from ember.train import (
@@ -27,7 +28,7 @@ from ember.train import (
     SupervisedTraining,
     TrainOutput,
 )
-from ember.train._summary import describe_model, format_cell
+from ember.train._summary import describe_model
 
 
 class FakeQuery:

@@ -21,6 +21,8 @@ from torch.utils.data import DataLoader as TorchLoader
 from torch.utils.data import TensorDataset
 
 from ember import CheckpointError, TrainingError
+from ember._rundir.metric_logs import format_number
+from ember._rundir.steps import read_steps
 from ember.data import DataLoader, DataLoaderBuilder, InMemDataset, Progress
 from ember.extend import EndSplit, ProcessedItem, StartSplit
 from ember.train import (
@@ -44,9 +46,7 @@ from ember.train import (
     ValueMetric,
 )
 from ember.train._checkpoint.mid_round import ResumePoint
-from ember.train._logger.file import read_steps
 from ember.train._logger.store import EventStore
-from ember.train._metric.base import format_number
 from ember.train._metric.registered import MetricsTraining
 from ember.train._processor import FullEventProcessorTraining
 from ember.train._step import current_step

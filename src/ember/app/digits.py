@@ -25,12 +25,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from ember._checks import check_positive_int
+from ember._rundir.metric_logs import epoch_value
 from ember.app.rundir import claim_directory
 from ember.data import DataLoader, DataLoaderBuilder, InMemDataset
 from ember.train._builder import SupervisedTraining
 from ember.train._learner import Learner
 from ember.train._logger.file import FileMetricLogger
-from ember.train._logger.store import epoch_value
 from ember.train._metric.accuracy import AccuracyMetric
 from ember.train._metric.loss import LossMetric
 from ember.train._outputs import ClassificationOutput

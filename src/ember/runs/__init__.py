@@ -6,7 +6,7 @@ several (:class:`Runs`); their values come as :class:`MetricRow` rows, one per e
 per batch, or as a pandas DataFrame (``ember[pandas]``). :func:`plot` overlays runs' curves and
 :func:`compare` sets them side by side (``ember plot``, ``ember compare``). A file the run
 readers refuse (not a regular file inside the run, too big, nested too deeply, not UTF-8:
-``ember/train/_run_files.py``) is a :class:`RunFileError` naming it. See ``docs/training.md``,
+``ember/_rundir/guards.py``) is a :class:`RunFileError` naming it. See ``docs/training.md``,
 "Runs as data".
 """
 

@@ -15,11 +15,10 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ember._rundir.config import flatten_config
+from ember._table import format_cell, metric_label
 from ember.runs._logs import MetricRow
 from ember.runs._run import Run, Runs, unit_of
-from ember.train._logger.base import flatten_config
-from ember.train._metric.base import metric_label
-from ember.train._summary import format_cell
 
 __all__ = ["compare", "differing_config"]
 

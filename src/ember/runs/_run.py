@@ -24,20 +24,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, overload
 
-from ember.runs._facts import RunFacts, describe, read_config, read_facts, read_summary
-from ember.runs._logs import (
-    SPLITS,
-    MetricRow,
-    SplitLog,
-    epoch_directories,
-    has_epoch_values,
-    read_split,
-)
-from ember.train._logger.file import read_steps
-from ember.train._summary import LearnerSummary, MetricSummary
-from ember.train._vocabulary import Split
+from ember._rundir.config import read_config
+from ember._rundir.facts import RunFacts, epochs_logged, read_facts
+from ember._rundir.metric_logs import epoch_directories
+from ember._rundir.summary import read_summary_json
+from ember.runs._logs import SPLITS, MetricRow, SplitLog, read_logs
+from ember.train import LearnerSummary, MetricSummary, Split
 
-__all__ = ["Level", "Many", "Run", "Runs", "load", "rows_to_pandas", "unit_of"]
+__all__ = [
+    "Level",
+    "Many",
+    "Run",
+    "Runs",
+    "describe",
+    "load",
+    "read_summary",
+    "rows_to_pandas",
+    "unit_of",
+]
 
 Level = Literal["epoch", "item"]
 """Which rows: one per epoch value (``"epoch"``) or one per batch line (``"item"``)."""
@@ -74,13 +78,7 @@ class Run:
 
     def logs(self) -> list[SplitLog]:
         """Every numeric metric's lines, per split and epoch, as the files hold them now."""
-        logs = []
-        for split, epochs in epoch_directories(self.directory).items():
-            steps = read_steps(self.directory / split.value, self.directory)
-            for epoch, epoch_dir in epochs.items():
-                found = steps.get(epoch, {})
-                logs.extend(read_split(split, epoch, epoch_dir, found, self.directory))
-        return logs
+        return read_logs(self.directory)
 
     def metrics(self, split: str | Split | None = None) -> list[str]:
         """The numeric metrics logged (on ``split``, or on any), sorted."""
@@ -242,14 +240,7 @@ def _load(directory: Path, name: str) -> Run:
             f"no training run in {str(directory)!r}: no config.json, no summary.json and no "
             "metric logs under its train/ or valid/ epoch-N directories"
         )
-    validates = config.get("valid") is not None if config else Split.VALID in epochs
-    last_split = Split.VALID if validates else Split.TRAIN
-    logged = [
-        epoch
-        for epoch, path in epochs.get(last_split, {}).items()
-        if has_epoch_values(path, directory)
-    ]
-    facts = read_facts(directory, summary, max(logged, default=0))
+    facts = read_facts(directory, summary, epochs_logged(directory, config, epochs))
     return Run(
         directory,
         name,
@@ -261,6 +252,27 @@ def _load(directory: Path, name: str) -> Run:
         facts.finished,
         facts.failed,
     )
+
+
+def read_summary(directory: Path) -> LearnerSummary | None:
+    """``summary.json`` (None without one); ValueError naming a file that is not a summary
+    (RunFileError, also a ValueError, for one the run readers refuse)."""
+    data = read_summary_json(directory)
+    try:
+        return None if data is None else LearnerSummary.from_json(data)
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise ValueError(
+            f"{directory / 'summary.json'} is not a learner summary: {error!r}"
+        ) from None
+
+
+def describe(facts: RunFacts, config: Mapping[str, Any]) -> str:
+    """One line: how far the run got and how it ended."""
+    how = "finished" if facts.finished else "failed" if facts.failed else "not finished"
+    reason = f" ({facts.stop_reason})" if facts.stop_reason else ""
+    total = config.get("num_epochs")
+    of = f" of {total}" if isinstance(total, int) and config.get("max_steps") is None else ""
+    return f"epoch {facts.last_epoch}{of}, {how}{reason}"
 
 
 def _rows(runs: Sequence[Run], level: Level) -> list[MetricRow]:

@@ -15,7 +15,6 @@ from ember.train._callbacks.base import Callback, RunView
 from ember.train._callbacks.ema import EMA
 from ember.train._callbacks.profiler import Profiler
 from ember.train._callbacks.swa import SWA
-from ember.train._checkpoint.asynchronous import AsyncCheckpointer
 from ember.train._checkpoint.export import export_weights, load_checkpoint
 from ember.train._checkpoint.file import FileCheckpointer
 from ember.train._checkpoint.learning import LearningCheckpointer
@@ -89,7 +88,6 @@ from ember.train._renderer.notebook import NotebookMetricsRenderer
 from ember.train._renderer.tui.renderer import TuiMetricsRenderer
 from ember.train._result import LearningResult
 from ember.train._step import (
-    GradientsAccumulator,
     GradientsParams,
     InferenceStep,
     LearnerModel,
@@ -110,7 +108,6 @@ __all__ = [
     "EMA",
     "SWA",
     "AccuracyMetric",
-    "AsyncCheckpointer",
     "AsyncProcessorTraining",
     "AurocMetric",
     "Callback",
@@ -142,7 +139,6 @@ __all__ = [
     "FullyShardedDataParallel",
     "GradNormMetric",
     "GradientCheckpointing",
-    "GradientsAccumulator",
     "GradientsParams",
     "HammingScore",
     "Hooks",

@@ -27,6 +27,7 @@ from torch.utils.data import DataLoader as TorchLoader
 
 from ember._checks import check_directory, check_positive_int, check_real
 from ember._protocols import check_protocol, with_defaults
+from ember._rundir.metric_logs import metric_file_name
 from ember.data import DataLoader, DataModule
 from ember.data._torch_loader import as_ember_loader
 from ember.train._callbacks.base import Callback
@@ -43,7 +44,6 @@ from ember.train._hooks import HOOKS, Stateful, TrainingHooks, has_hooks
 from ember.train._interrupter import Interrupter
 from ember.train._learner import Learner
 from ember.train._logger.base import MetricLogger
-from ember.train._logger.file import metric_file_name
 from ember.train._metric.base import Metric, NamedMetric, Numeric
 from ember.train._metric.registered import set_metric_name
 from ember.train._options import TrainingOptions, option_calls

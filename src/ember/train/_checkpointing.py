@@ -2,7 +2,7 @@
 restoring the run from one, and keeping the last round end after a stop.
 
 The loop (``_loop.py``) says where it is; the saver turns that into the run's state
-(``state.py``: a registry of named parts) and hands the records to the run's checkpointer.
+(``_state/``: a registry of named parts) and hands the records to the run's checkpointer.
 ``checkpoint_every`` is followed with :class:`~ember.train._schedule.RoundMarks`: steps and
 passes are the same on every process; seconds are read on the main process's clock and
 agreed. Every process takes part in a checkpoint (the RNG states are gathered, a sharded model's
@@ -14,15 +14,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ember._errors import CheckpointError
+from ember._rundir.end import clear_run_end
 from ember.train._callbacks.called import stateful_callbacks
 from ember.train._checkpoint.checkpointer import (
     MidRoundCheckpointer,
     RunCheckpointer,
     TrainingRecords,
 )
-from ember.train._checkpoint.end import clear_run_end
 from ember.train._checkpoint.mid_round import ResumePoint, point_directory
+from ember.train._checkpoint.resume import restore_point
 from ember.train._counters import RunCounters
 from ember.train._hooks import Stateful
 from ember.train._learner import Learner
@@ -80,23 +80,17 @@ class CheckpointSaver:
         return resumed
 
     def _restore(self, point: ResumePoint) -> Resumed:
+        """The run's state put back from the checkpoint of ``point``: as choosing it read and
+        verified it (``_checkpoint/resume.py``), or read by the checkpointer now."""
         checkpointer = self.checkpointer
         if checkpointer is None:
             raise ValueError(f"resuming from the checkpoint of {point} needs checkpointers")
+        records = restore_point(checkpointer, point)
         where = f"{point} in {point_directory(checkpointer.directory, point)}"
-        if point.step is None:
-            records = checkpointer.restore(point.epoch)
-        elif isinstance(checkpointer, MidRoundCheckpointer):
-            records = checkpointer.restore_mid_round(point.epoch, point.step)
-        else:
-            raise CheckpointError(
-                f"{checkpointer!r} cannot restore the checkpoint of {where}: it has no "
-                "mid-round checkpoints"
-            )
         return self.state.restore(records, point, where)
 
-    def round_end(self, epoch: int) -> bool:
-        """Checkpoint the end of round ``epoch`` if ``checkpoint_every`` says so (always the
+    def round_end(self, round: int) -> bool:
+        """Checkpoint the end of the round ``round`` if ``checkpoint_every`` says so (always the
         run's last round); the checkpointing strategy decides what is kept. True when a
         checkpoint was taken."""
         checkpointer = self.checkpointer
@@ -109,9 +103,9 @@ class CheckpointSaver:
             due = self.run.decide(due)  # the processes' clocks differ: the main process's says
         if not due:
             return False
-        records = self._snapshot(ResumePoint(epoch))
+        records = self._snapshot(ResumePoint(round))
         if records is not None:
-            self.last_saved = (epoch, checkpointer.checkpoint(epoch, records, self.store))
+            self.last_saved = (round, checkpointer.checkpoint(round, records, self.store))
         return True
 
     def mid_round_due(self, step: int) -> bool:
@@ -124,17 +118,17 @@ class CheckpointSaver:
             return self.marks.due(interval, step, 0, 0.0)
         return self.run.decide(self.marks.due(interval, step, 0, time.monotonic()))
 
-    def mid_round(self, epoch: int, *, trained: bool) -> None:
-        """Checkpoint this optimizer step inside round ``epoch``: every item is logged and the
+    def mid_round(self, round: int, *, trained: bool) -> None:
+        """Checkpoint this optimizer step inside the round ``round``: every item is logged and the
         metrics thread flushed already; ``trained``: the round's training is over (a stop on
         its last step)."""
         checkpointer = self.checkpointer
         assert isinstance(checkpointer, MidRoundCheckpointer)  # else mid_round_blocker is set
         counters = self.counters
         step = counters.optimizer_steps
-        records = self._snapshot(ResumePoint(epoch, step), trained=trained)
+        records = self._snapshot(ResumePoint(round, step), trained=trained)
         if records is not None:
-            checkpointer.checkpoint_mid_round(epoch, step, records)
+            checkpointer.checkpoint_mid_round(round, step, records)
         self.marks = RoundMarks(step, counters.passes, time.monotonic())
 
     def keep_last_round(self) -> None:

@@ -1,7 +1,7 @@
 """Where a run is: every counter of the training loop, in one object.
 
 The loop advances them, the optimizer window counts its steps in them, and a checkpoint keeps
-them (its ``loop`` and ``round`` entries, ``_state.py``), so a resumed run goes on
+them (its ``loop`` and ``round`` entries, ``_state/parts.py``), so a resumed run goes on
 from exactly where the checkpoint left it. The code counts *rounds*: a round trains, validates
 and does an epoch's bookkeeping (an epoch by default, or N steps or N epochs with
 ``validate_every``, ``_schedule.py``); events, hooks, log directories and checkpoint files keep

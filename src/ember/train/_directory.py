@@ -31,11 +31,8 @@ time, never mixed with another run.
         release the lock (also after an error); the directories the claim made and nothing was
         written to are removed again (a launch refused before training leaves nothing behind)
 
-What ember writes in a run directory: the split logs ``{train,valid}/epoch-N/*.log``,
-``test/{name}/*.log`` and ``test/summary.json``, the checkpoints (``checkpoint/`` by default),
-``experiment.log``, ``evaluation.log``, ``config.json``, ``config.yaml`` (``ember.cli``),
-``summary.json``, ``run-end.json``, ``metrics.png`` (``ember plot``) and ``model.safetensors``
-(an export).
+What of a directory is ember's, what means a run was launched there, and what ``overwrite()``
+removes is the run directory's layout (``ember/_rundir/layout.py``).
 
 Two runs never share a directory, so running the same training twice puts the second beside the
 first (Lightning's ``version_N`` habit, for a directory the user named): a script or a notebook
@@ -60,59 +57,22 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from ember._errors import RunDirectoryError
-from ember.train._checkpoint.end import RUN_END
-from ember.train._checkpoint.file import SUFFIX
-from ember.train._checkpoint.learning import NAMES
-from ember.train._checkpoint.mid_round import step_directories
+from ember._rundir.layout import LOCK, remove_run, used_by_a_run
 from ember.train._config import DEFAULT_CHECKPOINTERS, TrainingConfig
-from ember.train._experiment import CONFIG_YAML
-from ember.train._logger.file import STEPS_FILE
 from ember.train._strategy.single import SingleDevice
 
 __all__ = [
-    "LOCK",
-    "OWNED",
     "VERSION",
     "claim_for_run",
     "claim_new",
     "siblings",
-    "used_by_a_run",
     "versions",
 ]
-
-LOCK = ".ember.lock"
-"""The lock file of a run directory: the holder's pid, host and start time (JSON)."""
-
-RUNS = ("train", "valid", "test")
-"""The split log directories: ember's logs in them mean a run was logged here."""
-
-OWNED = (
-    "experiment.log",
-    "evaluation.log",
-    "config.json",
-    CONFIG_YAML,
-    "summary.json",
-    RUN_END,
-    "metrics.png",
-    "model.safetensors",  # the best epoch's export, when a logger asks for it
-)
-"""The files ember writes directly in a run directory (beside the split logs and checkpoints)."""
-
-RUN_FILES = ("config.json", "summary.json", RUN_END)
-"""The files of ``OWNED`` that mean a run was launched here (what ``ember.runs`` reads): not the
-application log, which accumulates across launches, nor the exports of a run read later."""
 
 VERSION = "version_{}"
 """The name of a version of a ``versioned()`` run directory."""
 
-_EPOCH = re.compile(r"epoch-[1-9][0-9]*")
 _VERSION = re.compile(r"version_(0|[1-9][0-9]*)")
-
-_CHECKPOINT_FILE = re.compile(
-    rf"manifest-[1-9][0-9]*\.json|(?:{'|'.join(NAMES)}|shards-rank[0-9]+)-[1-9][0-9]*"
-    rf"{re.escape(SUFFIX)}"
-    rf"|{re.escape(RUN_END)}|\..+\.tmp"
-)
 
 
 @contextmanager
@@ -139,7 +99,7 @@ def _claim(config: TrainingConfig, held: ExitStack) -> Path:
         found = used_by_a_run(directory, checkpoints) if config.resume is None else []
         if not found or config.overwrite:
             if found:
-                _remove_run(directory, checkpoints)
+                remove_run(directory, checkpoints)
             held.enter_context(claim.pop_all())  # held for the run
             return directory
         _check_movable(config, directory, checkpoints, found)  # refused where it cannot move
@@ -246,17 +206,6 @@ def _remove_empty(directory: Path, up_to: Path) -> None:
             return
 
 
-def used_by_a_run(directory: Path, checkpoints: Path | None) -> list[str]:
-    """What of another run ``directory`` holds: its logs, checkpoints, and the files of
-    ``RUN_FILES`` (names, sorted)."""
-    found = [name for name in RUNS if _split_logs(directory / name)]
-    found += [name for name in RUN_FILES if (directory / name).is_file()]
-    files = _checkpoint_files(checkpoints)
-    if checkpoints is not None and files:
-        found.append(f"{_shown(directory, checkpoints)} ({len(files)} checkpoint files)")
-    return sorted(found)
-
-
 def _check_movable(
     config: TrainingConfig, directory: Path, checkpoints: Path | None, found: list[str]
 ) -> None:
@@ -287,63 +236,6 @@ def _check_movable(
         "wrote there (its logs, checkpoints, experiment.log, config.json, summary.json; "
         "nothing else) and start afresh"
     )
-
-
-def _remove_run(directory: Path, checkpoints: Path | None) -> None:
-    """Remove what ember wrote in ``directory`` and ember's checkpoint files, nothing else: a
-    directory is removed only when that leaves it empty."""
-    for name in OWNED:
-        path = directory / name
-        if path.is_file() or path.is_symlink():
-            path.unlink()
-    for split in RUNS:
-        _remove_logs(directory / split)
-    for path in _checkpoint_files(checkpoints):
-        path.unlink()
-    if checkpoints is None:
-        return
-    for emptied in [*step_directories(checkpoints).values(), checkpoints]:
-        if emptied.is_dir() and not any(emptied.iterdir()):
-            emptied.rmdir()
-
-
-def _split_logs(split: Path) -> list[Path]:
-    """ember's files in the split log directory ``split``: ``epoch-N/*.log`` and the split's
-    ``steps.jsonl`` (train, valid), ``{name}/*.log`` and ``summary.json`` (test); never a
-    symlink's target."""
-    if not split.is_dir() or split.is_symlink():
-        return []
-    found = [split / ("summary.json" if split.name == "test" else STEPS_FILE)]
-    for child in split.iterdir():
-        ours = _EPOCH.fullmatch(child.name) if split.name != "test" else True
-        if ours and child.is_dir() and not child.is_symlink():
-            found.extend(child.glob("*.log"))
-    return [path for path in found if path.is_file() or path.is_symlink()]
-
-
-def _remove_logs(split: Path) -> None:
-    """Remove ember's logs in ``split``, then the directories that held them (and ``split``)
-    where that left them empty."""
-    logs = _split_logs(split)
-    for path in logs:
-        path.unlink()
-    held = {path.parent for path in logs} | ({split} if logs else set())
-    for directory in sorted(held, key=lambda path: len(path.parts), reverse=True):
-        if not any(directory.iterdir()):
-            directory.rmdir()
-
-
-def _checkpoint_files(checkpoints: Path | None) -> list[Path]:
-    """ember's checkpoint files in ``checkpoints``, mid-round ones (in ``step-K/``) included."""
-    if checkpoints is None or not checkpoints.is_dir():
-        return []
-    directories = [checkpoints, *step_directories(checkpoints).values()]
-    return [
-        path
-        for directory in directories
-        for path in directory.iterdir()
-        if _CHECKPOINT_FILE.fullmatch(path.name)
-    ]
 
 
 def _check_choices(config: TrainingConfig) -> None:
@@ -388,13 +280,6 @@ def _processes() -> int:
     in ``WORLD_SIZE``: a directory chosen here would be chosen by each of them."""
     world = os.environ.get("WORLD_SIZE", "1")
     return int(world) if world.isdigit() else 1
-
-
-def _shown(directory: Path, path: Path) -> str:
-    try:
-        return f"{path.relative_to(directory)}/"
-    except ValueError:
-        return f"{path}/"
 
 
 # --- the lock -----------------------------------------------------------------------------------

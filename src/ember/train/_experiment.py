@@ -27,19 +27,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ember.train._files import atomic_write
+from ember._rundir.config import write_config_yaml
 
 __all__ = [
-    "CONFIG_YAML",
     "ENVIRONMENT",
     "Experiment",
     "current_experiment",
     "running_experiment",
     "write_experiment_config",
 ]
-
-CONFIG_YAML = "config.yaml"
-"""The resolved YAML of the experiment, beside ``config.json`` in the run directory."""
 
 ENVIRONMENT = "EMBER_CLI_CONFIG"
 """The environment variable that carries the experiment into the threads and processes of
@@ -97,5 +93,4 @@ def write_experiment_config(directory: Path) -> None:
     """Write the current experiment's YAML as ``directory/config.yaml``; nothing without one."""
     experiment = current_experiment()
     if experiment is not None:
-        # not flushed to disk, as config.json: written again by every launch (a resume too)
-        atomic_write(directory / CONFIG_YAML, experiment.yaml.encode("utf-8"), sync=False)
+        write_config_yaml(directory, experiment.yaml)

@@ -10,7 +10,7 @@ places the model before it. The loop reads the configuration through the plan
     saver.begin(start)                                  # resuming: every process restores the
                                                         # run's state from the checkpoint of a
                                                         # round end, or of a step inside a round
-                                                        # (_state.py); then the
+                                                        # (_state/); then the
                                                         # directory's recorded end is forgotten
     Start(rounds, starting round, total steps when max_steps bounds the run, steps taken,
           whether a stop writes a mid-round checkpoint)
@@ -223,63 +223,63 @@ class TrainingLoop:
     def _rounds(self, resumed: Resumed) -> None:
         """Every round from the one ``resumed`` names until the schedule ends or a stop."""
         counters, schedule, callbacks = self.counters, self.plan.schedule, self.callbacks
-        epoch, mid_round = resumed.round, resumed if resumed.mid_round else None
+        round, mid_round = resumed.round, resumed if resumed.mid_round else None
         while mid_round or not schedule.ran_out(counters.optimizer_steps, counters.passes):
-            self.view._epoch = epoch
-            callbacks.call("on_epoch_start", epoch)
-            self._train_split(epoch, mid_round)
+            self.view._epoch = round
+            callbacks.call("on_epoch_start", round)
+            self._train_split(round, mid_round)
             mid_round = None
             if self._stop is not None:
                 return
-            self._valid_split(epoch)
-            counters.last_round = epoch
-            if self._end_round(epoch) or self._stop is not None:
+            self._valid_split(round)
+            counters.last_round = round
+            if self._end_round(round) or self._stop is not None:
                 return
             _, stopper = self.run.report((), self._wants_stop())
             if stopper is not None:  # asked between two rounds (or during validation)
                 self._stopped_by(stopper)
                 return
-            epoch += 1
+            round += 1
 
     # --- the train split -----------------------------------------------------------------------
 
-    def _train_split(self, epoch: int, resumed: Resumed | None) -> None:
-        """Train round ``epoch``: one pass by default, else until the schedule ends the round
+    def _train_split(self, round: int, resumed: Resumed | None) -> None:
+        """Train the round ``round``: one pass by default, else until the schedule ends the round
         (``_schedule.py``); a pass left mid-way goes on in the next round. A round ``resumed``
         from a mid-round checkpoint goes on with its counters (straight to its end when its
         training was over)."""
         run, processor, counters = self.run, self.processor, self.counters
         total = None if self.plan.schedule.by_steps else run.loaders["train"].num_items()
-        processor.process_train(StartSplit(epoch, total, counters.pass_items if resumed else 0))
-        self.callbacks.call("on_split_start", Split.TRAIN, epoch)
+        processor.process_train(StartSplit(round, total, counters.pass_items if resumed else 0))
+        self.callbacks.call("on_split_start", Split.TRAIN, round)
         for replica in run.replicas:
             replica.train()
         if resumed is None:
             counters.round_items = counters.round_passes = 0
         self._stamps.clear()  # a process that logs nothing (DDP rank > 0) never pops its own
         if resumed is None or not resumed.trained:
-            while self._train_units(epoch):
+            while self._train_units(round):
                 pass
-        processor.process_train(EndSplit(epoch))
-        self.callbacks.call("on_split_end", Split.TRAIN, epoch)
+        processor.process_train(EndSplit(round))
+        self.callbacks.call("on_split_end", Split.TRAIN, round)
 
-    def _train_units(self, epoch: int) -> bool:
+    def _train_units(self, round: int) -> bool:
         """Train units of the current pass (starting one if none is under way) until the round
         ends (False), a stop (False) or the pass ends with the round going on (True)."""
         if self._units is None:
             self._units = self.run.train_pass()  # a restored loader goes on mid-pass
         units = self._units
         for unit, progress in units:
-            stepped = self._train_unit(epoch, unit, progress)
+            stepped = self._train_unit(round, unit, progress)
             ended = progress.is_completed
             if ended:
                 self._end_train_pass(units)
-            verdict = self._after_unit(epoch, stepped=stepped, ended=ended)
+            verdict = self._after_unit(round, stepped=stepped, ended=ended)
             if verdict is not None:
                 return verdict
         return self._pass_ran_out(units)
 
-    def _train_unit(self, epoch: int, unit: Any, progress: Progress) -> bool:
+    def _train_unit(self, round: int, unit: Any, progress: Progress) -> bool:
         """One unit of work: forward and backward, the optimizer step when its window closes,
         its items reported and logged; True when it stepped."""
         learner, run, window, counters = self.learner, self.run, self.window, self.counters
@@ -289,7 +289,7 @@ class TrainingLoop:
         )
         # the unit's iteration counts the items not logged yet too (a DDP chunk's)
         context = window.context(
-            epoch, counters.round_items + len(self._stamps) + 1, unit, items, progress
+            round, counters.round_items + len(self._stamps) + 1, unit, items, progress
         )
         norm, stepped = None, False
         with step_context(context):  # optimize() may read the batch too
@@ -358,7 +358,7 @@ class TrainingLoop:
         self.run.after_optimizer_step()  # the replicas get them too
         return self._forward(unit, context)
 
-    def _after_unit(self, epoch: int, *, stepped: bool, ended: bool) -> bool | None:
+    def _after_unit(self, round: int, *, stepped: bool, ended: bool) -> bool | None:
         """What follows a unit: None to go on with the pass, or :meth:`_train_units`' answer."""
         counters = self.counters
         step = counters.optimizer_steps
@@ -371,14 +371,14 @@ class TrainingLoop:
                 return False
             if not stepped:
                 return None  # a stop waits for the window to close: a step leaves it empty
-            if not stop.checkpoint or self._checkpoint_mid_round(epoch, trained=round_ends):
+            if not stop.checkpoint or self._checkpoint_mid_round(round, trained=round_ends):
                 self._stop = dataclasses.replace(stop, pending=False)
             return False
         if round_ends:
             if not ended:  # mid-pass: what the run still holds is this round's
                 self._log_train(self.run.report((), False)[0])
             return False
-        if stepped and self.saver.mid_round_due(step) and not self._checkpoint_mid_round(epoch):
+        if stepped and self.saver.mid_round_due(step) and not self._checkpoint_mid_round(round):
             return False  # the metrics thread failed: the run ends (the session reports it)
         return True if ended else None
 
@@ -427,8 +427,8 @@ class TrainingLoop:
         for _ in units:  # a complete pass yields nothing more; this only ends its generator
             break
 
-    def _checkpoint_mid_round(self, epoch: int, *, trained: bool = False) -> bool:
-        """Checkpoint at this optimizer step inside round ``epoch`` (``trained``: the round's
+    def _checkpoint_mid_round(self, round: int, *, trained: bool = False) -> bool:
+        """Checkpoint at this optimizer step inside the round ``round`` (``trained``: the round's
         training is over, as at a stop on its last step), once every item the run holds is
         logged and processed; False when the metrics thread failed (nothing is written, the
         run ends)."""
@@ -437,27 +437,27 @@ class TrainingLoop:
         if self.run.decide(self.processor.error is not None):
             self._stopped_by(0)  # the session reports the metrics thread's error
             return False
-        self.saver.mid_round(epoch, trained=trained)
-        self.callbacks.call("on_checkpoint_saved", epoch, self.counters.optimizer_steps)
+        self.saver.mid_round(round, trained=trained)
+        self.callbacks.call("on_checkpoint_saved", round, self.counters.optimizer_steps)
         return True
 
     # --- the valid split and the end of a round -----------------------------------------------
 
-    def _valid_split(self, epoch: int) -> None:
+    def _valid_split(self, round: int) -> None:
         if self.plan.validates:  # train only: no valid split, no valid events
-            self._validate(epoch)
-        self.processor.process_train(EndEpoch(epoch))
-        self.callbacks.call("on_epoch_end", epoch)
+            self._validate(round)
+        self.processor.process_train(EndEpoch(round))
+        self.callbacks.call("on_epoch_end", round)
 
-    def _validate(self, epoch: int) -> None:
-        """The valid split of round ``epoch``: every validation set in order, the main one
+    def _validate(self, round: int) -> None:
+        """The valid split of the round ``round``: every validation set in order, the main one
         first (``_valid_sets.py``), each item tagged with its set."""
         run, processor, callbacks = self.run, self.processor, self.callbacks
         sets = [None, *(name for name, _ in self.plan.config.valid_sets)]
         sizes = [run.loaders[loader_key(name)].num_items() for name in sets]
         total = None if None in sizes else sum(size or 0 for size in sizes)
-        processor.process_valid(StartSplit(epoch, total))
-        callbacks.call("on_split_start", Split.VALID, epoch)
+        processor.process_valid(StartSplit(round, total))
+        callbacks.call("on_split_start", Split.VALID, round)
         step = self.counters.optimizer_steps
         for name in sets:
             outputs = inference_pass(
@@ -466,28 +466,28 @@ class TrainingLoop:
                 autocast=self.window.autocast,
                 step=self.learner.inference_step,
                 split=Split.VALID.value,
-                epoch=epoch,
+                epoch=round,
                 optimizer_steps=step,
             )
             for iteration, (item, progress, values) in enumerate(outputs, 1):
                 done = TrainingItem(item, progress, iteration, None, step, None, values)
                 processor.process_valid(ProcessedItem(done, name))
-        processor.process_valid(EndSplit(epoch))
-        callbacks.call("on_split_end", Split.VALID, epoch)
+        processor.process_valid(EndSplit(round))
+        callbacks.call("on_split_end", Split.VALID, round)
         if callbacks.methods("on_validation_end"):
-            callbacks.call("on_validation_end", epoch, self._valid_values(epoch))
+            callbacks.call("on_validation_end", round, self._valid_values(round))
         if self._valid_thresholds:
             self._threshold_reached(self._valid_thresholds)
 
-    def _valid_values(self, epoch: int) -> dict[str, float]:
-        """The valid metrics' epoch values of round ``epoch``, the main process's on every
+    def _valid_values(self, round: int) -> dict[str, float]:
+        """The valid metrics' epoch values of round ``round``, the main process's on every
         process (the metrics thread is flushed first: a host sync once a round)."""
         self.processor.flush()
-        values = self.store.epoch_values(Split.VALID, epoch) if self.plan.main else {}
+        values = self.store.epoch_values(Split.VALID, round) if self.plan.main else {}
         agreed: dict[str, float] = self.run.decide(values)
         return agreed
 
-    def _end_round(self, epoch: int) -> bool:
+    def _end_round(self, round: int) -> bool:
         """Flush, checkpoint, then ask early stopping; True when early stopping ends the run.
 
         Nothing is checkpointed once the metrics thread has failed, so non-finite weights are
@@ -505,17 +505,17 @@ class TrainingLoop:
             return True
         value = None
         if monitor is not None:
-            mine = self.store.find_metric(monitor, epoch, Split.VALID) if plan.main else None
+            mine = self.store.find_metric(monitor, round, Split.VALID) if plan.main else None
             value = run.decide(mine)
         learner.end_epoch(value)  # the scheduler's new state goes into this round's checkpoint
-        if self.saver.round_end(epoch):
-            self.callbacks.call("on_checkpoint_saved", epoch, None)
+        if self.saver.round_end(round):
+            self.callbacks.call("on_checkpoint_saved", round, None)
         if stopping is None:
             return False
         reason = None
-        if plan.main and stopping.should_stop(epoch, self.store):
+        if plan.main and stopping.should_stop(round, self.store):
             reason = member(stopping, EarlyStoppingStrategy, "reason")
-            reason = reason or f"early stopping after epoch {epoch}"
+            reason = reason or f"early stopping after epoch {round}"
         reason = run.decide(reason)
         if reason is None:
             return False

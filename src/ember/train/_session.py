@@ -1,4 +1,6 @@
-"""A run's session: the resources a run holds while it trains, and how it always ends.
+"""A run's session: the resources a run holds while it trains, and how it always ends. Where
+training starts is found in ``_start.py``, the result built in ``_facts.py``, the ``with_test``
+tests run in ``_test_sets.py``; the session calls them in order.
 
 ::
 
@@ -7,14 +9,13 @@
             version; a fresh run into another run's directory goes to a free sibling, is
             refused, or that run's files are removed with overwrite(): _directory.py); the plan
             moved there (_plan.moved)
-        checkpoint(epoch): that checkpoint must verify (refused before anything is written)
+        checkpoint(epoch): that checkpoint must verify, read once (refused before anything is
+            written: _start.py)
         compile(...): the model compiled in place
         main process: experiment.log; the renderer; the run directory said in both
-        resume_latest(): the newest usable checkpoint, skipped ones warned of in experiment.log
-            and on the screen (none usable of several: CheckpointError, unless
-            fresh_if_unusable); none at all: warned of (training starts from scratch), or a run
-            that finished without checkpoints refused; a run complete already for what is
-            asked: warned of, and its result is the session's without training (_finished.py)
+        resume_latest(): the newest usable checkpoint, or none, or a run complete already for
+            what is asked, whose result is the session's without training (_start.py,
+            _finished.py)
         main process: config.json (and ember.cli's config.yaml), every logger's start(config)
             (an error there ends the launch, before training); the metrics thread (train-worker)
         other processes: no files, no output (their events are dropped)
@@ -28,6 +29,7 @@
                                                          # the checkpoint writes finished, and
                                                          # every process takes the main one's
                                                          # summary, checkpoints and best epoch
+                                                         # (_facts.py)
     leaving, whatever happened (each step runs even if one before it failed):
         drain train-worker; after an error the callbacks' on_error(error); log the error (then
         a note on it: where its traceback is, which the renderer's line and Python's traceback
@@ -37,7 +39,8 @@
         marks the run failed); the loggers' end(summary, artifacts); close the loggers, the
         renderer and experiment.log
         session.result = LearningResult(model in eval mode, renderer, error, summary, stop
-            reason, the checkpoints and the best epoch); with_test tests, if training succeeded
+            reason, the checkpoints and the best epoch: _facts.py); the with_test tests, if
+            training succeeded (_test_sets.py)
         release the run directory
 
 An exception inside the session is the run's error (kept in the result, with its traceback);
@@ -47,44 +50,45 @@ signal, ``SystemExit``) goes through, after the same ending.
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import io
-import json
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 import torch
 from torch import nn
 
-from ember._errors import CheckpointError
 from ember._protocols import member
+from ember._rundir.config import write_config
+from ember._rundir.end import RunEnd
 from ember.train._application_log import (
     ExperimentLogHandler,
     begin_attempt,
     experiment_log,
     warnings_to,
 )
-from ember.train._checkpoint.end import RunEnd
-from ember.train._checkpoint.export import best_epoch, model_checkpoints
 from ember.train._checkpoint.mid_round import ResumePoint
-from ember.train._checkpoint.resume import requested_point, resume_latest_point
 from ember.train._config import run_configuration
 from ember.train._counters import RunCounters
 from ember.train._directory import claim_for_run
 from ember.train._events import End
 from ember.train._experiment import write_experiment_config
-from ember.train._files import atomic_write
-from ember.train._finished import finished_result, finished_run, nothing_to_resume, run_result
+from ember.train._facts import (
+    Listing,
+    agreed_facts,
+    checkpoint_listing,
+    complete_rounds,
+    run_result,
+    summary_written,
+)
+from ember.train._finished import finished_result
 from ember.train._learner import Learner
 from ember.train._logger.store import EventStore
 from ember.train._loop import LoopOutcome
 from ember.train._lr_scheduler.torch_adapter import interval_notice
-from ember.train._metric.base import Numeric
 from ember.train._plan import RunPlan, moved
 from ember.train._processor import (
     AsyncProcessorTraining,
@@ -92,15 +96,16 @@ from ember.train._processor import (
     FullEventProcessorTraining,
     SilentProcessor,
 )
-from ember.train._renderer.base import EvaluationRenderer, MetricsRenderer, Renderer
+from ember.train._renderer.base import MetricsRenderer, Renderer
 from ember.train._renderer.cli import CliMetricsRenderer
 from ember.train._renderer.default import default_renderer
 from ember.train._result import LearningResult
+from ember.train._start import checkpointer_for, latest_start, requested_start
 from ember.train._strategy.base import StrategyDefaults, StrategyRun
-from ember.train._summary import LearnerSummary, describe_model
+from ember.train._summary import LearnerSummary
+from ember.train._test_sets import tested
 from ember.train._tracking import run_artifacts, wanted_artifacts
-from ember.train._valid_sets import loader_key, set_metrics
-from ember.train._vocabulary import Split
+from ember.train._valid_sets import loader_key
 
 __all__ = ["TrainingSession"]
 
@@ -130,7 +135,7 @@ class TrainingSession(Generic[M]):
         self._outcome = LoopOutcome(0)
         self._summary: LearnerSummary | None = None
         self._run: StrategyRun | None = None
-        self._listing: tuple[dict[int, Path], int | None] | None = None  # rank 0's, agreed
+        self._listing: Listing | None = None  # rank 0's, agreed
         self._checkpoints_closed = False  # by ended(), once training ended without an error
         self._error = _FirstError()
         self._claim = ExitStack()
@@ -157,7 +162,7 @@ class TrainingSession(Generic[M]):
         plan = self.plan
         config, main = plan.config, plan.main
         if config.resume is not None and config.resume != "latest":
-            self.start = self._requested_checkpoint(config.resume)
+            self.start = requested_start(plan.checkpointer, config.resume)
         if config.compile_options is not None:
             self.learner.model.compile(**config.compile_options)
         self._application_log = self._log.enter_context(
@@ -186,41 +191,19 @@ class TrainingSession(Generic[M]):
         )
         member(self.renderer, Renderer, "on_run_directory")(config.directory)
 
-    def _requested_checkpoint(self, epoch: int) -> ResumePoint:
-        """``checkpoint(epoch)``: that checkpoint must verify, or nothing runs."""
-        return requested_point(self._checkpointer("checkpoint(epoch)"), epoch)
-
     def _find_latest(self) -> None:
         """``resume_latest()``: the newest usable checkpoint, or a finished run's result; its
         warnings reach the screen too."""
-        config, checkpointer = self.plan.config, self._checkpointer("resume_latest()")
-        renderer = self.renderer
-        show = member(renderer, Renderer, "on_warning") if self.plan.main else None
-        with warnings_to(show):  # skipped checkpoints: in experiment.log and on the screen
-            self.start = resume_latest_point(
-                checkpointer, fresh_if_unusable=config.fresh_if_unusable
-            )
-            start = self.start
-            if start is None:
-                nothing_to_resume(config, checkpointer)  # a warning, or a finished run refused
-                return
-            if start.step is not None:
-                return  # a run that stopped inside a round is never a finished one
-            end = finished_run(config, checkpointer, start.epoch)
-        if end is not None:
+        plan, renderer = self.plan, self.renderer
+        show = member(renderer, Renderer, "on_warning") if plan.main else None
+        self.start, end = latest_start(plan.config, plan.checkpointer, show)
+        if self.start is not None and end is not None:
             renderer.close()
+            checkpointer = checkpointer_for(plan.checkpointer, "resume_latest()")
+            listing = checkpoint_listing(checkpointer)
             self.finished = finished_result(
-                config, self.learner, checkpointer, end, renderer, self._checkpoints()
+                plan.config, self.learner, checkpointer, self.start, end, renderer, listing
             )
-
-    def _checkpointer(self, who: str) -> Any:
-        checkpointer = self.plan.checkpointer
-        if checkpointer is None:
-            raise ValueError(
-                "resuming needs checkpointers: call with_default_checkpointers() (or "
-                f"with_checkpointers(...)) before {who}"
-            )
-        return checkpointer
 
     def _start_logs(self) -> None:
         """The loggers started with the run's configuration; the metrics thread."""
@@ -244,10 +227,7 @@ class TrainingSession(Generic[M]):
         described = run_configuration(config, self.learner)
         try:
             if config.keeps_files:
-                text = json.dumps(described, indent=2, sort_keys=True) + "\n"
-                # not flushed to disk: written again by every launch (a resume too), and two
-                # flushes cost a short run several percent of its time (benchmarks/precision.py)
-                atomic_write(config.directory / "config.json", text.encode("utf-8"), sync=False)
+                write_config(config.directory, described)
                 write_experiment_config(config.directory)  # ember.cli's config.yaml
             self.store.start(described)
         except BaseException:
@@ -303,7 +283,9 @@ class TrainingSession(Generic[M]):
         assert worker is not None
         worker.flush()
         if config.summary and worker.error is None and plan.main:
-            self._summary = self._write_summary()
+            self._summary = summary_written(
+                config, self.learner, self.store, outcome.last_round, outcome.stop_reason
+            )
         if plan.writes_files and outcome.complete and worker.error is None:
             end = RunEnd(
                 outcome.last_round, config.num_epochs, outcome.stop_reason, config.max_steps
@@ -312,45 +294,16 @@ class TrainingSession(Generic[M]):
         self._agree_on_facts()
 
     def _agree_on_facts(self) -> None:
-        """Every rank's result holds rank 0's facts: its summary, checkpoints and best epoch,
-        listed once its checkpoint writes are done (another rank reading the directory could
-        find an older checkpoint newest: rank 1's best epoch was 2, rank 0's 3)."""
+        """Every rank's result holds rank 0's facts (``_facts.py``), listed once the checkpoint
+        writes are done (a failed write is the run's error)."""
         plan, run = self.plan, self._run
         assert run is not None  # ended() is called inside placed()
-        facts: dict[str, Any] | None = None
-        if plan.checkpointer is not None:  # a failed write is the run's error
+        if plan.checkpointer is not None:
             self._checkpoints_closed = True
             self._error.run(plan.checkpointer.close)
-        if plan.main:
-            checkpoints, best = self._checkpoints()
-            summary = self._summary
-            facts = {
-                "checkpoints": {str(epoch): str(path) for epoch, path in checkpoints.items()},
-                "best": best,
-                "summary": None if summary is None else summary.to_json(),
-            }
-        agreed = run.decide(facts)
-        assert agreed is not None
-        checkpoints = {int(epoch): Path(path) for epoch, path in agreed["checkpoints"].items()}
-        self._listing = (checkpoints, agreed["best"])
-        summary = agreed["summary"]
-        self._summary = None if summary is None else LearnerSummary.from_json(summary)
-
-    def _write_summary(self) -> LearnerSummary:
-        config = self.plan.config
-        # every validation set's values: Loss (noisy) is summarised where Loss is
-        named = [(m.name, m) for _, m in config.metrics]
-        named += set_metrics(config.metrics, config.valid_sets)
-        summary = LearnerSummary.collect(
-            self.store,
-            {name for name, m in named if m.name in config.summary_metrics},
-            self._outcome.last_round,
-            model=describe_model(self.learner.model),
-            stop_reason=self._outcome.stop_reason,
-            units={name: m.attributes.unit for name, m in named if isinstance(m, Numeric)},
+        self._listing, self._summary = agreed_facts(
+            run, plan.main, plan.checkpointer, self._summary
         )
-        atomic_write(config.directory / "summary.json", summary.dumps().encode("utf-8"))
-        return summary
 
     # --- leaving -------------------------------------------------------------------------------
 
@@ -414,10 +367,11 @@ class TrainingSession(Generic[M]):
         return run_artifacts(self.plan.config.directory, wanted_artifacts(self.plan.loggers), where)
 
     def _result(self) -> LearningResult[M]:
-        """The run's result (the model in eval mode); the ``with_test`` tests evaluated when
-        training succeeded (a failure there is the result's error)."""
+        """The run's result (``_facts.py``; the model in eval mode), tested (``with_test``:
+        ``_test_sets.py``) when training succeeded."""
         config, error = self.plan.config, self._error.error
         self.learner.model.eval()
+        listing = self._listing
         result = run_result(
             config,
             self.learner,
@@ -425,53 +379,11 @@ class TrainingSession(Generic[M]):
             error,
             self._summary,
             self._outcome.stop_reason,
-            self._complete_rounds(),
-            self._listing if self._listing is not None else self._checkpoints(),
+            complete_rounds(self.counters.last_round, self._worker),
+            listing if listing is not None else checkpoint_listing(self.plan.checkpointer),
             self.store,
         )
-        return self._test(result) if config.tests and error is None else result
-
-    def _complete_rounds(self) -> int:
-        """The rounds the run completed: the loop's count, less the round whose split the
-        metrics thread failed in (it may process behind the loop, which trains on until it
-        next waits for it: a non-finite loss at epoch 1 of two leaves 0 complete)."""
-        last, worker = self.counters.last_round, self._worker
-        if worker is not None and worker.error is not None:
-            failed = worker.processor.split_epoch
-            if failed is not None:
-                last = min(last, failed - 1)
-        return last
-
-    def _checkpoints(self) -> tuple[dict[int, Path], int | None]:
-        """The run's checkpointed model files by epoch, and its best epoch (ember's layout)."""
-        checkpointer = self.plan.checkpointer
-        if checkpointer is None:
-            return {}, None
-        try:
-            return model_checkpoints(checkpointer.directory), best_epoch(checkpointer.directory)
-        except CheckpointError as error:  # another layout, or nothing written
-            log.debug("no checkpoint listing for the result: %s", error)
-            return {}, None
-
-    def _test(self, result: LearningResult[M]) -> LearningResult[M]:
-        """Evaluate the ``with_test`` tests after training; a failure is the result's error."""
-        config = self.plan.config
-        renderer = config.renderer if isinstance(config.renderer, EvaluationRenderer) else None
-        metrics = [
-            copy.deepcopy(metric) for split, metric in config.metrics if split is Split.VALID
-        ]
-        try:
-            evaluation = result.evaluate(
-                config.tests,
-                *metrics,
-                checkpoint=config.test_checkpoint,
-                renderer=renderer,
-                summary=config.summary,
-                precision=config.precision,
-            )
-        except Exception as error:  # reported in the result (the renderer has shown it)
-            return dataclasses.replace(result, error=error)
-        return dataclasses.replace(result, evaluation=evaluation)
+        return tested(config, result) if config.tests and error is None else result
 
 
 def _duration(plan: RunPlan, starting: int) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 
 from torch import nn
 
-from ember.train._metric.base import metric_label
+from ember._table import format_cell, metric_label
 from ember.train._metric.query import MetricQuery
 from ember.train._vocabulary import Split
 
@@ -27,7 +27,6 @@ __all__ = [
     "MetricSummary",
     "TestValue",
     "describe_model",
-    "format_cell",
 ]
 
 _RULE = "=" * 24
@@ -47,18 +46,6 @@ def describe_model(model: nn.Module) -> str:
         return [f"{title}(", *body, f"  params: {params}", ")"]
 
     return "\n".join(lines(model, ""))
-
-
-def format_cell(value: float) -> str:
-    """A table cell value as Burn prints it: 3 decimals, Rust's exponent form below 0.01."""
-    if math.isnan(value):
-        text = "NaN"
-    elif value < 1e-2:
-        mantissa, exponent = f"{value:.3e}".split("e")
-        text = f"{mantissa}e{int(exponent)}"
-    else:
-        text = f"{value:.3f}"
-    return f"{text:<9}"
 
 
 def _sort_key(value: float) -> float:

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ember._checks import check_real
-from ember.train._metric.base import NamedMetric, format_number, metric_name
+from ember._rundir.metric_logs import format_number
+from ember.train._metric.base import NamedMetric, metric_name
 from ember.train._metric.values import MetricValue
 from ember.train._vocabulary import Direction, Split, as_vocabulary
 

@@ -18,8 +18,12 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from ember._protocols import member
-from ember.train._checkpoint.export import best_epoch, export_weights
-from ember.train._checkpoint.manifest import manifest_epochs
+from ember._rundir.best_epoch import best_epoch
+from ember._rundir.config import CONFIG_FILE
+from ember._rundir.curves import CURVES_FILE, draw_curves, run_curves
+from ember._rundir.manifest import manifest_epochs
+from ember._rundir.summary import SUMMARY_FILE
+from ember.train._checkpoint.export import export_weights
 from ember.train._checkpoint.strategy import KeepLastNCheckpoints
 from ember.train._config import DEFAULT_CHECKPOINTERS, TrainingConfig
 from ember.train._logger.base import Logger, MetricLogger, MetricReader, check_artifacts
@@ -35,10 +39,10 @@ __all__ = [
 log = logging.getLogger("ember.train")
 
 ARTIFACTS = {
-    "config": "config.json",
-    "summary": "summary.json",
+    "config": CONFIG_FILE,
+    "summary": SUMMARY_FILE,
     "model": "model.safetensors",  # the best epoch's weights, exported
-    "curves": "metrics.png",  # what `ember plot` draws
+    "curves": CURVES_FILE,  # what `ember plot` draws
 }
 """The run's files handed to the loggers at the end, by name, relative to the run directory."""
 
@@ -130,10 +134,8 @@ def run_artifacts(
         else:
             log.warning("No 'model' artifact: the run saved no checkpoint")
     if "curves" in wanted:
-        from ember.runs import load, plot  # the reader above the training layer, as a user's
-
-        try:
-            found["curves"] = plot(load(directory), directory / ARTIFACTS["curves"])
+        try:  # as ember plot draws them
+            found["curves"] = draw_curves([run_curves(directory)], directory / ARTIFACTS["curves"])
         except FileNotFoundError as error:  # no epoch was logged
             log.warning("No 'curves' artifact: %s", error)
     return found

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from ember.extend import Record
-from ember.train import AsyncCheckpointer, FileCheckpointer
+from ember.train import FileCheckpointer
+from ember.train._checkpoint.asynchronous import AsyncCheckpointer
 
 
 def test_save_restore_delete(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from safetensors.torch import load_file
 from torch import nn
 
 from ember import CheckpointError
+from ember._rundir.metric_logs import epoch_value
 from ember.train import (
     CliMetricsRenderer,
     KeepLastNCheckpoints,
@@ -28,7 +29,6 @@ from ember.train import (
 )
 from ember.train._checkpoint.export import CheckpointEpoch
 from ember.train._logger.file import FileMetricLogger
-from ember.train._logger.store import epoch_value
 from ember.train._vocabulary import Split
 from tests.train.fixtures import TinyRegressor, loader, weight
 

@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ember._errors import CheckpointError
+from ember._rundir.atomic import atomic_write
+from ember._rundir.checkpoints import read_metadata
 from ember.extend import CheckpointFile, Record
 from ember.train import FileCheckpointer
-from ember.train._checkpoint.file import read_metadata
-from ember.train._files import atomic_write
 
 
 def sample_record() -> Record:

@@ -9,9 +9,7 @@ from pathlib import Path
 import pytest
 
 from ember._errors import CheckpointError
-from ember.extend import Record
-from ember.train import FileCheckpointer
-from ember.train._checkpoint.manifest import (
+from ember._rundir.manifest import (
     Manifest,
     complete_epochs,
     delete_manifest,
@@ -22,6 +20,8 @@ from ember.train._checkpoint.manifest import (
     verify_manifest,
     write_manifest,
 )
+from ember.extend import Record
+from ember.train import FileCheckpointer
 
 
 def write_epoch(directory: Path, epoch: int) -> Manifest:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ember.train._metric.base import format_number
+from ember._rundir.metric_logs import format_number
 from tests.train.checkpoint.release_run import EPOCHS, train
 
 DATA = Path(__file__).resolve().parent / "data" / "release"

@@ -1,17 +1,26 @@
 """resume_latest() with damaged checkpoints: reported, refused when none is usable, a fresh run
-only when asked; hostile values in a checkpoint are CheckpointErrors naming it."""
+only when asked; hostile values in a checkpoint are CheckpointErrors naming it; the checkpoint a
+run resumes from read and verified once."""
 
 from __future__ import annotations
 
 import io
 import logging
+import os
+import sys
 import threading
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
 from ember import CheckpointError
+from ember._rundir.checkpoints import RECORDS
+from ember._rundir.manifest import manifest_path, read_manifest, write_manifest
 from ember.extend import Record
 from ember.train import (
     CliMetricsRenderer,
@@ -21,10 +30,32 @@ from ember.train import (
     LearningResult,
     SupervisedTraining,
 )
-from ember.train._checkpoint.manifest import manifest_path, read_manifest, write_manifest
 from tests.train.fixtures import TinyRegressor, ember_threads, loader
 
 pytestmark = pytest.mark.timeout(120)
+
+_RECORDING: list[list[str]] = []
+"""The file lists of the :func:`opened_files` blocks running (none: the audit hook is idle)."""
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    if event == "open" and _RECORDING and isinstance(args[0], str | bytes | os.PathLike):
+        _RECORDING[-1].append(os.fsdecode(args[0]))
+
+
+sys.addaudithook(_audit)  # a hook cannot be removed: it records only inside opened_files()
+
+
+@contextmanager
+def opened_files() -> Iterator[list[str]]:
+    """The path of every file opened while the block runs, on any thread, as Python's ``open``
+    audit event reports it (``open()``, ``Path.open``, ``os.open``): no function is patched."""
+    opened: list[str] = []
+    _RECORDING.append(opened)
+    try:
+        yield opened
+    finally:
+        _RECORDING.remove(opened)
 
 
 def builder(run: Path, stream: io.StringIO | None = None) -> SupervisedTraining:
@@ -145,3 +176,19 @@ def test_python_rng_words_of_2_70_are_a_checkpoint_error(
         f"the state file of epoch 1 in {checkpoints} holds a malformed RNG state: ValueError"
     )
     assert ember_threads(since=threads_before) == []
+
+
+@pytest.mark.parametrize("resume", ["latest", "epoch"])
+def test_a_resume_reads_and_verifies_its_checkpoint_once(tmp_path: Path, resume: str) -> None:
+    """Resuming from epoch 1 (resume_latest() or checkpoint(1)) opens its manifest and each of
+    its files once: choosing the checkpoint read and verified them, and the restore parses the
+    bytes read then (no second read of the manifest, no second hash of a file)."""
+    run = checkpointed_run(tmp_path, epochs=1)
+    configured = builder(run).num_epochs(2)
+    configured = configured.resume_latest() if resume == "latest" else configured.checkpoint(1)
+    with opened_files() as opened:
+        result = train(configured)
+    assert result.error is None and result.last_epoch == 2
+    names = Counter(Path(path).name for path in opened)
+    files = ["manifest-1.json", *(f"{name}-1.safetensors" for name in RECORDS)]
+    assert {name: names[name] for name in files} == dict.fromkeys(files, 1)

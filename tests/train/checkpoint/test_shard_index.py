@@ -14,12 +14,12 @@ import torch
 from torch import nn
 
 from ember import CheckpointError
+from ember._rundir.atomic import CheckpointFile
+from ember._rundir.manifest import epoch_problem, read_manifest, write_manifest
 from ember.train import KeepLastNCheckpoints, export_weights, load_checkpoint
 from ember.train._checkpoint.file import FileCheckpointer
 from ember.train._checkpoint.learning import LearningCheckpointer
-from ember.train._checkpoint.manifest import epoch_problem, read_manifest, write_manifest
 from ember.train._checkpoint.record import Record
-from ember.train._files import CheckpointFile
 
 WORLD = 2
 

@@ -10,9 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from ember._rundir.metric_logs import NumericEntry
 from ember.distributed import spawn
 from ember.train import predict
-from ember.train._metric.base import NumericEntry
 from tests.train.evaluation import ddp_helpers
 from tests.train.strategy.ddp.helpers import samples
 

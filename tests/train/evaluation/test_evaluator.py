@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load_file
 
+from ember._rundir.metric_logs import NumericEntry
 from ember.train import (
     CliMetricsRenderer,
     EvaluationSummary,
@@ -26,7 +27,7 @@ from ember.train import (
     TopKAccuracyMetric,
     load_checkpoint,
 )
-from ember.train._metric.base import MetricEntry, MetricMetadata, NumericEntry
+from ember.train._metric.base import MetricEntry, MetricMetadata
 from ember.train._metric.loss import LossInput
 from tests.train.fixtures import Batch, TinyRegressor, loader, samples
 

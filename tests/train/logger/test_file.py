@@ -10,9 +10,9 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ember._rundir.metric_logs import metric_file_name, metric_name
 from ember.runs import load
 from ember.train import FileMetricLogger, Learner, LossMetric, SupervisedTraining
-from ember.train._logger.file import metric_file_name, metric_name
 from ember.train._metric.values import MetricValue
 from ember.train._vocabulary import Split
 from tests.train.fixtures import TinyRegressor, loader, quiet

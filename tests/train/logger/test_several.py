@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from ember._rundir.metric_logs import epoch_value
 from ember.train import (
     CliMetricsRenderer,
     CsvMetricLogger,
@@ -22,7 +23,6 @@ from ember.train import (
     SupervisedTraining,
     TensorBoardLogger,
 )
-from ember.train._logger.store import epoch_value
 from tests.train.fixtures import TinyRegressor, loader
 
 event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")

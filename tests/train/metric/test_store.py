@@ -11,6 +11,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ember._rundir.metric_logs import format_number
 from ember.data import Progress
 from ember.extend import (
     AccuracyInput,
@@ -34,7 +35,6 @@ from ember.train import (
     Split,
 )
 from ember.train._logger.store import EventStore
-from ember.train._metric.base import format_number
 from ember.train._vocabulary import Aggregate
 from tests.train.fixtures import metric_value
 

@@ -16,8 +16,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from ember._rundir.layout import LOCK
 from ember.distributed import DistributedError, spawn
-from ember.train._directory import LOCK
 from tests.train.strategy import elastic_job
 from tests.train.strategy.ddp.expect import assert_losses_equal
 

@@ -4,7 +4,8 @@
 :class:`~ember.train._background.BackgroundWorker` of capacity 1 (one write runs, at most one
 waits, a third blocks: Burn's "only one checkpoint can be done in advance"), whose failed write is
 re-raised once by the next checkpoint, ``flush`` or ``close``. :class:`AsyncCheckpointer` wraps
-any :class:`Checkpointer` with one (Burn's ``AsyncCheckpointer``). Records are snapshots already,
+any :class:`Checkpointer` with one (Burn's ``AsyncCheckpointer``; deprecated in ``ember.train``
+since 0.3.0: the run's checkpointer writes on this thread already). Records are snapshots already,
 so the caller may change its weights as soon as ``save`` returns.
 """
 
@@ -14,10 +15,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from ember._errors import CheckpointError
+from ember._rundir.atomic import CheckpointFile
 from ember.train._background import BackgroundWorker, Job
 from ember.train._checkpoint.file import Checkpointer
 from ember.train._checkpoint.record import Record
-from ember.train._files import CheckpointFile
 
 __all__ = ["AsyncCheckpointer", "checkpoint_writer"]
 

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from ember._rundir.atomic import CheckpointFile
 from ember.train._checkpoint.mid_round import ResumePoint
 from ember.train._checkpoint.record import Record
-from ember.train._files import CheckpointFile
 from ember.train._metric.query import MetricQuery
 
 __all__ = ["MidRoundCheckpointer", "RunCheckpointer", "TrainingRecords"]

@@ -3,10 +3,8 @@ one plain safetensors file.
 
 ``directory`` is a run directory (its checkpoints are in ``directory/checkpoint``) or a checkpoint
 directory itself. An epoch is named as ``"last"`` (the newest complete one), ``"best"`` (the one
-the checkpointing strategy's metric strategy keeps) or its number. The best epoch is read from the
-state the strategies saved with the newest complete checkpoint (``MetricCheckpointingStrategy``'s
-``current``, also inside a ``ComposedCheckpointingStrategy``): it is the epoch the run keeps for
-the metric it was told to watch. Every file is verified against its epoch's manifest (size and
+the checkpointing strategy's metric strategy keeps: ``ember/_rundir/best_epoch.py``) or its
+number. Every file is verified against its epoch's manifest (size and
 SHA-256) before use and parsed without running code from it.
 """
 
@@ -22,25 +20,25 @@ from safetensors.torch import save_file
 from torch import nn
 
 from ember._errors import CheckpointError
-from ember.train._checkpoint.file import FileCheckpointer, check_epoch
-from ember.train._checkpoint.learning import STRATEGY_STATE_KEY
-from ember.train._checkpoint.manifest import (
+from ember._rundir.atomic import atomic_fill
+from ember._rundir.best_epoch import best_epoch
+from ember._rundir.checkpoints import check_epoch
+from ember._rundir.manifest import (
+    checkpoint_directory,
     latest_complete_epoch,
     manifest_epochs,
     manifest_path,
     read_manifest,
 )
+from ember.train._checkpoint.file import FileCheckpointer
 from ember.train._checkpoint.record import Record, load_model_record
 from ember.train._checkpoint.shard_index import check_index_size
 from ember.train._checkpoint.sharded import consolidate, is_sharded
-from ember.train._files import atomic_fill
 
 __all__ = [
     "CheckpointEpoch",
-    "best_epoch",
     "check_checkpoint_epoch",
     "check_output",
-    "checkpoint_directory",
     "checkpoint_holder",
     "export_weights",
     "kind_of",
@@ -58,20 +56,6 @@ log = logging.getLogger("ember.train")
 _EXTRA = "$extra."  # model_record's prefix for tensors inside a module's extra state
 
 
-def checkpoint_directory(directory: str | os.PathLike[str]) -> Path:
-    """The checkpoint directory of a run directory (or ``directory`` itself if it holds
-    manifests); CheckpointError naming it when there is none."""
-    path = Path(directory)
-    if not path.is_dir():
-        raise CheckpointError(f"no run or checkpoint directory at {path}")
-    inner = path / "checkpoint"
-    if inner.is_dir():
-        return inner
-    if manifest_epochs(path):
-        return path
-    raise CheckpointError(f"{path} holds no checkpoint (no {inner}, no manifest-N.json)")
-
-
 def model_checkpoints(directory: str | os.PathLike[str]) -> dict[int, Path]:
     """The model file of every epoch that has a manifest, by epoch (not hashed here: loading
     verifies)."""
@@ -79,35 +63,6 @@ def model_checkpoints(directory: str | os.PathLike[str]) -> dict[int, Path]:
     return {
         epoch: checkpoints / f"model-{epoch}.safetensors" for epoch in manifest_epochs(checkpoints)
     }
-
-
-def best_epoch(directory: str | os.PathLike[str]) -> int | None:
-    """The epoch the checkpointing strategy keeps as best, from the state saved with the newest
-    checkpoint whose state file verifies; None when no metric strategy was used or there is no
-    checkpoint. Only state files are read (the model files are verified when loaded)."""
-    checkpoints = checkpoint_directory(directory)
-    for epoch in reversed(manifest_epochs(checkpoints)):
-        try:
-            state = _read(checkpoints, "state", epoch)
-        except CheckpointError as error:  # damaged or half-deleted: an older one may do
-            log.info("checkpoint of epoch %d has no readable state: %s", epoch, error)
-            continue
-        return _kept_best(state.metadata.get(STRATEGY_STATE_KEY))
-    return None
-
-
-def _kept_best(state: Any) -> int | None:
-    """``current`` of the first ``MetricCheckpointingStrategy`` state in ``state``."""
-    if not isinstance(state, dict):
-        return None
-    if state.get("strategy") == "MetricCheckpointingStrategy":
-        current = state.get("current")
-        return current if isinstance(current, int) and current >= 1 else None
-    for inner in state.get("strategies", ()) or ():
-        found = _kept_best(inner)
-        if found is not None:
-            return found
-    return None
 
 
 def resolve_epoch(directory: str | os.PathLike[str], epoch: CheckpointEpoch) -> int:

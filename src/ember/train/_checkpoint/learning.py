@@ -36,14 +36,14 @@ from typing import Any
 
 from ember._checks import check_positive_int
 from ember._errors import CheckpointError
-from ember.train._checkpoint.asynchronous import checkpoint_writer
-from ember.train._checkpoint.checkpointer import TrainingRecords
-from ember.train._checkpoint.file import (
-    FileCheckpointer,
+from ember._rundir.best_epoch import STRATEGY_STATE_KEY
+from ember._rundir.checkpoints import (
+    RECORDS,
     check_epoch,
-    checked_directory,
+    checkpoint_file_name,
+    mid_round_directory,
 )
-from ember.train._checkpoint.manifest import (
+from ember._rundir.manifest import (
     complete_epochs,
     delete_manifest,
     latest_complete_epoch,
@@ -51,12 +51,16 @@ from ember.train._checkpoint.manifest import (
     read_manifest,
     write_manifest,
 )
+from ember.train._checkpoint.asynchronous import checkpoint_writer
+from ember.train._checkpoint.checkpointer import TrainingRecords
+from ember.train._checkpoint.file import FileCheckpointer, checked_directory, deserialize
 from ember.train._checkpoint.mid_round import (
     ResumePoint,
+    VerifiedPoint,
     delete_mid_round,
     latest_complete_point,
-    mid_round_directory,
     mid_round_points,
+    point_directory,
 )
 from ember.train._checkpoint.record import Record
 from ember.train._checkpoint.shard_index import check_index_size
@@ -69,10 +73,8 @@ from ember.train._checkpoint.strategy import (
 )
 from ember.train._metric.query import MetricQuery
 
-__all__ = ["STRATEGY_STATE_KEY", "LearningCheckpointer"]
+__all__ = ["LearningCheckpointer", "restore_verified"]
 
-STRATEGY_STATE_KEY = "checkpointing_strategy"
-NAMES = ("model", "optim", "scheduler", "state")
 _log = logging.getLogger(__name__)
 
 
@@ -211,7 +213,7 @@ class LearningCheckpointer:
     def latest_complete_point(self) -> ResumePoint | None:
         """The newest complete checkpoint of either kind (damaged ones are skipped), or None."""
         self._wait()
-        return latest_complete_point(self._directory, NAMES)
+        return latest_complete_point(self._directory, RECORDS)
 
     def save(self, epoch: int, records: TrainingRecords) -> None:
         """Make sure ``epoch`` is on disk, whatever the strategy decided for it.
@@ -259,14 +261,7 @@ class LearningCheckpointer:
         self, epoch: int, files: dict[str, FileCheckpointer], directory: Path
     ) -> TrainingRecords:
         loaded = self._read(epoch, files, directory)
-        metadata = dict(loaded["state"].metadata)
-        if STRATEGY_STATE_KEY not in metadata:
-            raise CheckpointError(
-                f"checkpoint file {files['state'].path(epoch)} has no {STRATEGY_STATE_KEY!r}"
-            )
-        self._load_strategy_state(epoch, metadata.pop(STRATEGY_STATE_KEY))
-        state = Record(tensors=loaded["state"].tensors, metadata=metadata)
-        return TrainingRecords(loaded["model"], loaded["optim"], loaded["scheduler"], state)
+        return _with_strategy_loaded(self._strategy, epoch, loaded, files["state"].path(epoch))
 
     def _with_strategy_state(self, records: TrainingRecords) -> TrainingRecords:
         """``records`` with the strategy's state added to the state record."""
@@ -280,12 +275,12 @@ class LearningCheckpointer:
     def complete_epochs(self) -> list[int]:
         """Epochs whose manifest lists all four files and every file verifies (reads them all)."""
         self._wait()
-        return complete_epochs(self._directory, NAMES)
+        return complete_epochs(self._directory, RECORDS)
 
     def latest_complete_epoch(self) -> int | None:
         """The newest complete epoch (damaged ones are skipped), or None."""
         self._wait()
-        return latest_complete_epoch(self._directory, NAMES)
+        return latest_complete_epoch(self._directory, RECORDS)
 
     def flush(self) -> None:
         """Wait for pending writes; raise the error of a failed one (once)."""
@@ -353,14 +348,14 @@ class LearningCheckpointer:
         manifest = manifest_path(directory, epoch)
         # every file is checked before anything changes on disk: a record with a NaN (a NaN
         # gradient under a finite loss) leaves the older checkpoints as they are
-        for name in NAMES:
+        for name in RECORDS:
             checkpointers[name].refuse_non_finite(epoch, getattr(records, name))
         # an older checkpoint of this epoch (from a run resumed before it) must stop being
         # complete before its files are replaced
         with _noting(what, manifest):
             delete_manifest(directory, epoch)
         files = []
-        for name in NAMES:
+        for name in RECORDS:
             checkpointer = checkpointers[name]
             with _noting(what, checkpointer.path(epoch)):
                 files.append(checkpointer.write(epoch, getattr(records, name)))
@@ -384,22 +379,58 @@ class LearningCheckpointer:
                 checkpointer.delete(epoch)
         delete_shards(self._directory, epoch)
 
-    def _load_strategy_state(self, epoch: int, state: Any) -> None:
-        try:
-            self._strategy.load_state_dict(state)
-        except (ValueError, TypeError, KeyError) as error:
-            _log.warning(
-                "the checkpointing-strategy state saved at epoch %d does not fit %r (%s); "
-                "it starts from its current state",
-                epoch,
-                self._strategy,
-                error,
-            )
+
+def restore_verified(checkpointer: LearningCheckpointer, point: VerifiedPoint) -> TrainingRecords:
+    """The records of ``point``, a checkpoint of ``checkpointer`` read and verified when it was
+    chosen (``resume.py``), parsed from the bytes read then (nothing is read or hashed again);
+    the strategy's saved state is loaded as :meth:`LearningCheckpointer.restore` loads it, and
+    a failure names the checkpoint as it does."""
+    directory = point_directory(checkpointer.directory, point)
+    epoch, files = point.epoch, point.take()
+    try:
+        loaded = {}
+        for name in RECORDS:
+            check_index_size(directory, point.manifest, name)
+            path = directory / checkpoint_file_name(name, epoch)
+            loaded[name] = deserialize(files.pop(name), path, name, epoch)
+        state = directory / checkpoint_file_name("state", epoch)
+        return _with_strategy_loaded(checkpointer.strategy, epoch, loaded, state)
+    except CheckpointError as error:
+        if point.step is None:
+            complete = complete_epochs(checkpointer.directory, RECORDS)
+            error.add_note(f"complete epochs in {checkpointer.directory}: {complete}")
+        raise
+
+
+def _with_strategy_loaded(
+    strategy: CheckpointingStrategy, epoch: int, loaded: dict[str, Record], state_path: Path
+) -> TrainingRecords:
+    """The records ``loaded`` of ``epoch``, the strategy's state, saved in the state record,
+    loaded into ``strategy`` and taken out of the record."""
+    metadata = dict(loaded["state"].metadata)
+    if STRATEGY_STATE_KEY not in metadata:
+        raise CheckpointError(f"checkpoint file {state_path} has no {STRATEGY_STATE_KEY!r}")
+    _load_strategy_state(strategy, epoch, metadata.pop(STRATEGY_STATE_KEY))
+    state = Record(tensors=loaded["state"].tensors, metadata=metadata)
+    return TrainingRecords(loaded["model"], loaded["optim"], loaded["scheduler"], state)
+
+
+def _load_strategy_state(strategy: CheckpointingStrategy, epoch: int, state: Any) -> None:
+    try:
+        strategy.load_state_dict(state)
+    except (ValueError, TypeError, KeyError) as error:
+        _log.warning(
+            "the checkpointing-strategy state saved at epoch %d does not fit %r (%s); "
+            "it starts from its current state",
+            epoch,
+            strategy,
+            error,
+        )
 
 
 def _files(directory: Path) -> dict[str, FileCheckpointer]:
     """The four files of a checkpoint in ``directory``, by name."""
-    return {name: FileCheckpointer(directory, name) for name in NAMES}
+    return {name: FileCheckpointer(directory, name) for name in RECORDS}
 
 
 @contextmanager

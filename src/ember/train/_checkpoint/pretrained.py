@@ -31,9 +31,10 @@ from typing import TYPE_CHECKING, Any
 from safetensors.torch import save_file
 
 from ember._errors import CheckpointError
+from ember._rundir.atomic import fsync_directory
+from ember._rundir.manifest import checkpoint_directory
 from ember.train._checkpoint.export import (
     CheckpointEpoch,
-    checkpoint_directory,
     checkpoint_holder,
     kind_of,
     read_model,
@@ -44,7 +45,6 @@ from ember.train._checkpoint.record import (
     TRANSFORMERS_GENERATION_CONFIG,
     Record,
 )
-from ember.train._files import fsync_directory
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

@@ -39,7 +39,7 @@ from typing import Any, NamedTuple, NoReturn
 import torch
 
 from ember._errors import CheckpointError
-from ember.train._checkpoint.manifest import Manifest
+from ember._rundir.manifest import Manifest
 
 __all__ = [
     "MAX_INDEX_SIZE",

@@ -42,16 +42,16 @@ import torch
 from torch import nn
 
 from ember._errors import CheckpointError
-from ember.train._checkpoint.file import (
+from ember._rundir.atomic import CheckpointFile
+from ember._rundir.checkpoints import (
     MAX_FILE_SIZE,
     SUFFIX,
-    FileCheckpointer,
     checkpoint_file_name,
-    deserialize,
     read_regular,
     verify_bytes,
 )
-from ember.train._checkpoint.manifest import manifest_path, read_manifest
+from ember._rundir.manifest import Manifest, manifest_path, read_manifest
+from ember.train._checkpoint.file import FileCheckpointer, deserialize
 from ember.train._checkpoint.record import (
     TRANSFORMERS_CONFIG,
     TRANSFORMERS_GENERATION_CONFIG,
@@ -60,7 +60,6 @@ from ember.train._checkpoint.record import (
     transformers_metadata,
 )
 from ember.train._checkpoint.shard_index import FORMAT, ShardPiece, optimizer_extras, read_index
-from ember.train._files import CheckpointFile
 from ember.train._learner import Learner
 
 __all__ = [
@@ -238,12 +237,14 @@ class _Pieces:
     shard files, each verified against the manifest and read once, when a region first needs
     it."""
 
-    def __init__(self, directory: Path, epoch: int, record: Record, name: str) -> None:
+    def __init__(
+        self, directory: Path, epoch: int, record: Record, name: str, manifest: Manifest | None
+    ) -> None:
         self._prefix = f"{name}/"  # the tensors' keys in the shard files: "model/…", "optim/…"
         self._directory = directory
         self._epoch = epoch
         self._files: dict[str, dict[str, torch.Tensor]] = {}
-        self._manifest = read_manifest(directory, epoch)
+        self._manifest = read_manifest(directory, epoch) if manifest is None else manifest
         self.path = directory / checkpoint_file_name(name, epoch)
         self._index = read_index(self.path, record.metadata, self._manifest)
 
@@ -377,17 +378,23 @@ def _like(template: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
 
 
 def load_shards(
-    directory: Path, epoch: int, learner: Learner[Any], model_record: Record, optim_record: Record
+    directory: Path,
+    epoch: int,
+    learner: Learner[Any],
+    model_record: Record,
+    optim_record: Record,
+    manifest: Manifest | None = None,
 ) -> None:
     """Load a sharded checkpoint's model and optimizer into ``learner`` (sharded or not), each
     rank its own regions (see the module doc). Both indexes are checked before anything is
-    read (``shard_index.py``)."""
+    read (``shard_index.py``), against the epoch's ``manifest`` (read here when not given: a
+    resume hands over the one it verified)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
 
     optim = _single_optimizer(learner)
     model_state, _ = _states(learner.model, optim)
-    model = _Pieces(directory, epoch, model_record, "model")
-    pieces = _Pieces(directory, epoch, optim_record, "optim")
+    model = _Pieces(directory, epoch, model_record, "model", manifest)
+    pieces = _Pieces(directory, epoch, optim_record, "optim", manifest)
     groups, values = optimizer_extras(pieces.path, optim_record.metadata)
     _check_names(model.names(), model_state, epoch)
     loaded = {name: _like(target, model.fill(name, target)) for name, target in model_state.items()}
@@ -446,7 +453,7 @@ def _check_names(names: list[str], model_state: Mapping[str, Any], epoch: int) -
 def consolidate(directory: Path, epoch: int, record: Record) -> Record:
     """The whole tensors of a sharded model record, as a plain model record (for export; a
     ``transformers`` model's configurations kept)."""
-    pieces = _Pieces(directory, epoch, record, "model")
+    pieces = _Pieces(directory, epoch, record, "model", None)
     kept = (TRANSFORMERS_CONFIG, TRANSFORMERS_GENERATION_CONFIG)
     return Record(
         tensors={name: pieces.fill(name, None) for name in pieces.names()},

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeAlias
 
 from ember._checks import check_positive_int
-from ember.train._checkpoint.file import check_epoch
+from ember._rundir.checkpoints import check_epoch
 from ember.train._metric.base import NamedMetric, metric_name
 from ember.train._metric.query import MetricQuery
 from ember.train._vocabulary import Aggregate, Direction, Split, as_vocabulary, warn_aggregate

@@ -44,10 +44,11 @@ from torch.utils.data import DataLoader as TorchLoader
 from ember._checks import check_directory
 from ember._errors import DistributedError
 from ember._protocols import check_protocol, member, with_defaults
+from ember._rundir.checkpoints import check_name
+from ember._rundir.summary import write_evaluation_summary
 from ember.data import DataLoader
 from ember.data._torch_loader import as_ember_loader
 from ember.train._application_log import experiment_log
-from ember.train._checkpoint.file import check_name
 from ember.train._evaluation.processor import FullEventProcessorEvaluation
 from ember.train._events import (
     EndEvaluation,
@@ -58,7 +59,6 @@ from ember.train._events import (
     StartTest,
     TrainingItem,
 )
-from ember.train._files import atomic_write
 from ember.train._inference import inference_pass
 from ember.train._metric.base import Metric, Numeric
 from ember.train._metric.registered import MetricsTraining
@@ -245,9 +245,7 @@ class Evaluator:
                 summary = self._run(strategy, tests, emit, processor, full)
                 if config.summary and main:
                     self._evaluated = self._evaluated.merged(summary)
-                    path = config.directory / Split.TEST.value / "summary.json"
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    atomic_write(path, self._evaluated.dumps().encode("utf-8"))
+                    write_evaluation_summary(config.directory, self._evaluated.dumps())
             except BaseException as caught:  # raised once everything is closed
                 error = caught
             finally:

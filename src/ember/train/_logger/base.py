@@ -28,8 +28,8 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from ember._rundir.metric_logs import NumericEntry
 from ember.train._interrupter import Interrupter
-from ember.train._metric.base import NumericEntry
 from ember.train._metric.values import MetricText, MetricValue
 from ember.train._vocabulary import Split
 
@@ -43,7 +43,6 @@ __all__ = [
     "MetricReader",
     "ResumableLogger",
     "check_artifacts",
-    "flatten_config",
 ]
 
 
@@ -157,23 +156,6 @@ class Logger:
 
     def use_interrupter(self, interrupter: Interrupter) -> None:
         """Optional: the handle that stops this run."""
-
-
-def flatten_config(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``config`` with nested mappings flattened to dotted keys (``optimizer.class``) and lists
-    of mappings indexed (``optimizer.param_groups.0.lr``); the leaves as they are."""
-    flat: dict[str, Any] = {}
-    for key, value in config.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            flat.update(flatten_config(value, f"{name}."))
-        elif isinstance(value, list) and any(isinstance(item, Mapping) for item in value):
-            for index, item in enumerate(value):
-                item_map = item if isinstance(item, Mapping) else {"value": item}
-                flat.update(flatten_config(item_map, f"{name}.{index}."))
-        else:
-            flat[name] = value
-    return flat
 
 
 WRITTEN_WHEN_ASKED = {

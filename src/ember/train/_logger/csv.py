@@ -45,7 +45,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from ember.train._metric.base import NumericEntry, format_number
+from ember._rundir.metric_logs import NumericEntry, format_number
 from ember.train._metric.values import MetricValue
 from ember.train._vocabulary import Split, as_vocabulary
 

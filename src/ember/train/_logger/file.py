@@ -1,28 +1,13 @@
-"""Metric logs as text files, one per metric, split and epoch (Burn's layout).
+"""``FileMetricLogger``: metric logs as text files, one per metric, split and epoch (Burn's
+layout), and each split's ``steps.jsonl``.
 
-``{directory}/{train|valid}/epoch-{N}/{Name}.log`` where ``Name`` is the metric name with
-spaces replaced by ``_`` (and what would make it a path escaped: :func:`metric_file_name`); with
+The files' layout, lines and names are the run directory's format (``ember/_rundir/metric_logs.py``
+and ``ember/_rundir/steps.py``, where they are read back too); this module writes them. With
 ``flat=True`` the files are ``{directory}/{Name}.log`` (no split or epoch directory: an
 evaluation's logger for the test ``t`` is ``flat`` in ``{run}/test/t``, as Burn's
-``FileMetricLogger::new_eval``). A numeric metric writes one ``value,weight`` line per
-batch and a last ``value,final`` line with the epoch value. A re-run epoch (after a resume)
-starts its files anew; a split resumed from a mid-round checkpoint is cut back to the sizes the
-checkpoint recorded and continued (:meth:`FileMetricLogger.resume_split`).
-
-Beside them, one file per split, ``{directory}/{split}/steps.jsonl``, says at which global step
-(the run's optimizer steps so far, :class:`~ember.train._logger.base.MetricValue`'s ``step``)
-each line of the split's metric files was logged: a section per epoch, begun by
-``["epoch", N]``, then run-length encoded JSON arrays, one per run of lines at one step,
-``[step, n1, n2, ...]`` (``n_i`` more lines of the i-th metric at ``step``), after a header
-naming the metrics, ``["step", "Loss", "Accuracy"]`` (written again when a metric joins). It is
-one short line per optimizer step, made when the step is over (so the file's bytes do not
-depend on when lines reach the disk, and a resumed run's equal an uninterrupted one's: a
-resumed run cuts the file back at the section of the epoch it starts, or, in a split resumed
-mid-way, at the size its checkpoint recorded, with the open step's counts). One file per split,
-not per epoch: a short epoch's cost is the files it makes (two directories and two metric
-files an epoch of Burn's layout), and the metric files keep Burn's format and names.
-:func:`read_metric_log` and :func:`read_steps` read both back (complete lines only, so a run
-still being written reads as far as it got; under the run readers' guards, ``_run_files.py``).
+``FileMetricLogger::new_eval``). A re-run epoch (after a resume) starts its files anew; a split
+resumed from a mid-round checkpoint is cut back to the sizes the checkpoint recorded and
+continued (:meth:`FileMetricLogger.resume_split`).
 
 Creating a directory and a file per metric and epoch takes from tens of microseconds to over a
 millisecond on a busy disk, more than a small model's whole epoch; so the files are written by a
@@ -42,134 +27,29 @@ training at once, like any error of the metrics thread).
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ember._checks import check_real
+from ember._rundir.metric_logs import (
+    NumericEntry,
+    epoch_directory,
+    metric_file_name,
+    read_metric_log,
+)
+from ember._rundir.steps import STEPS_FILE, SplitSteps, cut_steps, epoch_line
 from ember.train._logger.blocks import Block
 from ember.train._logger.metric_writer import WRITER_TIMEOUT, MetricFileWriter
-from ember.train._metric.base import NumericEntry
 from ember.train._metric.values import MetricText, MetricValue
-from ember.train._run_files import MAX_EPOCH, read_run_lines
 from ember.train._vocabulary import Split, as_vocabulary
 
 if TYPE_CHECKING:
     from ember.train._summary import LearnerSummary
 
-__all__ = [
-    "STEPS_FILE",
-    "FileMetricLogger",
-    "StepRuns",
-    "metric_file_name",
-    "metric_name",
-    "read_metric_log",
-    "read_steps",
-]
-
-STEPS_FILE = "steps.jsonl"
-"""The file, in each ``{split}`` directory, of the global step of every metric line."""
-
-_EPOCH_MARK = b'["epoch",'  # how a section of the steps file begins
-_ESCAPED = re.compile(r"[/\\\0]|%(?=[0-9A-Fa-f]{2})")  # what a metric's file name escapes
-_ESCAPE = re.compile(r"%([0-9A-F]{2})")
-_MAX_FILE_NAME = 255  # bytes: NAME_MAX of Linux and macOS file systems
-
-
-def metric_file_name(name: str) -> str:
-    """The file name a metric's values are logged under: ``{Name}.log``, the name with spaces
-    as ``_`` (Burn's) and ``/``, ``\\``, NUL and a ``%`` before two hex digits as ``%XX``, so
-    that a name is never a path (``../../X`` stays in its directory, as ``..%2F..%2FX.log``) and
-    reads back as written (:func:`metric_name`); every other name keeps Burn's file name.
-    ValueError for an empty name or one whose file name is over 255 bytes (what file systems
-    hold)."""
-    if not name:
-        raise ValueError("a metric name must not be empty: it names the metric's log file")
-    stem = name
-    if _ESCAPED.search(stem) is not None:  # rare: the common names cost no substitution
-        stem = _ESCAPED.sub(lambda found: f"%{ord(found.group()):02X}", stem)
-    file_name = stem.replace(" ", "_") + ".log"
-    size = len(file_name.encode("utf-8", "surrogatepass"))
-    if size > _MAX_FILE_NAME:
-        raise ValueError(
-            f"the metric name {name[:40]!r}... is too long: its log file's name would be "
-            f"{size} bytes, more than the {_MAX_FILE_NAME} a file system holds; give the metric "
-            "a shorter name"
-        )
-    return file_name
-
-
-def metric_name(file_name: str) -> str:
-    """The metric name a log file's name stands for, where no steps file names it: the
-    reverse of :func:`metric_file_name`, with each ``_`` read as a space (a name holding ``_``
-    reads back as written only from the steps file)."""
-    stem = file_name.removesuffix(".log").replace("_", " ")
-    return _ESCAPE.sub(lambda found: chr(int(found.group(1), 16)), stem)
-
-
-def read_metric_log(
-    path: str | os.PathLike[str], root: str | os.PathLike[str] | None
-) -> list[NumericEntry]:
-    """The entries of one numeric metric log of the run in ``root`` (complete lines only, read
-    under the run readers' guards: ``ember/train/_run_files.py``; ``root`` None: this process's
-    own logs); a line that is not a numeric entry raises ``ValueError`` naming the file and the
-    line."""
-    entries = []
-    for number, line in enumerate(read_run_lines(path, root), start=1):
-        if not line.strip():
-            continue
-        try:
-            entries.append(NumericEntry.parse(line))
-        except ValueError as error:
-            raise ValueError(f"{path}:{number}: {error}") from None
-    return entries
-
-
-StepRuns = list[tuple[int, int]]
-"""The global steps of a metric's lines in one epoch, run-length encoded: ``(step, lines)``."""
-
-
-def read_steps(
-    directory: str | os.PathLike[str], root: str | os.PathLike[str]
-) -> dict[int, dict[str, StepRuns]]:
-    """The global steps of the lines of every metric logged in ``directory`` (a ``{split}``
-    directory of the run in ``root``), by epoch and metric name, read from its
-    :data:`STEPS_FILE`; {} when the split has none (written before ember kept steps). A line
-    that is not what the logger writes raises ``ValueError`` naming the file and the line."""
-    path = os.path.join(directory, STEPS_FILE)
-    epochs: dict[int, dict[str, StepRuns]] = {}
-    steps: dict[str, StepRuns] | None = None
-    names: list[str] = []
-    for number, line in enumerate(read_run_lines(path, root), start=1):
-        try:
-            row = json.loads(line)
-            if row[0] == "epoch":
-                steps, names = epochs.setdefault(_epoch(row[1]), {}), []
-                continue
-            if row[0] == "step":
-                names = [str(name) for name in row[1:]]
-                continue
-            if steps is None:
-                raise ValueError("a step line before the first epoch line")
-            step, counts = int(row[0]), row[1:]
-            for name, count in zip(names, counts, strict=True):
-                if int(count) > 0:
-                    steps.setdefault(name, []).append((step, int(count)))
-        except (ValueError, TypeError, IndexError, KeyError, RecursionError) as error:
-            raise ValueError(f"{path}:{number}: not a step line ({error}): {line!r}") from None
-    return epochs
-
-
-def _epoch(value: Any) -> int:
-    epoch = int(value)  # a JSON value: ValueError or TypeError if not a number
-    if not 1 <= epoch <= MAX_EPOCH:
-        raise ValueError(f"the epoch {value!r} is not between 1 and {MAX_EPOCH}")
-    return epoch
+__all__ = ["FileMetricLogger"]
 
 
 def _cut_back(path: str, size: object) -> bool:
@@ -184,95 +64,6 @@ def _cut_back(path: str, size: object) -> bool:
     if actual is not None:
         os.truncate(path, size)
     return actual is not None
-
-
-def _cut_steps(path: str, epoch: int) -> None:
-    """Cut the steps file ``path`` back to before the section of ``epoch`` or a later one (a
-    re-run epoch's steps start anew) and any line a crash left unfinished, making its directory
-    if the split is new."""
-    with contextlib.suppress(FileExistsError):  # a file where the split's directory belongs:
-        os.makedirs(os.path.dirname(path), exist_ok=True)  # reading it below says so
-    try:
-        with open(path, "rb") as file:
-            data = file.read()
-    except FileNotFoundError:
-        return
-    start = 0
-    while (start := data.find(_EPOCH_MARK, start)) >= 0:
-        end = data.find(b"\n", start)
-        if end < 0:  # the last line, unfinished: cut below
-            break
-        at_line_start = start == 0 or data[start - 1] == ord("\n")
-        number = data[start + len(_EPOCH_MARK) : end].removesuffix(b"]")
-        if at_line_start and not number.isdigit():
-            raise ValueError(f"{path}: not a steps file's epoch line at byte {start}: {number!r}")
-        if at_line_start and int(number) >= epoch:
-            os.truncate(path, start)
-            return
-        start = end
-    if not data.endswith(b"\n"):  # a line a crash cut short: the next section starts a line
-        os.truncate(path, data.rfind(b"\n") + 1)
-
-
-class _StepRuns:
-    """The global steps of one split's lines so far, as :data:`STEPS_FILE` lines (see the
-    module doc): counts per metric for the current step, a line when the step changes.
-
-    A line is made only when its step is over (or the split): so the file is the same bytes
-    whenever the lines reach the disk, and a mid-round checkpoint keeps the open step's counts
-    in its position (:meth:`state`) for the resumed run to go on with."""
-
-    __slots__ = ("announced", "counts", "lines", "names", "step")
-
-    def __init__(self, state: Mapping[str, Any] | None = None) -> None:
-        state = state or {}
-        self.names: dict[str, int] = {name: i for i, name in enumerate(state.get("names", []))}
-        self.announced: int = state.get("announced", 0)  # how many names the last header gave
-        self.step: int | None = state.get("step")
-        self.counts: list[int] = list(state.get("counts", [0] * len(self.names)))
-        self.lines: list[str] = []  # made, not yet handed off
-
-    def state(self) -> dict[str, Any]:
-        """What a resumed split needs to go on: the names, the open step and its counts."""
-        return {
-            "names": list(self.names),
-            "announced": self.announced,
-            "step": self.step,
-            "counts": list(self.counts),
-        }
-
-    def add(self, values: Sequence[MetricValue]) -> None:
-        """Count one line per value, at its step."""
-        names, counts = self.names, self.counts
-        for value in values:
-            if value.step != self.step:
-                self.close_step()
-                self.step = value.step
-            index = names.get(value.name)
-            if index is None:
-                index = names[value.name] = len(counts)
-                counts.append(0)
-            counts[index] += 1
-
-    def take(self) -> list[str]:
-        """The lines made so far (the open step's come when it is over)."""
-        lines, self.lines = self.lines, []
-        return lines
-
-    def close_step(self) -> None:
-        """Make the open step's line (the step, or the split, is over)."""
-        if not any(self.counts):
-            return
-        if len(self.names) > self.announced:
-            self.lines.append(_json_line(["step", *self.names]))
-            self.announced = len(self.names)
-        # integers only: written out (json.dumps would cost a small model's batch a few us)
-        self.lines.append(f"[{self.step},{','.join(map(str, self.counts))}]")
-        self.counts[:] = [0] * len(self.counts)  # in place: add() holds the list
-
-
-def _json_line(row: list[object]) -> str:
-    return json.dumps(row, separators=(",", ":"), ensure_ascii=False)
 
 
 class FileMetricLogger:
@@ -304,7 +95,7 @@ class FileMetricLogger:
         self._writer = MetricFileWriter(self._root, timeout=timeout)
         # the open metric files by (metric name, epoch, split)
         self._paths: dict[tuple[str | None, int, Split], str] = {}
-        self._steps: dict[tuple[int, Split], _StepRuns] = {}
+        self._steps: dict[tuple[int, Split], SplitSteps] = {}
         self._step_files: set[str] = set()  # the splits' steps files, cut back once: appended
         self._step_lines: dict[str, list[str]] = {}  # made, handed over once due (interval)
         self._pending: dict[str, list[str]] = {}
@@ -326,7 +117,7 @@ class FileMetricLogger:
             return os.path.join(self._root, split.value, STEPS_FILE)
         if self.flat:
             return os.path.join(self._root, metric_file_name(name))
-        return os.path.join(self._root, split.value, f"epoch-{epoch}", metric_file_name(name))
+        return os.path.join(self._root, split.value, epoch_directory(epoch), metric_file_name(name))
 
     def start(self, config: Mapping[str, Any]) -> None:
         """Nothing to record: ``config.json`` is written by the launch."""
@@ -353,7 +144,7 @@ class FileMetricLogger:
                 end += 1
             runs = self._steps.get((epoch, split))
             if runs is None:  # the split starts: its section of the steps file
-                runs = self._steps[(epoch, split)] = _StepRuns()
+                runs = self._steps[(epoch, split)] = SplitSteps()
                 self._start_steps(epoch, split)
             runs.add(values[start:end])
             start = end
@@ -363,9 +154,9 @@ class FileMetricLogger:
         writes that file, cut it back to before that epoch (a re-run epoch starts anew)."""
         path = self._file(None, epoch, split)
         if path not in self._step_files:
-            _cut_steps(path, epoch)
+            cut_steps(path, epoch)
             self._step_files.add(path)
-        self._step_lines.setdefault(path, []).append(_json_line(["epoch", epoch]))
+        self._step_lines.setdefault(path, []).append(epoch_line(epoch))
 
     def log_text(self, texts: Sequence[MetricText]) -> None:
         """Queue one line per text entry (raising an earlier write's error, as :meth:`log`)."""
@@ -460,7 +251,7 @@ class FileMetricLogger:
             path = self._file(None, epoch, split)  # an older ember has none: a new section)
             _cut_back(path, steps_size)
             self._step_files.add(path)
-            self._steps[(epoch, split)] = _StepRuns(position.get("steps"))
+            self._steps[(epoch, split)] = SplitSteps(position.get("steps"))
 
     def end(self, summary: LearnerSummary | None, artifacts: Mapping[str, Path]) -> None:
         """Nothing to record: ``summary.json`` is written by the launch."""

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ember.train._metric.base import NumericEntry
+from ember._rundir.metric_logs import NumericEntry
 from ember.train._metric.values import MetricText, MetricValue
 from ember.train._vocabulary import Split, as_vocabulary
 

@@ -48,8 +48,9 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ember.train._files import atomic_write
-from ember.train._logger.base import check_artifacts, flatten_config
+from ember._rundir.atomic import atomic_write
+from ember._rundir.config import flatten_config
+from ember.train._logger.base import check_artifacts
 from ember.train._metric.values import MetricValue, tracker_points
 from ember.train._vocabulary import Split
 

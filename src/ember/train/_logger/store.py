@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ember._protocols import member
+from ember._rundir.metric_logs import NumericEntry, epoch_value
 from ember.train._logger.base import Logger, MetricLogger, MetricReader, ResumableLogger
-from ember.train._metric.base import NumericEntry
 from ember.train._metric.values import MetricText, MetricValue
 from ember.train._vocabulary import Aggregate, Direction, Split, warn_aggregate
 
@@ -25,26 +25,12 @@ if TYPE_CHECKING:
     from ember.train._metric.values import MetricState
     from ember.train._summary import LearnerSummary
 
-__all__ = ["EventStore", "epoch_value"]
+__all__ = ["EventStore"]
 
 log = logging.getLogger("ember.train")
 
 _CACHE_SIZE = 256
 """Finished epoch values kept for ``find_metric``: the recent ones, which strategies ask for."""
-
-
-def epoch_value(entries: Sequence[NumericEntry]) -> float | None:
-    """One epoch's value: its ``final`` entry, else the weighted mean of its batch entries."""
-    if not entries:
-        return None
-    if entries[-1].final:
-        return entries[-1].value
-    total = weights = 0.0
-    for entry in entries:
-        weight = 1.0 if entry.weight is None else entry.weight
-        total += entry.value * weight
-        weights += weight
-    return total / weights if weights else math.nan
 
 
 class EventStore:

@@ -40,7 +40,7 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ember.train._files import atomic_write
+from ember._rundir.atomic import atomic_write
 from ember.train._interrupter import Interrupter
 from ember.train._logger.base import check_artifacts
 from ember.train._metric.values import MetricValue, tracker_points

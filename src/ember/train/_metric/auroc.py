@@ -14,7 +14,8 @@ from typing import Any
 
 import torch
 
-from ember.train._metric.base import MetricAttributes, MetricEntry, MetricMetadata, NumericEntry
+from ember._rundir.metric_logs import NumericEntry
+from ember.train._metric.base import MetricAttributes, MetricEntry, MetricMetadata
 from ember.train._metric.confusion import ClassReduction, ConfusionStatsInput
 from ember.train._metric.resumable import check_state_fields, state_count, state_tensor
 from ember.train._metric.state import format_value

@@ -13,12 +13,13 @@ outputs by registering an adaptor for its own input type, or by taking the outpu
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from ember._frozen import set_field
+from ember._rundir.metric_logs import NumericEntry
+from ember._table import metric_label
 from ember.data import Progress
 
 __all__ = [
@@ -31,34 +32,13 @@ __all__ = [
     "MetricMetadata",
     "NamedMetric",
     "Numeric",
-    "NumericEntry",
     "adapt",
-    "format_number",
-    "metric_label",
     "metric_name",
     "register_adaptor",
 ]
 
 T = TypeVar("T")
 OutputT = TypeVar("OutputT")
-
-
-def format_number(value: float) -> str:
-    """The shortest text that reads back as ``value``, never in exponent form (``1.0`` -> ``1``).
-
-    This is how Burn writes numbers to metric logs (Rust's ``f64`` display), so logs written by
-    ember and by Burn look alike and parse back exactly.
-    """
-    text = repr(value)
-    if "e" in text or "n" in text:  # exponent form, nan or inf: rare, take the slow path
-        if math.isnan(value):
-            return "NaN"
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-        import numpy as np  # lazy: keeps `import ember` fast ("light import")
-
-        return str(np.format_float_positional(value, unique=True, trim="-"))
-    return text[:-2] if text.endswith(".0") else text
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -100,12 +80,6 @@ class MetricAttributes:
 
     unit: str | None = None
     higher_is_better: bool = False
-
-
-def metric_label(name: str, unit: str | None) -> str:
-    """How a metric is named beside its values, the same in every table and renderer line:
-    its name, then its unit in parentheses if it has one (``Accuracy (%)``, ``Loss``)."""
-    return f"{name} ({unit})" if unit else name
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,48 +142,6 @@ class MetricEntry:
     def is_available(self) -> bool:
         """Entries without a value (e.g. an epoch-only metric mid-epoch) are not logged."""
         return self.serialized not in ("", self.NOT_AVAILABLE)
-
-
-@dataclass(frozen=True, slots=True, init=False)
-class NumericEntry:
-    """A number in a metric log: a plain value, a value with its weight, or an epoch value.
-
-    Serialized as ``value``, ``value,weight`` or ``value,final`` (``docs/design.md``).
-    """
-
-    value: float
-    weight: float | None = None
-    final: bool = False
-
-    def __init__(  # written out: one per batch (ember/_frozen.py)
-        self, value: float, weight: float | None = None, final: bool = False
-    ) -> None:
-        set_field(self, "value", value)
-        set_field(self, "weight", weight)
-        set_field(self, "final", final)
-
-    def serialize(self) -> str:
-        """The log-file text of this entry."""
-        if self.final:
-            return f"{format_number(self.value)},final"
-        if self.weight is not None:
-            return f"{format_number(self.value)},{format_number(self.weight)}"
-        return format_number(self.value)
-
-    @classmethod
-    def parse(cls, text: str) -> NumericEntry:
-        """Read back one log line; a malformed line raises ``ValueError`` quoting it."""
-        parts = text.strip().split(",")
-        try:
-            if len(parts) == 1:
-                return cls(float(parts[0]))
-            if len(parts) == 2:
-                if parts[1] == "final":
-                    return cls(float(parts[0]), final=True)
-                return cls(float(parts[0]), weight=float(parts[1]))
-        except ValueError:
-            pass
-        raise ValueError(f"not a numeric metric entry: {text!r}")
 
 
 @runtime_checkable

@@ -22,13 +22,8 @@ from typing import Any, Self
 import torch
 
 from ember._checks import check_positive_int, check_real
-from ember.train._metric.base import (
-    MetricAttributes,
-    MetricEntry,
-    MetricMetadata,
-    NumericEntry,
-    format_number,
-)
+from ember._rundir.metric_logs import NumericEntry, format_number
+from ember.train._metric.base import MetricAttributes, MetricEntry, MetricMetadata
 from ember.train._metric.resumable import (
     check_state_fields,
     state_count,

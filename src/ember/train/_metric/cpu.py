@@ -20,7 +20,8 @@ from types import ModuleType
 from typing import Any
 
 from ember._checks import check_real
-from ember.train._metric.base import MetricEntry, MetricMetadata, NumericEntry
+from ember._rundir.metric_logs import NumericEntry
+from ember.train._metric.base import MetricEntry, MetricMetadata
 from ember.train._metric.resumable import check_state_fields, state_count
 from ember.train._metric.state import MeanMetric
 

@@ -8,7 +8,8 @@ from typing import Any
 import torch
 
 from ember._checks import check_real
-from ember.train._metric.base import MetricEntry, MetricMetadata, format_number
+from ember._rundir.metric_logs import format_number
+from ember.train._metric.base import MetricEntry, MetricMetadata
 from ember.train._metric.state import MeanMetric
 
 __all__ = ["HammingScore", "HammingScoreInput"]

@@ -6,7 +6,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from ember.train._metric.base import MetricEntry, NumericEntry, format_number
+from ember._rundir.metric_logs import NumericEntry, format_number
+from ember.train._metric.base import MetricEntry
 from ember.train._metric.resumable import check_state_fields, state_count, state_float
 from ember.train._metric.state import NumericMetricBase, format_value
 

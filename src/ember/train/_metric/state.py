@@ -7,7 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ember.train._metric.base import MetricAttributes, MetricEntry, NumericEntry, format_number
+from ember._rundir.metric_logs import NumericEntry, format_number
+from ember.train._metric.base import MetricAttributes, MetricEntry
 from ember.train._metric.resumable import check_state_fields, state_float
 
 __all__ = [

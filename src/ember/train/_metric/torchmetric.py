@@ -13,14 +13,9 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 import torch
 
+from ember._rundir.metric_logs import NumericEntry, format_number
 from ember.train._metric.accuracy import AccuracyInput
-from ember.train._metric.base import (
-    MetricAttributes,
-    MetricEntry,
-    MetricMetadata,
-    NumericEntry,
-    format_number,
-)
+from ember.train._metric.base import MetricAttributes, MetricEntry, MetricMetadata
 from ember.train._metric.resumable import check_state_fields, state_count, state_float
 from ember.train._metric.state import format_value
 

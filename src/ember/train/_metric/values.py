@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ember._frozen import set_field
-from ember.train._metric.base import MetricEntry, NumericEntry
+from ember._rundir.metric_logs import NumericEntry
+from ember.train._metric.base import MetricEntry
 from ember.train._vocabulary import Split
 
 __all__ = ["MetricState", "MetricText", "MetricValue", "tracker_points"]

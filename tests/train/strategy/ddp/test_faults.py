@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from ember._rundir.layout import LOCK
 from ember.distributed import DistributedError, spawn
-from ember.train._directory import LOCK
 from tests.train.strategy.ddp import helpers as ddp_helpers
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(90)]

@@ -17,10 +17,10 @@ from safetensors.torch import load_file
 from torch import nn
 
 from ember import CheckpointError
+from ember._rundir.manifest import latest_complete_epoch, read_manifest
 from ember.distributed import DistributedError, spawn
 from ember.train import GradNormMetric, Learner, load_checkpoint
 from ember.train._checkpoint.file import FileCheckpointer
-from ember.train._checkpoint.manifest import latest_complete_epoch, read_manifest
 from tests.train.strategy.ddp import helpers as ddp_helpers
 from tests.train.strategy.fsdp import helpers
 

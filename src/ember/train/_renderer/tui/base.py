@@ -2,7 +2,7 @@
 a Jupyter notebook.
 
 :class:`StateRenderer` implements the renderer protocol (training and evaluation) by updating a
-:class:`~ember.train._renderer.tui.state.RunState` under a lock, never formatting text, and then
+:class:`~ember.train._renderer.tui.state.ScreenState` under a lock, never formatting text, and then
 calling :meth:`StateRenderer._changed`, where a subclass draws or asks for a drawing. At the end
 it gives the screen back (:meth:`StateRenderer._restore`) and prints how training ended and the
 summary (:meth:`StateRenderer._print`), so that they stay visible.
@@ -19,7 +19,7 @@ from ember.train._interrupter import Interrupter
 from ember.train._metric.base import MetricDefinition
 from ember.train._metric.values import MetricState
 from ember.train._renderer.cli import failure_line
-from ember.train._renderer.tui.state import RunState
+from ember.train._renderer.tui.state import ScreenState
 from ember.train._vocabulary import Split
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ __all__ = ["StateRenderer"]
 
 
 class StateRenderer:
-    """The renderer protocol over a :class:`RunState`; subclasses draw it (see the module doc).
+    """The renderer protocol over a :class:`ScreenState`; subclasses draw it (see the module doc).
 
     The protocol methods run on ``train-worker`` (or on the training thread in a run on the
     CPU; ``on_error`` and ``close`` on the caller's thread).
@@ -41,7 +41,7 @@ class StateRenderer:
         self._interrupter = interrupter
         self._clock = clock
         self._lock = threading.Lock()  # the state below, written on the metrics thread
-        self._state = RunState()
+        self._state = ScreenState()
         self._dirty = True
         self._summary: LearnerSummary | EvaluationSummary | None = None
         self._stop_checkpoints = False  # a stop inside an epoch writes a step checkpoint
@@ -61,7 +61,7 @@ class StateRenderer:
         """Print ``text`` where the person sees it after the screen is given back."""
         raise NotImplementedError
 
-    def _update(self, change: Callable[[RunState], object]) -> None:
+    def _update(self, change: Callable[[ScreenState], object]) -> None:
         with self._lock:
             change(self._state)
             self._dirty = True

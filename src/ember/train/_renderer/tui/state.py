@@ -1,8 +1,8 @@
-"""What the TUI shows: the run's state, written by the protocol methods, and snapshots of it.
+"""What the TUI shows: the screen's state, written by the protocol methods, and snapshots of it.
 
-:class:`RunState` is mutated on ``train-worker`` under the renderer's lock; :meth:`RunState.frame`
-copies out a :class:`Frame` (computing items/s and the ETA) so that drawing, on
-``train-renderer``, happens outside the lock. Nothing here imports rich.
+:class:`ScreenState` is mutated on ``train-worker`` under the renderer's lock;
+:meth:`ScreenState.frame` copies out a :class:`Frame` (computing items/s and the ETA) so that
+drawing, on ``train-renderer``, happens outside the lock. Nothing here imports rich.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from ember.train._metric.values import MetricState
 from ember.train._renderer.plot_data import MetricPlot, PlotKind, Point
 from ember.train._vocabulary import Split
 
-__all__ = ["Frame", "RunState", "format_eta"]
+__all__ = ["Frame", "ScreenState", "format_eta"]
 
 
 def format_eta(seconds: float | None) -> str:
@@ -58,7 +58,7 @@ class Frame:
     popup: bool
 
 
-class RunState:
+class ScreenState:
     """What the TUI shows; written on the metrics thread under the renderer's lock."""
 
     def __init__(self) -> None:

@@ -5,7 +5,8 @@
     {"format": "ember.checkpoint.manifest", "version": 1, "epoch": 3,
      "files": [{"name": "model-3.safetensors", "size": 1234, "sha256": "9f86d0…"}, ...]}
 
-An epoch is *complete* when its manifest parses and every file it lists exists with that size and
+A run's checkpoints are in its ``checkpoint/`` directory (:func:`checkpoint_directory`). An
+epoch is *complete* when its manifest parses and every file it lists exists with that size and
 hash. :func:`complete_epochs` and :func:`latest_complete_epoch` check exactly that (they read and
 hash the files: a damaged or missing file makes the epoch incomplete, so resuming falls back to an
 older one). Deleting an epoch removes the manifest first (:func:`delete_manifest`), so a crash in
@@ -17,24 +18,26 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ember._errors import CheckpointError
-from ember.train._checkpoint.file import (
+from ember._rundir.atomic import CheckpointFile, atomic_write, fsync_directory, remove_stale_temps
+from ember._rundir.checkpoints import (
+    MAX_FILE_SIZE,
     check_epoch,
     check_name,
     checkpoint_file_name,
     read_regular,
     regular_size,
-    remove_stale_temps,
 )
-from ember.train._files import CheckpointFile, atomic_write, fsync_directory
 
 __all__ = [
     "Manifest",
+    "checkpoint_directory",
     "complete_epochs",
     "delete_manifest",
     "epoch_problem",
@@ -148,16 +151,25 @@ def _is_plain_name(name: str) -> bool:
 
 
 def verify_manifest(
-    directory: str | Path, manifest: Manifest, required: Collection[str] = ()
-) -> None:
+    directory: str | Path,
+    manifest: Manifest,
+    required: Collection[str] = (),
+    keep: Collection[str] = (),
+) -> dict[str, bytes]:
     """Check every listed file's size and SHA-256, and that the checkpoints named in
-    ``required`` (e.g. ``"model"``) are listed; CheckpointError naming the file otherwise."""
+    ``required`` (e.g. ``"model"``) are listed; CheckpointError naming the file otherwise.
+
+    The files named in ``keep`` (file names) are read whole, hashed as read and returned, by
+    name: what was verified is what their reader parses, never read or hashed again. The others
+    are hashed a block at a time and not kept (a sharded checkpoint's shard files: each rank
+    reads only the pieces it needs)."""
     directory = Path(directory)
     where = manifest_path(directory, manifest.epoch).name
     for name in required:
         file_name = checkpoint_file_name(name, manifest.epoch)
         if manifest.file(file_name) is None:
             raise CheckpointError(f"checkpoint manifest {where} does not list {file_name}")
+    kept: dict[str, bytes] = {}
     for entry in manifest.files:
         path = directory / entry.name
         if not path.exists() and not path.is_symlink():
@@ -168,12 +180,19 @@ def verify_manifest(
                 f"checkpoint file {path} is damaged: its size is {size} bytes, "
                 f"{where} expects {entry.size} bytes"
             )
-        actual = _sha256(path, entry.size)
+        if entry.name in keep:
+            data = kept[entry.name] = read_regular(
+                path, "checkpoint file", entry.size, limit=MAX_FILE_SIZE
+            )
+            actual = hashlib.sha256(data).hexdigest()
+        else:
+            actual = _sha256(path, entry.size)
         if actual != entry.sha256:
             raise CheckpointError(
                 f"checkpoint file {path} is damaged: its SHA-256 is {actual}, "
                 f"{where} expects {entry.sha256}"
             )
+    return kept
 
 
 def _sha256(path: Path, size: int) -> str:
@@ -208,6 +227,20 @@ def manifest_epochs(directory: str | Path) -> list[int]:
         return []
     epochs = (_NAME_RE.fullmatch(path.name) for path in directory.iterdir())
     return sorted(int(match.group(1)) for match in epochs if match)
+
+
+def checkpoint_directory(directory: str | os.PathLike[str]) -> Path:
+    """The checkpoint directory of a run directory (or ``directory`` itself if it holds
+    manifests); CheckpointError naming it when there is none."""
+    path = Path(directory)
+    if not path.is_dir():
+        raise CheckpointError(f"no run or checkpoint directory at {path}")
+    inner = path / "checkpoint"
+    if inner.is_dir():
+        return inner
+    if manifest_epochs(path):
+        return path
+    raise CheckpointError(f"{path} holds no checkpoint (no {inner}, no manifest-N.json)")
 
 
 def epoch_problem(

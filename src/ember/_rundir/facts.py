@@ -1,7 +1,8 @@
 """How a run ended, from the files a launch writes: its configuration, summary, end record,
 checkpoints and application log.
 
-* ``config.json``: the run's configuration (``ember/train/_config.py``);
+* ``config.json``: the run's configuration (``config.py``): whether it validates, so which split
+  ends an epoch;
 * ``summary.json``: the summary table, written at the end of a launch with ``.summary()``;
 * ``run-end.json``: written when a run finished (``num_epochs`` or ``max_steps`` reached, or
   early stopping), with checkpoints or without, and trusted only when its epoch is the newest
@@ -16,7 +17,9 @@ checkpoints and application log.
 
 The last completed epoch comes from the end record of a finished run, else from the logs: the
 newest epoch whose last split (valid, or train in a run that trains only) logged its epoch
-values. Nothing here imports the training loop; the files are read as JSON and text.
+values (:func:`epochs_logged`). ``ember.runs`` reads every fact here; the ``curves`` artifact, the
+last epoch for its title. Nothing here imports the training loop; the files are read as JSON and
+text.
 """
 
 from __future__ import annotations
@@ -25,16 +28,16 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ember._errors import CheckpointError
-from ember.train._checkpoint.end import RunEnd, read_run_end
-from ember.train._checkpoint.export import best_epoch
-from ember.train._checkpoint.manifest import manifest_epochs
-from ember.train._run_files import MAX_LOG_TAIL, read_run_json, read_run_tail
-from ember.train._summary import LearnerSummary
+from ember._rundir.best_epoch import best_epoch
+from ember._rundir.end import RunEnd, read_run_end
+from ember._rundir.guards import MAX_LOG_TAIL, read_run_tail
+from ember._rundir.manifest import manifest_epochs
+from ember._rundir.metric_logs import has_epoch_values
 
-__all__ = ["RunFacts", "describe", "read_config", "read_facts", "read_summary"]
+__all__ = ["RunFacts", "Summary", "epochs_logged", "read_facts"]
 
 _LAUNCH = re.compile(r"^\S+ \S+ INFO ember\.train: Starting training for ", re.M)
 _STOPPED = re.compile(
@@ -54,42 +57,48 @@ class RunFacts:
     failed: bool
 
 
-def read_config(directory: Path) -> dict[str, Any]:
-    """``config.json`` as a dict ({} without one); ValueError naming a file that is not one
-    (RunFileError, also a ValueError, for one the run readers refuse)."""
-    data = read_run_json(directory / "config.json", directory)
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ValueError(f"{directory / 'config.json'} is not a run configuration (a JSON object)")
-    return data
+class Summary(Protocol):
+    """What the facts read of a run's summary table (``LearnerSummary``): how many epochs it
+    covers and why the run stopped."""
+
+    @property
+    def epochs(self) -> int:
+        """The run's epochs when the summary was written."""
+        ...
+
+    @property
+    def stop_reason(self) -> str | None:
+        """Why the run stopped early, or None."""
+        ...
 
 
-def read_summary(directory: Path) -> LearnerSummary | None:
-    """``summary.json`` (None without one); ValueError naming a file that is not a summary
-    (RunFileError, also a ValueError, for one the run readers refuse)."""
-    path = directory / "summary.json"
-    data = read_run_json(path, directory)
-    try:
-        return None if data is None else LearnerSummary.from_json(data)
-    except (ValueError, KeyError, TypeError, AttributeError) as error:
-        raise ValueError(f"{path} is not a learner summary: {error!r}") from None
+def epochs_logged(
+    directory: Path, config: Mapping[str, Any], epochs: Mapping[str, Mapping[int, Path]]
+) -> int:
+    """The newest epoch whose last split (valid, or train in a run that trains only: its
+    ``config``, else its logs say) logged its epoch values, of the ``epoch-N`` directories
+    ``epochs`` of the run in ``directory`` (0: none)."""
+    validates = config.get("valid") is not None if config else "valid" in epochs
+    last_split = "valid" if validates else "train"
+    logged = [
+        epoch
+        for epoch, path in epochs.get(last_split, {}).items()
+        if has_epoch_values(path, directory)
+    ]
+    return max(logged, default=0)
 
 
-def read_facts(
-    directory: Path,
-    summary: LearnerSummary | None,
-    epochs_logged: int,
-) -> RunFacts:
-    """The facts of the run in ``directory``; ``epochs_logged`` is the newest epoch whose last
-    split logged its epoch values."""
+def read_facts(directory: Path, summary: Summary | None, logged: int) -> RunFacts:
+    """The facts of the run in ``directory`` with the summary table ``summary`` (None without
+    one); ``logged`` is the newest epoch whose last split logged its epoch values
+    (:func:`epochs_logged`)."""
     checkpoints = directory / "checkpoint"
     end = _run_end(directory, checkpoints)
     launch = _latest_launch(directory / "experiment.log", directory)
     if end is not None:
         last_epoch, reason = end.epoch, end.stop_reason
     else:
-        last_epoch = epochs_logged
+        last_epoch = logged
         found = _STOPPED.findall(launch or "")
         reason = found[-1] if found else None
         if reason is None and launch is None and summary is not None:
@@ -128,12 +137,3 @@ def _latest_launch(path: Path, root: Path) -> str | None:
     text = data.decode("utf-8", errors="replace")
     starts = [match.start() for match in _LAUNCH.finditer(text)]
     return text[starts[-1] :] if starts else text
-
-
-def describe(facts: RunFacts, config: Mapping[str, Any]) -> str:
-    """One line: how far the run got and how it ended."""
-    how = "finished" if facts.finished else "failed" if facts.failed else "not finished"
-    reason = f" ({facts.stop_reason})" if facts.stop_reason else ""
-    total = config.get("num_epochs")
-    of = f" of {total}" if isinstance(total, int) and config.get("max_steps") is None else ""
-    return f"epoch {facts.last_epoch}{of}, {how}{reason}"

@@ -1,59 +1,25 @@
-"""What a training checkpoint holds: the run's state as a registry of named parts (exact resume).
-
-Besides the model, the optimizer and the scheduler, ember saves what an exact resume needs and
-Burn does not keep: the loop's counters, the RNG states of torch, numpy and Python (of every
-process of the run), every loader's position and shuffle stream, the early-stopping state, the
-user's own state and, inside a round, the round's metrics and log positions; the checkpointing
-strategy's state is added by the checkpointer. A run resumed at a round end, or at the optimizer
-step of a mid-round checkpoint, therefore ends with exactly the weights, optimizer state and
-metric logs of a run that was never interrupted.
-
-Each part writes its entry and reads it back with its own checks; :class:`RunState` runs them:
-a snapshot is a loop over the parts, a restore the same loop backwards. Adding state to
-checkpoints is one part and one :meth:`RunState.register`. The keys on disk::
-
-    model-{e}, optim-{e}, scheduler-{e}.safetensors       "weights", "scheduler"
-                                                          (a sharded run: its shard files)
-    state-{e}.safetensors, its JSON metadata:
-    {"format": "ember.training-state", "epoch": e,
-     "step": k,                                           (a mid-round checkpoint: steps taken)
-     "loop": {"optimizer_steps": steps taken so far, "train_passes": passes completed,
-              "pass_items": items of the pass under way consumed, "lr": the last step's lr,
-              "grad_scaler": <its state> (16-mixed)},                          "loop"
-     "rng": <rank 0's RNG state>, "ranks_rng": [<rank 0's>, <rank 1's>, ...], "rng"
-     "loaders": {"train": <state>, "valid": <state>, ...},                    "loaders"
-     "early_stopping": <its state_dict()>,                                    "early_stopping"
-     "round": {"iteration": train items logged in the round,                  "round"
-               "round_passes": passes completed in the round,     (a mid-round checkpoint)
-               "trained": whether the round's training is over,
-               "metrics": {name: <each train metric's state_dict()>},   (tensors in the record)
-               "logs": [{"logger": kind, "position": <its log_position()>}, ...]},
-     "user": {name: <state_dict() of with_stateful(name, ...)>},               "user"
-     "callbacks": {name: <a callback's state_dict()>},                        "callbacks"
-     "data_module": {class name: <the data module's state_dict()>}}           "data_module"
-
-A part marked ``everywhere`` takes part in every process's snapshot (gathering the ranks' RNG
-states, writing a sharded model's shards); the others run on the main process, which alone
-writes the records.
+"""The parts of a run's checkpoint, each its entry written and read back with its own checks:
+the loop's counters (``loop``), every process's RNG states (``rng``), the loaders' positions
+(``loaders``), early stopping (``early_stopping``), the user's and the callbacks' state
+(``user``, ``callbacks``, ``data_module``), a round under way (``round``: its counters, train
+metrics and log positions), the scheduler and the weights (``registry.py`` runs them; the keys
+on disk: the package's docstring).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
 from ember._errors import CheckpointError
 from ember._protocols import member
 from ember.data import DataLoader
-from ember.train._checkpoint.checkpointer import TrainingRecords
-from ember.train._checkpoint.mid_round import ResumePoint, point_directory
+from ember.train._checkpoint.mid_round import VerifiedPoint, point_directory
 from ember.train._checkpoint.record import (
-    Record,
     decode,
     encode,
     load_model_record,
@@ -68,155 +34,26 @@ from ember.train._checkpoint.rng import rng_state, set_rng_state
 from ember.train._checkpoint.sharded import ShardingRun, has_shards, is_sharded, load_shards
 from ember.train._counters import RunCounters
 from ember.train._early_stopping import EarlyStoppingStrategy
-from ember.train._files import CheckpointFile
 from ember.train._hooks import Stateful
 from ember.train._learner import Learner
 from ember.train._logger.store import EventStore
 from ember.train._metric.base import Metric
 from ember.train._metric.resumable import has_metric_state
+from ember.train._state.registry import Snapshot
 from ember.train._vocabulary import Split
 
 __all__ = [
     "CountersPart",
     "EarlyStoppingPart",
     "LoadersPart",
-    "Resumed",
     "RngPart",
     "RoundPart",
-    "RunState",
     "SchedulerPart",
-    "Snapshot",
-    "StatePart",
     "UserPart",
     "WeightsPart",
 ]
 
-_FORMAT = "ember.training-state"
 log = logging.getLogger("ember.train")
-
-
-@dataclass(slots=True)
-class Snapshot:
-    """One checkpoint while it is built or read: its point, the weights and scheduler records,
-    and the state file's JSON (``state``) and tensors; ``where`` names it in errors."""
-
-    point: ResumePoint
-    state: dict[str, Any]
-    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
-    model: Record | None = None
-    optim: Record | None = None
-    scheduler: Record | None = None
-    shards: tuple[CheckpointFile, ...] = ()
-    where: str = ""
-    trained: bool = False
-    """A mid-round checkpoint's round has no training left (a stop at its last step): saved,
-    or read back."""
-
-    def count(self, entry: Mapping[str, Any], key: str, default: int) -> int:
-        """The count ``key`` of a state ``entry`` (``default`` in a checkpoint older than it);
-        a CheckpointError naming the checkpoint and the value if it is not a count."""
-        value = entry.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise CheckpointError(
-                f"the checkpoint of {self.where} holds {key}={value!r}, not a count"
-            )
-        return value
-
-
-class StatePart(Protocol):
-    """One named part of a run's checkpoint: it writes its entry and reads it back."""
-
-    @property
-    def everywhere(self) -> bool:
-        """Whether every process saves it (a collective), not only the main one."""
-        ...
-
-    def save(self, snapshot: Snapshot) -> None:
-        """Write this part into ``snapshot``."""
-        ...
-
-    def load(self, snapshot: Snapshot) -> None:
-        """Put this part back from ``snapshot`` (CheckpointError naming what does not fit)."""
-        ...
-
-
-class RunState:
-    """The run's checkpointed state: its named parts, saved in order and restored backwards."""
-
-    def __init__(self, *, main: bool) -> None:
-        self.main = main
-        self._parts: dict[str, StatePart] = {}
-
-    def register(self, name: str, part: StatePart) -> None:
-        """Checkpoint ``part`` under ``name`` (names are unique)."""
-        if name in self._parts:
-            raise ValueError(f"a state part named {name!r} is registered already")
-        self._parts[name] = part
-
-    def snapshot(self, point: ResumePoint, *, trained: bool = False) -> TrainingRecords | None:
-        """The records of the run at ``point`` (``trained``: a mid-round point whose round has
-        no training left) on the main process; None elsewhere (where only the parts that are
-        collectives ran)."""
-        state: dict[str, Any] = {"format": _FORMAT, "epoch": point.epoch}
-        if point.step is not None:
-            state["step"] = point.step
-        snapshot = Snapshot(point, state, trained=trained)
-        for part in self._parts.values():
-            if self.main or part.everywhere:
-                part.save(snapshot)
-        if not self.main:
-            return None
-        assert snapshot.model is not None and snapshot.optim is not None
-        assert snapshot.scheduler is not None
-        # the parts wrote JSON (tensors encoded into snapshot.tensors): copied, and checked
-        metadata = state_record(snapshot.state).metadata
-        return TrainingRecords(
-            snapshot.model,
-            snapshot.optim,
-            snapshot.scheduler,
-            Record(tensors=snapshot.tensors, metadata=metadata),
-            snapshot.shards,
-        )
-
-    def restore(self, records: TrainingRecords, point: ResumePoint, where: str) -> Resumed:
-        """Put every part back from ``records``, the checkpoint of ``point`` (verified by the
-        checkpointer; nothing is loaded with pickle), in the reverse order of a snapshot; where
-        the loop goes on from is returned."""
-        state = records.state.metadata
-        if (
-            state.get("format") != _FORMAT
-            or state.get("epoch") != point.epoch
-            or state.get("step") != point.step
-        ):
-            raise CheckpointError(
-                f"the state file of {where} is not an ember training state for that point "
-                f"(format {state.get('format')!r}, epoch {state.get('epoch')!r}, step "
-                f"{state.get('step')!r})"
-            )
-        snapshot = Snapshot(
-            point,
-            dict(state),
-            dict(records.state.tensors),
-            records.model,
-            records.optim,
-            records.scheduler,
-            records.shards,
-            where,
-        )
-        for part in reversed(list(self._parts.values())):
-            part.load(snapshot)
-        return Resumed(point.starting_epoch, point.step is not None, snapshot.trained)
-
-
-@dataclass(frozen=True, slots=True)
-class Resumed:
-    """Where a restored run goes on: ``round``, from a mid-round checkpoint (``mid_round``:
-    the round's counters are the checkpoint's) whose training may be over already
-    (``trained``: a stop at the round's last step; the round goes straight to validation)."""
-
-    round: int
-    mid_round: bool = False
-    trained: bool = False
 
 
 class CountersPart:
@@ -505,7 +342,9 @@ class WeightsPart:
         model, optim = snapshot.model, snapshot.optim
         assert model is not None and optim is not None  # the checkpointer read every file
         if is_sharded(model):  # any world size, into a sharded model or a plain one
-            load_shards(point_directory(self.directory, point), point.epoch, learner, model, optim)
+            verified = point.manifest if isinstance(point, VerifiedPoint) else None
+            directory = point_directory(self.directory, point)
+            load_shards(directory, point.epoch, learner, model, optim, verified)
         elif has_shards(learner.model):
             raise CheckpointError(
                 f"the checkpoint of {snapshot.where} is not sharded: a FullyShardedDataParallel "

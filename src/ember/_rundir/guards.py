@@ -1,8 +1,9 @@
-"""A run directory's files read back under guards, as the checkpoint readers read theirs.
+"""A run directory's files read back under guards, as the checkpoint readers read theirs
+(``checkpoints.py``).
 
 What ``ember.runs``, ``ember summary``, ``plot`` and ``compare`` (and a launch reading its own
-logs back) read from a run directory may come from elsewhere: a shared or downloaded directory.
-Every such read goes through this module:
+logs back, and the ``curves`` artifact) read from a run directory may come from elsewhere: a
+shared or downloaded directory. Every such read goes through this module:
 
 * **only regular files inside the run**: a file's path, links resolved, must stay under the run
   directory (a ``Loss.log`` linked to ``/etc/passwd`` or ``/dev/zero`` is refused, its content

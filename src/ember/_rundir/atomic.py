@@ -1,17 +1,26 @@
 """Files written all or nothing: a crash, an error or a full disk leaves a file's old content or
 its new one, never a mix (checkpoints, manifests, ``config.json``, ``summary.json``, a tracker's
-own files)."""
+own files); the temp files a crash left behind are cleared by a later write."""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CheckpointFile", "atomic_fill", "atomic_write", "fsync_directory"]
+__all__ = [
+    "CheckpointFile",
+    "atomic_fill",
+    "atomic_write",
+    "fsync_directory",
+    "remove_stale_temps",
+]
+
+_TEMP_RE = r"\.[0-9a-f]{16}\.tmp"  # what atomic_fill appends to a final name
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,3 +87,11 @@ def atomic_fill(path: Path, fill: Callable[[Path], None], *, sync: bool = True) 
     if sync:
         fsync_directory(path.parent)
     return CheckpointFile(path.name, size, digest.hexdigest())
+
+
+def remove_stale_temps(directory: Path, final_name_pattern: str) -> None:
+    """Remove temp files that :func:`atomic_write` left for final names matching the regex."""
+    temp = re.compile(rf"\.{final_name_pattern}{_TEMP_RE}")
+    for entry in os.scandir(directory):
+        if temp.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
+            Path(entry.path).unlink(missing_ok=True)

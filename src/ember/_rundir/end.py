@@ -10,7 +10,7 @@ whether or not it keeps checkpoints, and removed when a run starts training (aft
 checkpoint was restored), so ``resume_latest()`` and ``ember.runs`` can tell a complete run from
 an interrupted one: they trust the record only when its epoch is the run's newest (the newest
 complete checkpoint, or, without checkpoints, the newest epoch logged; ``_finished.py``,
-``ember/runs/_facts.py``). Runs of 0.1.0 and 0.2.0 wrote it beside their checkpoints: it is
+``ember/_rundir/facts.py``). Runs of 0.1.0 and 0.2.0 wrote it beside their checkpoints: it is
 still read there, after the run directory.
 """
 
@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ember._errors import RunFileError
-from ember.train._files import atomic_write
-from ember.train._run_files import parse_json, read_run_bytes
+from ember._rundir.atomic import atomic_write
+from ember._rundir.guards import parse_json, read_run_bytes
 
 __all__ = ["RUN_END", "RunEnd", "clear_run_end", "read_run_end"]
 
