@@ -33,8 +33,9 @@ making an epoch directory and its file is printed first and last (it varies tenf
 minutes on a shared virtual machine, and the file rows with it).
 
 Each figure is the median of the ratios of alternated pairs (``event_floor.pairs``), one
-intra-op thread; the load average is printed before every row and at the end: on a shared
-machine read the ratios, not the seconds. Not a test: it prints.
+intra-op thread, with the median ratio of their CPU seconds beside it (single-process rows);
+the load average is printed before every row and at the end: on a shared machine read the
+ratios, not the seconds. Not a test: it prints.
 
     python benchmarks/user_loops.py [--quick]      # make bench-user
 """
