@@ -20,11 +20,13 @@ wrapper's construction to the end of its last epoch. The process group and ember
 are set up before the timing on both sides (``spawn``; ``DistributedDataParallel.join``), and
 so is ``torch._dynamo``, which torch's ``DistributedDataParallel`` imports when the first one
 is made (1-2 s here, on both sides: ember's reducer is torch's).
-Every pair runs each side in 2 fresh processes (sides alternated): first a 400-step run (10
-epochs, what a user's script feels, first-run costs included), then a 200-step and an 800-step
-run, whose difference over 600 steps is the marginal cost of a step (the runs' fixed costs
-taken out). The figures are medians of the pairs' torch/ember ratios (throughput), with the
-load average printed; one intra-op thread per process.
+Every pair is two groups of 2 fresh processes, one begun by each side's 400-step run (10
+epochs: what a user's script feels, first-run costs included; the sides alternate which group
+comes first). Then, in each group, both sides run 200 and 800 steps, ember, torch, torch,
+ember: the difference of a side's two lengths over 600 steps is the marginal cost of its step
+(the runs' fixed costs taken out), compared within the group (two comparisons a pair). The
+figures are medians of the torch/ember ratios (throughput), with the load average printed;
+one intra-op thread per process.
 
     python benchmarks/ddp_launch.py [--pairs P] [--profile DIR]
 
@@ -150,19 +152,25 @@ def _set_up() -> None:
     import torch._dynamo  # noqa: F401
 
 
-def _worker(out: str, side: str) -> None:
-    """One rank of a fresh group running ``side``: the 400-step run first (fresh), then the
-    200- and 800-step ones; rank 0 writes the times."""
+def _worker(out: str, first: str) -> None:
+    """One rank of a fresh group: ``first``'s 400-step run (the group's first: fresh), a short
+    run of the other side (its first-run costs, untimed), then each side's 200- and 800-step
+    runs in the order ember, torch, torch, ember (drift on a shared machine hits both alike);
+    rank 0 writes the times."""
     torch.set_num_threads(1)
     _set_up()
     strategy = DistributedDataParallel()
     strategy.join()  # ember's groups, as the process group, are set up before the timing
 
-    def run(steps: int) -> float:
+    def run(side: str, steps: int) -> float:
         return ember_run(steps, strategy) if side == "ember" else torch_run(steps)
 
-    times = {name: run(steps) for name, steps in STEPS.items() if name == "user"}
-    times.update({name: run(steps) for name, steps in STEPS.items() if name != "user"})
+    times: dict[str, dict[str, float]] = {"user": {first: run(first, STEPS["user"])}}
+    run("torch" if first == "ember" else "ember", TRAIN_BATCHES)
+    for length in ("short", "long"):
+        times[length] = {}
+        for side in ("ember", "torch", "torch", "ember"):
+            times[length][side] = times[length].get(side, 0.0) + run(side, STEPS[length]) / 2
     if dist.get_rank() == 0:
         Path(out).write_text(json.dumps(times), encoding="utf-8")
 
@@ -181,48 +189,55 @@ def _profiled(out: str) -> None:
     profile.dump_stats(os.path.join(out, f"rank{dist.get_rank()}.prof"))
 
 
-def measure(pairs: int) -> list[dict[str, dict[str, float]]]:
-    """Each pair's seconds per side and run length, every side in fresh processes."""
-    times: list[dict[str, dict[str, float]]] = []
+Times = dict[str, dict[str, float]]
+"""A group's seconds: by run length (``user``, ``short``, ``long``), then by side."""
+
+
+def measure(pairs: int) -> list[tuple[Times, Times]]:
+    """Each pair's two groups of fresh processes, the first begun by ember's 400-step run and
+    the second by torch's (alternately first)."""
+    groups: list[tuple[Times, Times]] = []
     with tempfile.TemporaryDirectory() as directory:
         out = Path(directory) / "times.json"
         for pair in range(pairs):
             sides = ("ember", "torch") if pair % 2 == 0 else ("torch", "ember")
-            seconds = {}
+            made = {}
             for side in sides:
-                spawn(_worker, 2, str(out), side, join_timeout=600)
-                seconds[side] = json.loads(out.read_text(encoding="utf-8"))
-            times.append(seconds)
-    return times
+                spawn(_worker, 2, str(out), side, join_timeout=900)
+                made[side] = json.loads(out.read_text(encoding="utf-8"))
+            groups.append((made["ember"], made["torch"]))
+    return groups
 
 
 def _median(ratios: list[float]) -> str:
     return f"{statistics.median(ratios):.3f}x (pairs {min(ratios):.3f}-{max(ratios):.3f})"
 
 
-def lines(times: list[dict[str, dict[str, float]]]) -> list[str]:
-    """The 400-step row and the marginal row, each against its target."""
-    user = [pair["torch"]["user"] / pair["ember"]["user"] for pair in times]
+def _marginal(group: Times, side: str) -> float:
+    """Seconds a step adds: the 800-step run less the 200-step one, over 600 steps."""
+    return (group["long"][side] - group["short"][side]) / (STEPS["long"] - STEPS["short"])
 
-    def marginal(side: str, pair: dict[str, dict[str, float]]) -> float:
-        runs = pair[side]
-        return (runs["long"] - runs["short"]) / (STEPS["long"] - STEPS["short"])
 
-    margins = [marginal("torch", pair) / marginal("ember", pair) for pair in times]
-    ember_step = statistics.median(marginal("ember", pair) for pair in times) * 1e3
-    torch_step = statistics.median(marginal("torch", pair) for pair in times) * 1e3
-    ember_user = statistics.median(pair["ember"]["user"] for pair in times)
-    torch_user = statistics.median(pair["torch"]["user"] for pair in times)
+def lines(groups: list[tuple[Times, Times]]) -> list[str]:
+    """The 400-step row (each side fresh) and the marginal row (both sides in each group),
+    each against its target."""
+    user = [torch["user"]["torch"] / ember["user"]["ember"] for ember, torch in groups]
+    every = [group for pair in groups for group in pair]
+    margins = [_marginal(group, "torch") / _marginal(group, "ember") for group in every]
+    ember_step = statistics.median(_marginal(group, "ember") for group in every) * 1e3
+    torch_step = statistics.median(_marginal(group, "torch") for group in every) * 1e3
+    ember_user = statistics.median(ember["user"]["ember"] for ember, _ in groups)
+    torch_user = statistics.median(torch["user"]["torch"] for _, torch in groups)
     shape = f"784-{WIDTH}-{WIDTH}-10, global batch {BATCH}, 2 gloo ranks"
     user_target = "met" if statistics.median(user) >= 0.90 else "NOT met"
     margin_target = "met" if statistics.median(margins) >= 0.95 else "NOT met"
     return [
         f"DDP {shape}, Loss on both splits, CLI renderer, file logs: launch to return, 400 "
-        f"steps, against torch DDP by hand: {_median(user)} throughput (target >= 0.90x: "
-        f"{user_target}; ember {ember_user:.2f} s, torch {torch_user:.2f} s)",
-        f"  the marginal step (200- and 800-step runs): {_median(margins)} throughput "
-        f"(target >= 0.95x: {margin_target}; ember {ember_step:.2f} ms, torch "
-        f"{torch_step:.2f} ms a step)",
+        f"steps, fresh processes, against torch DDP by hand: {_median(user)} throughput "
+        f"(target >= 0.90x: {user_target}; ember {ember_user:.2f} s, torch {torch_user:.2f} s)",
+        f"  the marginal step (200- and 800-step runs, both sides in each group): "
+        f"{_median(margins)} throughput (target >= 0.95x: {margin_target}; ember "
+        f"{ember_step:.2f} ms, torch {torch_step:.2f} ms a step)",
     ]
 
 
