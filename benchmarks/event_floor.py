@@ -19,8 +19,10 @@
    of ember compiled at each import).
 
 Each figure is the median of the ratios of alternated pairs (the two contenders run one after
-the other, repeat after repeat), so drift on a shared machine hits both alike. One intra-op
-thread. Not a test: it prints; ``uptime`` is printed first and last.
+the other, repeat after repeat), so drift on a shared machine hits both alike; beside it, the
+median ratio of the pairs' CPU seconds (this process and the children it waited for), which
+another engineer's tests running meanwhile move much less. One intra-op thread. Not a test: it
+prints; ``uptime`` is printed first and last.
 
     python benchmarks/event_floor.py [--quick]
 """
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -57,22 +60,49 @@ from learner_overhead import (
 )
 
 
-def pairs(contenders: dict[str, Callable[[], float]], repeats: int) -> dict[str, list[float]]:
-    """Seconds of each contender, run alternately ``repeats`` times."""
-    times: dict[str, list[float]] = {name: [] for name in contenders}
+class Times(dict[str, list[float]]):
+    """Each contender's seconds (what its run returned), and in ``cpu`` the CPU seconds of this
+    process and of the children it waited for (a metric-writer) while the run went: on a
+    machine shared with other work, the wall-clock ratio follows whoever else runs; the CPU
+    ratio much less (it still grows when a busy neighbour slows the caches and the core)."""
+
+    def __init__(self, names: Iterable[str]) -> None:
+        super().__init__({name: [] for name in names})
+        self.cpu: dict[str, list[float]] = {name: [] for name in self}
+
+
+def cpu_seconds() -> float:
+    """CPU seconds of this process and its waited-for children so far."""
+    own, children = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def pairs(contenders: dict[str, Callable[[], float]], repeats: int) -> Times:
+    """Seconds (and CPU seconds) of each contender, run alternately ``repeats`` times."""
+    times = Times(contenders)
     for _ in range(repeats):
         for name, run in contenders.items():
+            start = cpu_seconds()
             times[name].append(run())
+            times.cpu[name].append(cpu_seconds() - start)
     return times
 
 
 def report(label: str, times: dict[str, list[float]], base: str, other: str, target: str) -> None:
-    """The median ratio ``other / base`` of the pairs, with the target it is held to."""
+    """The median ratio ``other / base`` of the pairs, with the target it is held to (and the
+    median ratio of their CPU seconds, when measured)."""
     ratios = sorted(b / a for a, b in zip(times[base], times[other], strict=True))
+    cpu = ""
+    if isinstance(times, Times):
+        cpu_ratios = [b / a for a, b in zip(times.cpu[base], times.cpu[other], strict=True)]
+        cpu = f"; CPU time {statistics.median(cpu_ratios):.3f}x"
     print(
         f"{label}: {statistics.median(ratios):.3f}x (target {target}; pairs "
         f"{ratios[0]:.3f}-{ratios[-1]:.3f}; {base} {statistics.median(times[base]):.3f} s, "
-        f"{other} {statistics.median(times[other]):.3f} s)"
+        f"{other} {statistics.median(times[other]):.3f} s{cpu})"
     )
 
 

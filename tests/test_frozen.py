@@ -16,13 +16,16 @@ from ember.extend import (
     MetricState,
     MetricValue,
     NumericEntry,
+    ProcessedItem,
     StepContext,
 )
-from ember.train import TrainingItem
+from ember.train import TrainingItem, TrainOutput
 
 WRITTEN_OUT = [
     Progress,
     TrainingItem,
+    ProcessedItem,
+    TrainOutput,
     StepContext,
     MetricMetadata,
     NumericEntry,

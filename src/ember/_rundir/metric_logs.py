@@ -60,6 +60,8 @@ def format_number(value: float) -> str:
     This is how Burn writes numbers to metric logs (Rust's ``f64`` display), so logs written by
     ember and by Burn look alike and parse back exactly.
     """
+    if type(value) is int:  # a batch's weight: its items
+        return str(value)
     text = repr(value)
     if "e" in text or "n" in text:  # exponent form, nan or inf: rare, take the slow path
         if math.isnan(value):

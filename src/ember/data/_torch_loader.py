@@ -94,6 +94,9 @@ class TorchDataLoader(PassTracker, Generic[BatchT]):
             raise ValueError("the torch loader's dataset is empty (len 0)")
         self._loader = loader
         self._num_items = num_items
+        # the batches of the pass under way, read when it starts: torch's len() walks its
+        # sampler in Python, and the progress of every batch needs it
+        self._pass_batches = len(loader)
         self._device = as_device(device)
         self._generator: torch.Generator | None = loader.generator
         self._pass_start: torch.Tensor | None = None  # generator state before the current pass
@@ -102,6 +105,7 @@ class TorchDataLoader(PassTracker, Generic[BatchT]):
     def __iter__(self) -> DataLoaderIterator[BatchT]:
         resuming = self._resume
         token = self._begin_pass()
+        self._pass_batches = len(self._loader)
         if self._generator is not None:
             if resuming and self._pass_start is not None:
                 self._generator.set_state(self._pass_start)
@@ -122,10 +126,11 @@ class TorchDataLoader(PassTracker, Generic[BatchT]):
         return self._num_items
 
     def _items_after(self, batches: int) -> int:
-        if batches >= len(self):
+        per_pass = self._pass_batches
+        if batches >= per_pass:
             return self._num_items
         if self._loader.batch_size is None:
-            return batches * self._num_items // len(self)
+            return batches * self._num_items // per_pass
         return min(batches * self._loader.batch_size, self._num_items)
 
     @property

@@ -116,7 +116,7 @@ class StartSplit:
     items_done: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class ProcessedItem(Generic[T]):
     """A batch was processed.
 
@@ -126,6 +126,12 @@ class ProcessedItem(Generic[T]):
 
     item: TrainingItem[T]
     valid_set: str | None = None
+
+    def __init__(  # written out: one per batch (ember/_frozen.py)
+        self, item: TrainingItem[T], valid_set: str | None = None
+    ) -> None:
+        set_field(self, "item", item)
+        set_field(self, "valid_set", valid_set)
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
-from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -56,15 +55,20 @@ def inference_pass(
     what the step context says."""
     model = run.replicas[0]
     stamps: deque[tuple[Progress, Logged]] = deque()  # each batch's, until its item comes back
+    split = split or name
+    no_graph = torch.inference_mode()  # entered anew for each batch: the pass yields outside it
     for iteration, (batch, progress) in enumerate(run.valid_pass(name), 1):
         if model.training:
             model.eval()
         context = StepContext(
-            epoch, iteration, optimizer_steps, batch, autocast=autocast, split=split or name
+            epoch, iteration, optimizer_steps, batch, autocast=autocast, split=split
         )
-        with torch.inference_mode(), step_context(context):
-            with torch.autocast(*autocast) if autocast else nullcontext():
+        with no_graph, step_context(context):
+            if autocast is None:
                 output = run.inference_step(batch, step)
+            else:
+                with torch.autocast(*autocast):
+                    output = run.inference_step(batch, step)
             stamps.append((progress, context.values or None))
             items, _ = run.report([output], False)
         for item in items:

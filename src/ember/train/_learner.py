@@ -102,7 +102,9 @@ class Learner(Generic[M]):
         self._ratios: list[float] | None = None  # each group's lr over group 0's, as built
         # resolved once: a runtime protocol check costs more than a small model's step
         self._built: dict[str, torch.optim.Optimizer] | None = None
-        self._optimizes = isinstance(model, OptimizeStep)
+        # the model's own optimize, else the default step is called directly (what
+        # LearnerModel.optimize does), with the optimizer looked up once built
+        self._optimizes = _own_optimize(model) or "optimize" in vars(model)
         self._closure = False  # an optimizer steps with a closure: found once they are built
         self._per_group = isinstance(self._scheduler, GroupLrScheduler)
         self._per_epoch: EpochLrScheduler | None = (
@@ -345,10 +347,12 @@ class Learner(Generic[M]):
             self._model.optimize(None, self._lr_current, grads)  # type: ignore[operator]
         elif self._several:
             self._model.optimize(self.optimizers, self._lr_current, grads)  # type: ignore[operator]
-        elif self._optimizes:
-            self._model.optimize(self.optimizer, self._lr_current, grads)  # type: ignore[operator]
         else:
-            default_optimize(self._model, self.optimizer, grads)
+            optimizer = (self._built or self.optimizers)["optimizer"]  # the only one
+            if self._optimizes:
+                self._model.optimize(optimizer, self._lr_current, grads)  # type: ignore[operator]
+            else:
+                default_optimize(self._model, optimizer, grads)
 
 
 def _own_optimize(model: nn.Module) -> bool:

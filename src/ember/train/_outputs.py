@@ -42,6 +42,7 @@ __all__ = [
     "RegressionOutput",
     "SequenceOutput",
     "leading_size",
+    "synced",
 ]
 
 
@@ -52,6 +53,19 @@ class ItemLazy(Protocol):
     def sync(self) -> Self:
         """Detach from the graph; never read values back to the host."""
         ...
+
+
+_LAZY: dict[type[Any], bool] = {}  # per output type: is it an ItemLazy (checked once)
+
+
+def synced(item: Any) -> Any:
+    """The item after its ``sync()`` (an :class:`ItemLazy`), or itself: a runtime protocol
+    check costs several microseconds, once per type here instead of once per batch."""
+    kind = type(item)
+    lazy = _LAZY.get(kind)
+    if lazy is None:
+        lazy = _LAZY[kind] = isinstance(item, ItemLazy)
+    return item.sync() if lazy else item
 
 
 class DetachOnSync:

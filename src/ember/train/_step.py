@@ -18,6 +18,7 @@ metrics (:class:`~ember.train.ValueMetric`).
 from __future__ import annotations
 
 import contextvars
+import functools
 import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -39,6 +40,7 @@ __all__ = [
     "TrainStep",
     "current_step",
     "default_optimize",
+    "in_slots",
     "step_context",
     "trained_parameters",
 ]
@@ -48,14 +50,15 @@ T_co = TypeVar("T_co", covariant=True)
 B_contra = TypeVar("B_contra", contravariant=True)
 
 
-_PARAMETERS: weakref.WeakKeyDictionary[nn.Module, tuple[tuple[str, nn.Parameter], ...]] = (
-    weakref.WeakKeyDictionary()
-)
+NamedParameters = tuple[tuple[str, nn.Parameter], ...]
+
+# by id(module): a weak reference to the module and its parameters. A plain dict read by id
+# costs a third of a WeakKeyDictionary's lookup, which builds a reference at every call: this
+# runs several times a step. The reference's callback forgets a module that is gone.
+_PARAMETERS: dict[int, tuple[weakref.ref[nn.Module], NamedParameters]] = {}
 
 
-def trained_parameters(
-    module: nn.Module, *, refresh: bool = False
-) -> tuple[tuple[str, nn.Parameter], ...]:
+def trained_parameters(module: nn.Module, *, refresh: bool = False) -> NamedParameters:
     """``module``'s named parameters, read once and remembered (``refresh`` reads them again).
 
     Walking the module tree costs tens of microseconds, more than a small model's whole
@@ -63,10 +66,21 @@ def trained_parameters(
     model after training started are not trained, exactly as they would not be in its
     optimizer. ``Learner.fork`` refreshes the list when training starts.
     """
-    params = None if refresh else _PARAMETERS.get(module)
-    if params is None:
-        params = _PARAMETERS[module] = tuple(module.named_parameters())
+    key = id(module)
+    if not refresh:
+        known = _PARAMETERS.get(key)
+        if known is not None and known[0]() is module:
+            return known[1]
+    params = tuple(module.named_parameters())
+    _PARAMETERS[key] = (weakref.ref(module, functools.partial(_forget, key)), params)
     return params
+
+
+def _forget(key: int, _reference: object) -> None:
+    """The module remembered under ``key`` is gone (unless a new one took its id already)."""
+    known = _PARAMETERS.get(key)
+    if known is not None and known[0]() is None:
+        del _PARAMETERS[key]
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -192,36 +206,59 @@ class GradientsParams(Mapping[str, torch.Tensor]):
     def __init__(
         self, grads: Mapping[str, torch.Tensor] | None = None, owner: nn.Module | None = None
     ) -> None:
-        self._grads: dict[str, torch.Tensor] = dict(grads or {})
+        self._grads: dict[str, torch.Tensor] | None = dict(grads or {})
         self.owner = owner
         """The module whose ``.grad`` slots hold these very tensors (``from_module``), or None."""
 
     @classmethod
     def from_module(cls, module: nn.Module) -> GradientsParams:
         """The gradients in ``module``'s ``.grad`` slots (the same tensors, left in place)."""
-        made = cls.__new__(cls)  # no copy of the fresh dict: this runs twice a step
-        made._grads = {
-            name: param.grad for name, param in trained_parameters(module) if param.grad is not None
-        }
+        made = cls.__new__(cls)  # no copy of the fresh dict: this runs every step
+        made._grads = _in_slots(module)
         made.owner = module
         return made
 
+    def _read(self) -> dict[str, torch.Tensor]:
+        """The gradients by name, read from the owner's slots the first time (:func:`in_slots`)."""
+        grads = self._grads
+        if grads is None:
+            assert self.owner is not None  # in_slots sets it
+            grads = self._grads = _in_slots(self.owner)
+        return grads
+
     def __getitem__(self, name: str) -> torch.Tensor:
-        return self._grads[name]
+        return self._read()[name]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._grads)
+        return iter(self._read())
 
     def __len__(self) -> int:
-        return len(self._grads)
+        return len(self._read())
 
     def __repr__(self) -> str:
-        return f"GradientsParams({list(self._grads)})"
+        return f"GradientsParams({list(self._read())})"
 
     def assign_to(self, module: nn.Module) -> None:
         """Put these gradients into ``module``'s ``.grad`` slots (None for the ones absent)."""
+        grads = self._read()
         for name, param in trained_parameters(module):
-            param.grad = self._grads.get(name)
+            param.grad = grads.get(name)
+
+
+def _in_slots(module: nn.Module) -> dict[str, torch.Tensor]:
+    return {
+        name: grad for name, param in trained_parameters(module) if (grad := param.grad) is not None
+    }
+
+
+def in_slots(module: nn.Module) -> GradientsParams:
+    """The gradients in ``module``'s ``.grad`` slots, read when first looked at: what the
+    optimizer step hands ``optimize``, which reads them (if at all) before anything clears the
+    slots. The default step never looks, so a step builds no mapping of the parameters."""
+    made = GradientsParams.__new__(GradientsParams)
+    made._grads = None
+    made.owner = module
+    return made
 
 
 class GradientsAccumulator:
@@ -256,7 +293,7 @@ class GradientsAccumulator:
         return grads
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class TrainOutput(Generic[T_co]):
     """What ``train_step`` returns: the gradients of the loss and the output for the metrics.
 
@@ -267,6 +304,13 @@ class TrainOutput(Generic[T_co]):
     grads: GradientsParams
     item: T_co
     loss: torch.Tensor | None = None
+
+    def __init__(  # written out: one per batch (ember/_frozen.py)
+        self, grads: GradientsParams, item: T_co, loss: torch.Tensor | None = None
+    ) -> None:
+        set_field(self, "grads", grads)
+        set_field(self, "item", item)
+        set_field(self, "loss", loss)
 
     @classmethod
     def from_loss(cls, model: nn.Module, loss: torch.Tensor, item: T) -> TrainOutput[T]:

@@ -41,7 +41,7 @@ from torch.nn.utils import clip_grad_value_, clip_grads_with_norm_, get_total_no
 from ember.data import Progress
 from ember.train._counters import RunCounters
 from ember.train._learner import Learner
-from ember.train._step import GradientsParams, StepContext, TrainOutput, trained_parameters
+from ember.train._step import StepContext, TrainOutput, in_slots, trained_parameters
 from ember.train._strategy.ddp.strategy import DistributedDataParallel
 
 __all__ = ["Clipping", "OptimizerWindow", "UnitClosure", "check_optimizer_step"]
@@ -190,7 +190,7 @@ class OptimizerWindow:
             if norm is not None and self.scaler is not None and not bool(torch.isfinite(norm)):
                 self._skip(model)
                 return norm
-        learner.optimizer_step(GradientsParams.from_module(model), closure)
+        learner.optimizer_step(in_slots(model), closure)
         if self.scaler is not None:
             self.scaler.update()
         self._stepped()

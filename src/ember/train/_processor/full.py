@@ -30,7 +30,7 @@ from ember.train._metric.base import MetricMetadata, adapt
 from ember.train._metric.loss import LossInput
 from ember.train._metric.registered import MetricsTraining
 from ember.train._metric.values import MetricState
-from ember.train._outputs import ItemLazy
+from ember.train._outputs import synced
 from ember.train._processor.base import Event
 from ember.train._renderer.base import MetricsRenderer
 from ember.train._renderer.progress import announce_split, announce_start, items_progress
@@ -39,18 +39,6 @@ from ember.train._vocabulary import Split
 __all__ = ["FullEventProcessorTraining"]
 
 log = logging.getLogger("ember.train")
-
-
-_LAZY: dict[type[Any], bool] = {}  # per output type: is it an ItemLazy (checked once)
-
-
-def _synced(item: Any) -> Any:
-    """The item after its ``sync()`` (an :class:`ItemLazy`), or itself."""
-    kind = type(item)
-    lazy = _LAZY.get(kind)
-    if lazy is None:
-        lazy = _LAZY[kind] = isinstance(item, ItemLazy)
-    return item.sync() if lazy else item
 
 
 def _host_values(tensors: Sequence[torch.Tensor]) -> list[float]:
@@ -136,15 +124,16 @@ class FullEventProcessorTraining:
         """Update the metrics (of the validation set ``valid_set``, when given) with
         consecutive items of ``split`` and render each; their values reach the loggers
         together, also those before an item that fails (a non-finite loss)."""
-        items = [_synced(training_item.item) for training_item in training_items]
+        items = [synced(training_item.item) for training_item in training_items]
         losses = self._read_losses(items)
         update, renderer, progress = self.metrics.update, self.renderer, self._show_progress
         show = renderer.update_train if split is Split.TRAIN else renderer.update_valid
         before = self._sets_before(valid_set)
+        checked = split is Split.TRAIN
         logged: list[tuple[Sequence[MetricState], int]] = []
         try:
             for training_item, item, loss in zip(training_items, items, losses, strict=True):
-                if split is Split.TRAIN and loss is not None:
+                if checked and loss is not None:
                     loss = self._checked(loss, training_item.iteration)
                 metadata = MetricMetadata(
                     training_item.progress, training_item.iteration, training_item.lr,
@@ -152,17 +141,19 @@ class FullEventProcessorTraining:
                     None if loss is None else loss.items,
                 )  # fmt: skip
                 states = update(split, item, metadata, loss, valid_set)
-                self._step = training_item.step
-                self._count_iteration(split, training_item.iteration)
                 if states:
                     logged.append((states, training_item.step))
                     for state in states:
                         show(state)
                 progress(split, training_item, before)
-                self._set_items = training_item.progress.items_processed
         finally:
             if logged:
                 self.store.log_many(split, logged)
+        # the run's last item says where the split is (a failed item ends the processing)
+        last = training_items[-1]
+        self._step = last.step
+        self._set_items = last.progress.items_processed
+        self._count_iterations(split, training_items[0].iteration, last.iteration)
 
     def _sets_before(self, valid_set: str | None) -> int:
         """The items of the split's validation sets before ``valid_set`` (each set's progress
@@ -172,11 +163,12 @@ class FullEventProcessorTraining:
             self._set_items = 0
         return self._items_before
 
-    def _count_iteration(self, split: Split, iteration: int) -> None:
-        """Remember the first and the last iteration processed since the last progress line."""
+    def _count_iterations(self, split: Split, first: int, last: int) -> None:
+        """Remember the first and the last iteration processed since the last progress line,
+        after items from iteration ``first`` to ``last``."""
         span = self._iterations.get(split)
-        first = (self._epoch, iteration) if span is None else span[:2]
-        self._iterations[split] = (*first, self._epoch, iteration)
+        start = (self._epoch, first) if span is None else span[:2]
+        self._iterations[split] = (*start, self._epoch, last)
 
     def _checked(self, loss: LossInput, iteration: int) -> LossInput:
         """The training loss, refused when it is not finite (no checkpoint is written then)."""
@@ -220,6 +212,7 @@ class FullEventProcessorTraining:
         """The loss of every item that has one, one-element ones read to the host together
         ("finite only" checks them)."""
         losses: list[LossInput | None] = []
+        scalars: list[torch.Tensor] = []
         without = self._without_loss
         for item in items:
             loss = None
@@ -228,18 +221,17 @@ class FullEventProcessorTraining:
                     loss = adapt(item, LossInput)
                 except TypeError:
                     without.add(type(item))  # an output without a loss
+                else:
+                    if loss.tensor.numel() == 1:
+                        scalars.append(loss.tensor)
             losses.append(loss)
-        scalars = [loss.tensor for loss in losses if loss is not None and loss.tensor.numel() == 1]
-        values = iter(_host_values(scalars) if scalars else [])
+        if not scalars:
+            return losses
+        values = iter(_host_values(scalars))
         return [
-            None
-            if loss is None
-            else LossInput(
-                loss.tensor,
-                next(values) if loss.tensor.numel() == 1 else None,
-                loss.summed_over,
-                loss.items,
-            )
+            LossInput(loss.tensor, next(values), loss.summed_over, loss.items)
+            if loss is not None and loss.tensor.numel() == 1
+            else loss
             for loss in losses
         ]
 

@@ -31,6 +31,7 @@ __all__ = [
     "collective",
     "collective_error",
     "gather_bytes",
+    "pack_into",
     "pack_tensors",
     "payload_size",
     "raised_by_collective",
@@ -130,14 +131,21 @@ def pack_tensors(
 ) -> torch.Tensor:
     """The raw bytes of ``tensors`` (each aligned), zero-padded to ``size`` bytes on ``device``."""
     payload = torch.zeros(size, dtype=torch.uint8, device=device)
-    offset = 0
+    pack_into(payload, 0, tensors)
+    return payload
+
+
+def pack_into(payload: torch.Tensor, offset: int, tensors: Sequence[torch.Tensor | None]) -> int:
+    """Write the raw bytes of ``tensors`` (each aligned) into ``payload`` from byte ``offset``;
+    returns the offset after them (what :func:`payload_size` counts)."""
     for tensor in tensors:
         if tensor is None:
             continue
         data = tensor.detach().reshape(-1).view(torch.uint8)
-        payload[offset : offset + data.numel()] = data
-        offset += data.numel() + (-data.numel() % _ALIGN)
-    return payload
+        size = data.numel()
+        payload[offset : offset + size] = data
+        offset += size + (-size % _ALIGN)
+    return offset
 
 
 def unpack_tensors(header: Sequence[int], payload: torch.Tensor) -> list[torch.Tensor | None]:

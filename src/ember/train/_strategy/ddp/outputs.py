@@ -24,14 +24,14 @@ import torch.distributed as dist
 
 from ember.train._outputs import (
     ClassificationOutput,
-    ItemLazy,
     MultiLabelClassificationOutput,
     RegressionOutput,
     SequenceOutput,
+    synced,
 )
 from ember.train._strategy.collectives import (
     collective,
-    pack_tensors,
+    pack_into,
     payload_size,
     tensor_header,
     unpack_tensors,
@@ -43,7 +43,7 @@ __all__ = ["exchange_outputs", "merge_outputs", "register_output_merge"]
 
 OutputT = TypeVar("OutputT")
 Merge = Callable[[Sequence[Any], Sequence[int]], Any]
-_HEADER = 64  # int64 numbers per unit and rank for its output's shapes
+_HEADER = 64  # int64 numbers per unit and rank: its output's bytes and tensor header
 
 
 # --- merging ---------------------------------------------------------------------------------
@@ -71,12 +71,23 @@ def register_output_merge(output_type: type[OutputT]) -> Callable[[Merge], Merge
 
     def register(fn: Merge) -> Merge:
         _MERGES[output_type] = fn
+        _FOUND.clear()
         return fn
 
     return register
 
 
+_FOUND: dict[type, Merge] = {}  # each output type's merge, once found (per batch otherwise)
+
+
 def _merge_for(output_type: type) -> Merge:
+    found = _FOUND.get(output_type)
+    if found is None:
+        found = _FOUND[output_type] = _find_merge(output_type)
+    return found
+
+
+def _find_merge(output_type: type) -> Merge:
     for kind in output_type.__mro__:
         if kind in _MERGES:
             return _MERGES[kind]
@@ -157,7 +168,7 @@ class _GlobalBatch:
 
     def sync(self) -> Any:
         """The merged output, detached (runs where other outputs' ``sync`` runs)."""
-        parts: list[Any] = [p.sync() if isinstance(p, ItemLazy) else p for p in self.parts]
+        parts: list[Any] = [synced(p) for p in self.parts]
         merged = merge_outputs(parts, self.sizes)
         if self.summed_loss and isinstance(merged, _BUILT_IN) and merged.loss.dim() == 0:
             counts = None if parts[0].summed_over is None else sum(p.summed_over for p in parts)
@@ -170,58 +181,60 @@ class _GlobalBatch:
 # --- sending them to rank 0 ------------------------------------------------------------------
 
 
+_FIELDS: dict[type, tuple[str, ...]] = {}  # each output dataclass's field names, read once
+
+
 def _tensor_fields(item: Any) -> list[str]:
-    if not dataclasses.is_dataclass(item) or isinstance(item, type):
-        raise TypeError(
-            f"DistributedDataParallel sends outputs to rank 0 as the tensor fields of a "
-            f"dataclass; {type(item).__name__} is not a dataclass"
-        )
-    return [
-        f.name
-        for f in dataclasses.fields(item)
-        if isinstance(getattr(item, f.name), torch.Tensor | None)
-    ]
+    """The fields of the output ``item`` that hold a tensor (or None), checked: the type is a
+    dataclass that rank 0 can merge (every rank with a share fails alike on one it cannot)."""
+    kind = type(item)
+    names = _FIELDS.get(kind)
+    if names is None:
+        if not dataclasses.is_dataclass(item) or isinstance(item, type):
+            raise TypeError(
+                f"DistributedDataParallel sends outputs to rank 0 as the tensor fields of a "
+                f"dataclass; {kind.__name__} is not a dataclass"
+            )
+        _merge_for(kind)
+        names = _FIELDS[kind] = tuple(f.name for f in dataclasses.fields(item))
+    # a field is sent when it holds a tensor (or None) in this very output
+    return [name for name in names if isinstance(getattr(item, name), torch.Tensor | None)]
 
 
 def _header_block(
     items: Sequence[Any], wish: int
 ) -> tuple[torch.Tensor, list[list[str]], list[list[torch.Tensor | None]]]:
-    """The int64 block a rank all-gathers (its stop ``wish``, then each unit's tensor header),
-    and each unit's tensor field names and tensors."""
+    """The int64 block a rank all-gathers (its stop ``wish`` and the bytes of its outputs,
+    then each unit's bytes and tensor header), and each unit's tensor field names and
+    tensors. Built as one list: a tensor made per unit costs more than the unit's header."""
     names: list[list[str]] = []
     tensors: list[list[torch.Tensor | None]] = []
-    block = torch.zeros(1 + len(items) * _HEADER, dtype=torch.int64)
-    block[0] = wish
-    for unit, item in enumerate(items):
+    rows = [wish, 0]
+    for item in items:
         fields = [] if item is None else _tensor_fields(item)
-        if item is not None:
-            _merge_for(type(item))  # every rank with a share fails alike on an unusable type
         names.append(fields)
         tensors.append([getattr(item, name) for name in fields])
-        header = tensor_header(tensors[-1]) if item is not None else []
-        if len(header) > _HEADER - 1:
+        if item is None:
+            rows += [0] * _HEADER
+            continue
+        header = tensor_header(tensors[-1])
+        if len(header) > _HEADER - 2:
             raise ValueError(
                 f"{type(item).__name__} has too many tensor fields or dimensions to send to "
-                f"rank 0 (a header of {len(header)} numbers, at most {_HEADER - 1})"
+                f"rank 0 (a header of {len(header)} numbers, at most {_HEADER - 2})"
             )
-        start = 1 + unit * _HEADER
-        block[start] = len(header)
-        block[start + 1 : start + 1 + len(header)] = torch.tensor(header, dtype=torch.int64)
-    return block, names, tensors
+        size = payload_size(header)
+        rows[1] += size
+        rows += [size, len(header), *header, *[0] * (_HEADER - 2 - len(header))]
+    return torch.tensor(rows, dtype=torch.int64), names, tensors
 
 
-def _pack(
-    payload: torch.Tensor,
-    tensors: Sequence[Sequence[torch.Tensor | None]],
-    sizes: Sequence[int],
-    device: torch.device,
-) -> None:
-    """Pack each unit's tensors into ``payload``, one after the other."""
+def _pack(payload: torch.Tensor, tensors: Sequence[Sequence[torch.Tensor | None]]) -> None:
+    """Pack each unit's tensors into ``payload``, one after the other (each unit's bytes a
+    multiple of the alignment, as :func:`payload_size` counts them)."""
     offset = 0
-    for unit_tensors, unit_size in zip(tensors, sizes, strict=True):
-        if unit_size:
-            payload[offset : offset + unit_size] = pack_tensors(unit_tensors, unit_size, device)
-            offset += unit_size
+    for unit_tensors in tensors:
+        offset = pack_into(payload, offset, unit_tensors)
 
 
 def exchange_outputs(
@@ -255,40 +268,47 @@ def exchange_outputs(
         dist.all_gather(blocks, block, group=small)
     table = torch.stack(blocks).tolist()
     stop = max(row[0] for row in table)
-    headers = [
-        [
-            row[start + 1 : start + 1 + row[start]] if row[start] else None
-            for start in range(1, len(row), _HEADER)
-        ]
-        for row in table
-    ]
-    sizes = [[0 if h is None else payload_size(h) for h in rank] for rank in headers]
-    size = max(sum(rank) for rank in sizes[1:])
+    size = max(row[1] for row in table[1:])
     if size == 0:  # only rank 0 has outputs
         return ([item for item in items if item is not None] if ranks.is_main else []), stop
     payload = torch.zeros(size, dtype=torch.uint8, device=ranks.device)
     if not ranks.is_main:
-        _pack(payload, tensors, sizes[ranks.rank], ranks.device)
+        _pack(payload, tensors)
     gathered = [torch.empty_like(payload) for _ in range(ranks.world)] if ranks.is_main else None
     with guard("gathering the outputs on rank 0"):
         dist.gather(payload, gathered, dst=0, group=large)
     if gathered is None:
         return [], stop
-    offsets = [0] * ranks.world
+    return _received(items, names, table, gathered, shares, summed_loss), stop
+
+
+def _received(
+    items: Sequence[Any],
+    names: Sequence[Sequence[str]],
+    table: Sequence[Sequence[int]],
+    gathered: Sequence[torch.Tensor],
+    shares: Sequence[tuple[int, ...]],
+    summed_loss: bool,
+) -> list[Any]:
+    """Rank 0's output of each unit in which it had one: its own, or the ranks' parts read
+    from the ``gathered`` payloads with the headers of the all-gathered ``table``."""
+    world = len(table)
+    offsets = [0] * world
     merged: list[Any] = []
     for unit, item in enumerate(items):
         if item is None:
             continue
         parts, part_sizes = [item], [shares[unit][0]]
-        for src in range(1, ranks.world):
-            header_src, length = headers[src][unit], sizes[src][unit]
-            if header_src is None:
+        start = 2 + unit * _HEADER
+        for src in range(1, world):
+            row = table[src]
+            length, count = row[start], row[start + 1]
+            if count == 0:  # no output on that rank (an empty share)
                 continue
-            received = unpack_tensors(
-                header_src, gathered[src][offsets[src] : offsets[src] + length]
-            )
+            header = row[start + 2 : start + 2 + count]
+            received = unpack_tensors(header, gathered[src][offsets[src] : offsets[src] + length])
             offsets[src] += length
             parts.append(dataclasses.replace(item, **dict(zip(names[unit], received, strict=True))))
             part_sizes.append(shares[unit][src])
         merged.append(item if len(parts) == 1 else _GlobalBatch(parts, part_sizes, summed_loss))
-    return merged, stop
+    return merged

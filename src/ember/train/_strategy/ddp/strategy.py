@@ -351,11 +351,13 @@ class DistributedRun:
             # torch's reducer averages over the ranks: weight this share's loss so that the
             # average is the global batch's gradient (1.0, no change, for equal shares)
             weight = ranks.world * (shares[ranks.rank] / sum(shares) if self._mean else 1.0)
+            # the loop's context is current already: only a weighted one is entered
+            weighted: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
             if context is not None and weight != 1.0:
                 factor = weight * (context.loss_factor or 1.0)
-                context = dataclasses.replace(context, loss_factor=factor)
+                weighted = step_context(dataclasses.replace(context, loss_factor=factor))
             try:
-                with step_context(context) if context is not None else contextlib.nullcontext():
+                with weighted:
                     output = learner.train_step(batch)
             except RuntimeError as error:
                 if by_torch and raised_by_autograd(error):  # the reducer's all-reduce failed
