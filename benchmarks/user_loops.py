@@ -133,8 +133,9 @@ def ignite_loop(epochs: int) -> float:
     return time.perf_counter() - start
 
 
-def torch_dataloader(epochs: int, repeats: int) -> None:
-    """ember and Ignite over the user's torch DataLoader against the raw loop over it."""
+def torch_loader_runs(epochs: int) -> dict[str, Callable[[], float]]:
+    """The raw loop over the user's torch DataLoader, and ember over it with its default metric
+    files and with its metrics in memory: each a run's seconds."""
 
     def raw() -> float:
         return raw_loop(TupleMlp(), loss_of, *torch_loaders(), epochs)  # type: ignore[arg-type]
@@ -145,7 +146,12 @@ def torch_dataloader(epochs: int, repeats: int) -> None:
     def in_memory() -> float:
         return learner_run(TupleMlp(), *torch_loaders(), epochs, in_memory=True)  # type: ignore[arg-type]
 
-    contenders = {"raw": raw, "ember": ember, "in memory": in_memory}
+    return {"raw": raw, "ember": ember, "in memory": in_memory}
+
+
+def torch_dataloader(epochs: int, repeats: int) -> None:
+    """ember and Ignite over the user's torch DataLoader against the raw loop over it."""
+    contenders = torch_loader_runs(epochs)
     try:
         import ignite  # noqa: F401
     except ImportError:
@@ -213,8 +219,9 @@ def first_item(items: list[Any], device: torch.device) -> Any:
     return items[0]  # the generator makes whole batches
 
 
-def generator_step(steps: int, repeats: int) -> None:
-    """A raw loop over a batch generator against ember's streaming loader over the same one."""
+def generator_runs(steps: int) -> dict[str, Callable[[], float]]:
+    """A raw loop over a batch generator and ember's streaming loader over the same one: each
+    a run's seconds."""
 
     def raw() -> float:
         torch.manual_seed(0)
@@ -248,7 +255,12 @@ def generator_step(steps: int, repeats: int) -> None:
             raise result.error
         return elapsed
 
-    times = pairs({"raw": raw, "ember": ember}, repeats)
+    return {"raw": raw, "ember": ember}
+
+
+def generator_step(steps: int, repeats: int) -> None:
+    """A raw loop over a batch generator against ember's streaming loader over the same one."""
+    times = pairs(generator_runs(steps), repeats)
     step = min(times["raw"]) / steps * 1e6
     report(
         f"generator-fed tiny step ({steps} steps of ~{step:.0f} µs raw), streaming loader",
