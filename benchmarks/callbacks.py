@@ -41,6 +41,7 @@ from ember.train import (
     RunView,
     SupervisedTraining,
 )
+from learner_overhead import timed_launch
 
 RUNS = tempfile.TemporaryDirectory(prefix="ember-bench-callbacks-")
 
@@ -100,12 +101,7 @@ def ember(epochs: int, *callbacks: Callback) -> float:
     if callbacks:
         training = training.with_callbacks(*callbacks)
     learner = Learner(model, torch.optim.Adam(model.parameters(), lr=1e-2), 1e-2)
-    start = time.perf_counter()
-    result = training.launch(learner)
-    elapsed = time.perf_counter() - start
-    if result.error is not None:
-        raise result.error
-    return elapsed
+    return timed_launch(training, learner)
 
 
 def main() -> None:

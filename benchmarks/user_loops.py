@@ -78,7 +78,14 @@ from event_floor import (
     seed_tensors,
     uptime,
 )
-from learner_overhead import RUNS, disk_probe, learner_run, raw_loop, seed_workload
+from learner_overhead import (
+    RUNS,
+    disk_probe,
+    learner_run,
+    raw_loop,
+    seed_workload,
+    timed_launch,
+)
 
 
 def loss_of(model: nn.Module, batch: Any) -> torch.Tensor:
@@ -248,12 +255,7 @@ def generator_runs(steps: int) -> dict[str, Callable[[], float]]:
             .renderer(CliMetricsRenderer(io.StringIO()))
         )
         learner = Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), 0.1)
-        start = time.perf_counter()
-        result = builder.launch(learner)
-        elapsed = time.perf_counter() - start
-        if result.error is not None:
-            raise result.error
-        return elapsed
+        return timed_launch(builder, learner)
 
     return {"raw": raw, "ember": ember}
 
