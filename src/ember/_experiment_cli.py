@@ -164,12 +164,20 @@ def _signature(function: Callable[..., Any], what: str) -> inspect.Signature:
     annotations`` makes them text): what is checked is what jsonargparse will read."""
     try:
         return inspect.signature(function, eval_str=True)
-    except (NameError, AttributeError, SyntaxError, TypeError) as error:
-        raise TypeError(
-            f"ember.cli cannot evaluate the annotations of {what} ({type(error).__name__}: "
-            f"{error}): every name an annotation uses must be importable where it is written "
-            "(not only under `if TYPE_CHECKING:`)"
-        ) from error
+    except _UNEVALUABLE as error:
+        raise _unevaluable(what, error) from error
+
+
+_UNEVALUABLE = (NameError, AttributeError, SyntaxError, TypeError)
+"""What evaluating an annotation written as text raises when a name it uses is not there."""
+
+
+def _unevaluable(what: str, error: Exception) -> TypeError:
+    return TypeError(
+        f"ember.cli cannot evaluate the annotations of {what} ({type(error).__name__}: "
+        f"{error}): every name an annotation uses must be importable where it is written "
+        "(not only under `if TYPE_CHECKING:`)"
+    )
 
 
 _LEAVES: frozenset[Any] = frozenset({int, float, str, bool, type(None), Path})
@@ -257,11 +265,8 @@ def _fields(annotation: Any) -> dict[str, Any] | None:
     if typing.is_typeddict(annotation):
         try:
             return typing.get_type_hints(annotation, include_extras=True)
-        except (NameError, AttributeError, SyntaxError, TypeError) as error:
-            raise TypeError(
-                f"ember.cli cannot evaluate the annotations of {annotation.__name__} "
-                f"({type(error).__name__}: {error})"
-            ) from error
+        except _UNEVALUABLE as error:
+            raise _unevaluable(annotation.__name__, error) from error
     bases = inspect.getmro(annotation) if isinstance(annotation, type) else ()
     if not bases or not all(
         dataclasses.is_dataclass(base) for base in bases if base not in (object, typing.Generic)
