@@ -16,7 +16,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ember
-from ember._config_file import MAX_ALIAS_NODES, MAX_BYTES, MAX_DEPTH, dump_config, read_config
+from ember._config_file import (
+    MAX_ALIAS_NODES,
+    MAX_BYTES,
+    MAX_DEPTH,
+    MAX_OPTION_VALUES,
+    dump_config,
+    read_config,
+)
 
 pytest.importorskip("jsonargparse", reason="ember.cli needs jsonargparse: pip install ember[cli]")
 yaml = pytest.importorskip("yaml")  # jsonargparse's dependency
@@ -76,6 +83,7 @@ ATTACKS: dict[str, tuple[str, str]] = {
     "not a mapping": ("list.yaml", "holds a list, not options"),
     "an alias inside itself": ("loop.yaml", "an alias refers to a value it is inside of"),
     "too deep": ("deep.yaml", f"values nest more than {MAX_DEPTH} deep"),
+    "a list of 400,000 numbers": ("long.yaml", f"more than the {MAX_OPTION_VALUES} values"),
     "missing": ("missing.yaml", "cannot be read: No such file or directory"),
 }
 
@@ -102,14 +110,17 @@ def make(directory: Path, name: str) -> str:
         path.write_text("extra: &a [1, *a]\n", encoding="utf-8")
     elif name == "deep.yaml":
         path.write_text(f"extra: {'[' * 200}{']' * 200}\n", encoding="utf-8")
+    elif name == "long.yaml":  # 3.4 MB: jsonargparse would check it for days
+        path.write_text("extra:\n" + "".join(f"- {i}\n" for i in range(400_000)), encoding="utf-8")
     return name if name.startswith("/") else str(path)
 
 
 @pytest.mark.parametrize("case", sorted(ATTACKS))
 def test_a_config_file_ember_cli_will_not_read_exits_2_naming_it(case: str, tmp_path: Path) -> None:
     """The audit's files: a FIFO does not hang, a 1 KB billion laughs and a 500 MB file are
-    refused at once, a non-UTF-8 file is no traceback: exit 2 with the file and its problem
-    named, before main runs."""
+    refused at once, a non-UTF-8 file is no traceback, and a long list that jsonargparse would
+    check for days is refused from its length: exit 2 with the file and its problem named,
+    before main runs."""
     name, problem = ATTACKS[case]
     path = make(tmp_path, name)
     finished = run(tmp_path, "--config", path)
@@ -207,15 +218,51 @@ def test_aliases_within_the_bound_and_an_empty_file_are_read(tmp_path: Path) -> 
 
 
 def test_the_alias_bound_counts_the_values_repeated(tmp_path: Path) -> None:
-    """A list of MAX_ALIAS_NODES aliases to one value is read; one more is refused."""
+    """MAX_ALIAS_NODES aliases to one value, in options of a thousand each, are read; one more
+    is refused."""
     for count, allowed in ((MAX_ALIAS_NODES, True), (MAX_ALIAS_NODES + 1, False)):
+        options = [", ".join(["*a"] * min(1000, count - start)) for start in range(0, count, 1000)]
+        text = "a: &a 1\n" + "".join(f"x{i}: [{items}]\n" for i, items in enumerate(options))
         path = tmp_path / f"{count}.yaml"
-        path.write_text(f"a: &a 1\nextra: [{', '.join(['*a'] * count)}]\n", encoding="utf-8")
+        path.write_text(text, encoding="utf-8")
         if allowed:
-            assert len(read_config(str(path))["extra"]) == count
+            assert sum(len(v) for k, v in read_config(str(path)).items() if k != "a") == count
         else:
             with pytest.raises(ValueError, match=f"aliases repeat {count} values"):
                 read_config(str(path))
+
+
+@pytest.mark.parametrize(
+    ("value", "around"),
+    [
+        ("[{items}]", 0),  # a list of n numbers: n values
+        ("{{a: [{items}]}}", 2),  # a key, its list and the list's items: n + 2
+        ("[[{items}]]", 1),  # the inner list and its items: n + 1
+    ],
+    ids=["a list", "a mapping of a list", "a list of a list"],
+)
+def test_an_option_holds_at_most_max_option_values(value: str, around: int, tmp_path: Path) -> None:
+    """jsonargparse checks a list in a time that grows with the square of its length: an option
+    of MAX_OPTION_VALUES values, nested ones counted, is read; one more is refused, naming the
+    option and its line."""
+    for extra, allowed in ((0, True), (1, False)):
+        items = ", ".join(["7"] * (MAX_OPTION_VALUES - around + extra))
+        path = tmp_path / "long.yaml"
+        path.write_text(f"epochs: 2\nextra: {value.format(items=items)}\n", encoding="utf-8")
+        if allowed:
+            assert read_config(str(path))["epochs"] == 2
+        else:
+            with pytest.raises(ValueError, match=r"the option 'extra' \(line 2, column 1\) holds"):
+                read_config(str(path))
+
+
+def test_a_long_value_on_the_command_line_exits_2(tmp_path: Path) -> None:
+    """An option's value on the command line is bounded as a file's option is."""
+    numbers = ", ".join(["1"] * (MAX_OPTION_VALUES + 1))
+    finished = run(tmp_path, "--extra", f"[{numbers}]")
+    assert finished.returncode == 2
+    assert "on the command line" in finished.stderr
+    assert f"more than the {MAX_OPTION_VALUES} values an option may hold" in finished.stderr
 
 
 def test_numbers_and_dates_read_as_jsonargparse_reads_them(tmp_path: Path) -> None:

@@ -12,7 +12,9 @@ only if it is
 * UTF-8 text;
 * YAML whose aliases (``*name``) repeat at most :data:`MAX_ALIAS_NODES` nodes in all and whose
   nesting is at most :data:`MAX_DEPTH` deep: a 1 KB file of nested aliases (a "billion laughs")
-  stands for billions of values, and every pass over them later would run for hours.
+  stands for billions of values, and every pass over them later would run for hours;
+* with at most :data:`MAX_OPTION_VALUES` values in each option: jsonargparse checks each item
+  of a list with a copy of the whole list, a time that grows with the square of its length.
 
 It is read with YAML's safe loader: no tag builds a Python object, and, as jsonargparse reads
 YAML, ``1e-3`` is a float and a date stays text. Whether the options it names exist and have
@@ -37,7 +39,8 @@ __all__ = [
     "MAX_ALIAS_NODES",
     "MAX_BYTES",
     "MAX_DEPTH",
-    "check_aliases",
+    "MAX_OPTION_VALUES",
+    "check_value",
     "dump_config",
     "read_config",
 ]
@@ -51,6 +54,13 @@ MAX_ALIAS_NODES = 10_000
 MAX_DEPTH = 100
 """How deep lists and mappings may nest in a file (a deeper one would exhaust Python's stack
 wherever the values are walked)."""
+
+MAX_OPTION_VALUES = 2_000
+"""How many values one option may hold, nested lists and mappings included (their items, keys
+and values, aliases repeated). jsonargparse checks each item of a list against a copy of the
+whole list: a list of 2,000 numbers takes it ~2 s on a 2-core machine, one of 8,000 ~40 s, one
+of the 500,000 a 4 MiB file holds days. Options are settings; data goes in a file of its own,
+whose path is the option."""
 
 
 def read_config(path: str) -> dict[str, Any]:
@@ -129,15 +139,20 @@ def _load(text: str) -> Any:
         if root is None:
             return None
         _check_size(root)
+        from yaml import MappingNode
+
+        if isinstance(root, MappingNode):
+            for key, value in root.value:
+                _check_option_size(value, f"the option {key.value!r} ({_where(key)})")
         return loader.construct_document(root)
     finally:
         loader.dispose()
 
 
-def check_aliases(text: str) -> None:
+def check_value(text: str) -> None:
     """ValueError if the YAML ``text`` (an option's value on the command line) has aliases that
-    repeat too much or nests too deep, as a file's may not; text that is not YAML passes (what
-    it must be is jsonargparse's check)."""
+    repeat too much, nests too deep or holds too many values, as a file's option may not; text
+    that is not YAML passes (what it must be is jsonargparse's check)."""
     import yaml
 
     loader = _loader()(text)
@@ -149,6 +164,7 @@ def check_aliases(text: str) -> None:
         loader.dispose()
     if root is not None:
         _check_size(root)
+        _check_option_size(root, "it")
 
 
 def _check_size(root: Node) -> None:
@@ -180,6 +196,21 @@ def _check_size(root: Node) -> None:
             f"its aliases repeat {repeated} values, more than the {MAX_ALIAS_NODES} allowed (a "
             "'billion laughs'): refused, write the values out"
         )
+
+
+def _check_option_size(node: Node, what: str) -> None:
+    """ValueError if ``node`` stands for more than :data:`MAX_OPTION_VALUES` values (aliases
+    repeated). Walked after :func:`_check_size`, so its aliases are bounded and it is shallow."""
+    count, stack = 0, list(_children(node))
+    while stack:
+        count += 1
+        if count > MAX_OPTION_VALUES:
+            raise ValueError(
+                f"{what} holds more than the {MAX_OPTION_VALUES} values an option may hold "
+                "(list items, keys and values, nested ones included): a config gives "
+                "settings, not data; put long lists in a file of their own and give its path"
+            )
+        stack.extend(_children(stack.pop()))
 
 
 def _children(node: Node) -> list[Node]:

@@ -78,7 +78,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-from ember._config_file import check_aliases, dump_config, read_config
+from ember._config_file import check_value, dump_config, read_config
 from ember.train._checkpoint.rng import seed_everything
 from ember.train._experiment import Experiment, running_experiment
 from ember.train._options import TrainingOptions
@@ -342,13 +342,15 @@ def _arguments(args: Sequence[str] | None) -> list[str]:
 
 
 def _check_values(parser: ArgumentParser, argv: list[str]) -> None:
-    """Exit 2 if an option's value is YAML whose aliases repeat too much or nest too deep, as a
-    ``--config`` file's may not: jsonargparse reads a value as YAML for many types, and prints
-    the whole of a value it refuses (a 400-byte "billion laughs" would be printed for hours)."""
+    """Exit 2 if an option's value is YAML whose aliases repeat too much, that nests too deep or
+    that holds too many values, as a ``--config`` file's option may not: jsonargparse reads a
+    value as YAML for many types, checks a list in a time that grows with the square of its
+    length, and prints the whole of a value it refuses (a 400-byte "billion laughs" would be
+    printed for hours)."""
     for token in argv:
         value = token.split("=", 1)[1] if token.startswith("--") and "=" in token else token
         try:
-            check_aliases(value)
+            check_value(value)
         except ValueError as error:
             shown = value if len(value) <= 40 else value[:37] + "..."
             parser.error(f"the value {shown!r} on the command line: {error}")
