@@ -252,16 +252,9 @@ def test_a_run_of_another_model_is_refused_naming_the_plain_export(tmp_path: Pat
     """Checkpoints of a model that is not a transformers model hold no configuration."""
     model = torch.nn.Linear(3, 1)
     samples = [(torch.randn(3), torch.randn(1)) for _ in range(8)]
-    result = (
-        SupervisedTraining(
-            tmp_path / "run", DataLoaderBuilder().batch_size(4).build(InMemDataset(samples))
-        )
-        .renderer(CliMetricsRenderer(io.StringIO()))
-        .metrics(LossMetric())
-        .with_default_checkpointers()
-        .launch(Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss=F.mse_loss))
-    )
-    assert result.error is None, result.traceback
+    learner = Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss=F.mse_loss)
+    train = DataLoaderBuilder().batch_size(4).build(InMemDataset(samples))
+    checkpointed_run(tmp_path / "run", learner, train)
     with pytest.raises(CheckpointError, match=r"not a transformers model.*ember export RUN -o"):
         export_pretrained(tmp_path / "run", tmp_path / "hf", "last")
     assert not (tmp_path / "hf").exists()
@@ -321,19 +314,25 @@ def generating_gpt2(tokenizer: Any) -> Any:
     return model
 
 
-def checkpointed_run(run: Path, model: Any) -> Any:
-    """Two epochs of ``model`` with the default checkpointers; the result."""
-    train, valid = loaders()
+def checkpointed_run(run: Path, learner: Learner[Any], *loaders: Any, epochs: int = 1) -> Any:
+    """``epochs`` of ``learner`` on the train (and valid) loader with the default checkpointers;
+    the result."""
     result = (
-        SupervisedTraining(run, train, valid)
+        SupervisedTraining(run, *loaders)
         .renderer(CliMetricsRenderer(io.StringIO()))
         .metrics(LossMetric())
-        .num_epochs(2)
+        .num_epochs(epochs)
         .with_default_checkpointers()
-        .launch(Learner(model, torch.optim.AdamW(model.parameters(), lr=1e-2)))
+        .launch(learner)
     )
     assert result.error is None, result.traceback
     return result
+
+
+def two_epochs(run: Path, model: Any) -> Any:
+    """Two epochs of ``model`` (AdamW) on the GPT-2 blocks, checkpointed; the result."""
+    learner = Learner(model, torch.optim.AdamW(model.parameters(), lr=1e-2))
+    return checkpointed_run(run, learner, *loaders(), epochs=2)
 
 
 def test_an_export_with_its_tokenizer_round_trips_through_from_pretrained(
@@ -347,7 +346,7 @@ def test_an_export_with_its_tokenizer_round_trips_through_from_pretrained(
     tokenizer = word_tokenizer()
     model = generating_gpt2(tokenizer)
     run = tmp_path / "run"
-    checkpointed_run(run, model)
+    two_epochs(run, model)
     out = tmp_path / "hf"
     assert export_pretrained(run, out, "last", tokenizer=tokenizer) == 2
     assert {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json"} <= {
@@ -396,7 +395,7 @@ def test_the_cli_exports_a_saved_tokenizer_and_names_a_bad_one(
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     tokenizer = word_tokenizer()
     run = tmp_path / "run"
-    checkpointed_run(run, generating_gpt2(tokenizer))
+    two_epochs(run, generating_gpt2(tokenizer))
     saved = tmp_path / "tokenizer"
     tokenizer.save_pretrained(saved)
     out = tmp_path / "hf"
@@ -461,7 +460,7 @@ def test_an_export_killed_midway_leaves_the_empty_directory_as_it_was(
     generation_config.json are part of the one directory swap; a second export then succeeds."""
     tokenizer = word_tokenizer()
     run = tmp_path / "run"
-    checkpointed_run(run, generating_gpt2(tokenizer))
+    two_epochs(run, generating_gpt2(tokenizer))
     saved = tmp_path / "tokenizer"
     tokenizer.save_pretrained(saved)
     out = tmp_path / "exports" / "hf"
@@ -496,16 +495,9 @@ def test_a_model_that_cannot_generate_exports_no_generation_config(tmp_path: Pat
     classifier = transformers.GPT2ForSequenceClassification(config)
     assert TRANSFORMERS_GENERATION_CONFIG not in model_record(classifier).metadata
     samples = [{"input_ids": b["input_ids"], "labels": torch.tensor(1)} for b in blocks(8, 2)]
-    result = (
-        SupervisedTraining(
-            tmp_path / "run", DataLoaderBuilder().batch_size(4).build(InMemDataset(samples))
-        )
-        .renderer(CliMetricsRenderer(io.StringIO()))
-        .metrics(LossMetric())
-        .with_default_checkpointers()
-        .launch(Learner(classifier, torch.optim.SGD(classifier.parameters(), lr=0.1)))
-    )
-    assert result.error is None, result.traceback
+    learner = Learner(classifier, torch.optim.SGD(classifier.parameters(), lr=0.1))
+    train = DataLoaderBuilder().batch_size(4).build(InMemDataset(samples))
+    checkpointed_run(tmp_path / "run", learner, train)
     export_pretrained(tmp_path / "run", tmp_path / "hf", "last")
     assert sorted(p.name for p in (tmp_path / "hf").iterdir()) == [
         "config.json",
