@@ -182,8 +182,6 @@ class TrainingLoop:
             or self.callbacks.batch_end
         )
         self._local = isinstance(run, LocalRun)  # one process: a threshold stops at once
-        # whether checkpoint_every may ask for a checkpoint inside a round (else no step asks)
-        self._mid_round_every = plan.schedule.checkpoint is not None
         thresholds = [logger for logger in plan.loggers if isinstance(logger, ThresholdStop)]
         self._train_thresholds = [t for t in thresholds if t.split is Split.TRAIN]
         self._valid_thresholds = [t for t in thresholds if t.split is Split.VALID]
@@ -380,12 +378,7 @@ class TrainingLoop:
             if not ended:  # mid-pass: what the run still holds is this round's
                 self._log_train(self.run.report((), False)[0])
             return False
-        if (
-            stepped
-            and self._mid_round_every
-            and self.saver.mid_round_due(step)
-            and not self._checkpoint_mid_round(round)
-        ):
+        if stepped and self.saver.mid_round_due(step) and not self._checkpoint_mid_round(round):
             return False  # the metrics thread failed: the run ends (the session reports it)
         return True if ended else None
 
